@@ -1,0 +1,58 @@
+// Family "hgemm_wmma": the first seven rungs of the WMMA HGEMM ladder (Tensor Cores through nvcuda::wmma).
+//   Layout NN (A M x K row-major, B K x N row-major, C M x N row-major); fp16 in, fp16 accumulate
+//   (HMMA.F16, as the original library), fp16 out. Minimum arch sm_80 (cp.async).
+//   Grid "tiles": blockIdx.x walks N tiles, blockIdx.y walks M tiles.
+//
+//   rung                                   threads  block tile (BMxBNxBK)  smem (static)    requires
+//   m16n16k16_naive                          32      16x16x16 (1 warp)     none             M,N,K % 16
+//   m16n16k16_mma4x2                        256      64x32x16              3 KB (+epilogue) none
+//   m16n16k16_mma4x2_warp2x4                256     128x128x16             8 KB             N,K % 8
+//   ..._async                               256     128x128x16             8 KB             N,K % 8
+//   ..._async_offset                        256     128x128x16            10.25 KB          N,K % 8
+//   ..._dbuf_async                          256     128x128x16            20.5 KB           N,K % 8
+//   m32n8k16_mma2x4_warp2x4_dbuf_async      256     128x128x16            20 KB             N,K % 8
+// The tiled rungs share one template (cu/common/wmma.cuh); each adds one knob to the previous.
+#include "common/wmma.cuh"
+
+using namespace nvcuda;
+namespace wg = hg::wmma_gemm;
+
+// Rung 1: one warp per 16x16 output tile, fragments loaded straight from global memory. WMMA loads need
+// 256-bit aligned pointers and whole 16x16 tiles, hence M, N, K % 16 == 0 and 32-byte aligned buffers.
+extern "C" __global__ void __launch_bounds__(32)
+    hgemm_wmma_m16n16k16_naive(const half* A, const half* B, half* C, int M, int N, int K) {
+  const int n0 = blockIdx.x * 16, m0 = blockIdx.y * 16;
+  if (m0 >= M || n0 >= N) return;
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, half, wmma::row_major> a;
+  wmma::fragment<wmma::matrix_b, 16, 16, 16, half, wmma::row_major> b;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, half> acc;
+  wmma::fill_fragment(acc, __float2half(0.f));
+#pragma unroll 4
+  for (int k = 0; k < K; k += 16) {
+    wmma::load_matrix_sync(a, A + (size_t)m0 * K + k, K);
+    wmma::load_matrix_sync(b, B + (size_t)k * N + n0, N);
+    wmma::mma_sync(acc, a, b, acc);
+  }
+  wmma::store_matrix_sync(C + (size_t)m0 * N + n0, acc, N, wmma::mem_row_major);
+}
+
+//                                   FM  FN  FK  warps  tiles  BK  stages pad copy
+using Mma4x2 = wg::Config<16, 16, 16, 4, 2, 1, 1, 16, 1, 0, wg::Copy::kScalar, half>;
+using Warp2x4 = wg::Config<16, 16, 16, 4, 2, 2, 4, 16, 1, 0, wg::Copy::kVec8, half>;
+using Warp2x4Async = wg::Config<16, 16, 16, 4, 2, 2, 4, 16, 1, 0, wg::Copy::kAsync, half>;
+using Warp2x4AsyncOffset = wg::Config<16, 16, 16, 4, 2, 2, 4, 16, 1, 8, wg::Copy::kAsync, half>;
+using Warp2x4DbufAsync = wg::Config<16, 16, 16, 4, 2, 2, 4, 16, 2, 8, wg::Copy::kAsync, half>;
+using M32n8Dbuf = wg::Config<32, 8, 16, 2, 4, 2, 4, 16, 2, 8, wg::Copy::kAsync, half>;
+
+#define HG_WMMA_STATIC_KERNEL(SYM, CFG)                                                              \
+  extern "C" __global__ void __launch_bounds__(CFG::kThreads)                                        \
+      SYM(const half* A, const half* B, half* C, int M, int N, int K) {                              \
+    wg::gemm_static_smem<CFG>(A, B, C, M, N, K);                                                     \
+  }
+
+HG_WMMA_STATIC_KERNEL(hgemm_wmma_m16n16k16_mma4x2, Mma4x2)
+HG_WMMA_STATIC_KERNEL(hgemm_wmma_m16n16k16_mma4x2_warp2x4, Warp2x4)
+HG_WMMA_STATIC_KERNEL(hgemm_wmma_m16n16k16_mma4x2_warp2x4_async, Warp2x4Async)
+HG_WMMA_STATIC_KERNEL(hgemm_wmma_m16n16k16_mma4x2_warp2x4_async_offset, Warp2x4AsyncOffset)
+HG_WMMA_STATIC_KERNEL(hgemm_wmma_m16n16k16_mma4x2_warp2x4_dbuf_async, Warp2x4DbufAsync)
+HG_WMMA_STATIC_KERNEL(hgemm_wmma_m32n8k16_mma2x4_warp2x4_dbuf_async, M32n8Dbuf)

@@ -1,0 +1,42 @@
+// Family "hgemm_wmma_stages": the multi-stage rungs of the WMMA HGEMM ladder (steps 8-11).
+//   Layout NN (A M x K row-major, B K x N row-major, C M x N row-major); fp16 in, fp16 out; fp16
+//   accumulate (HMMA.F16) like the original library. Minimum arch sm_80 (cp.async).
+//   Grid "tiles+swizzle": column tile bx = blockIdx.z * gridDim.x + blockIdx.x (blocks past N leave).
+//   Each rung is built for stages 2, 3, 4 (symbol suffix __stagesS); smem rows padded by 8 halves.
+//   Every load/store is guarded; the 128-bit copies need N % 8 == 0 and K % 8 == 0 (declared).
+//
+//   rung                                 threads  block tile  warp tile  smem per stage            kind
+//   m16n16k16_mma4x2_warp2x4_stages         256   128x128x16    32x64    (128*24 + 16*136)*2 = 10.25 KB  static
+//   m16n16k16_mma4x2_warp2x4_stages_dsmem   256   128x128x32    32x64    (128*40 + 32*136)*2 = 18.5 KB   dynamic
+//   m16n16k16_mma4x2_warp4x4_stages_dsmem   256   256x128x32    64x64    (256*40 + 32*136)*2 = 28.5 KB   dynamic
+//   m16n16k16_mma4x4_warp4x4_stages_dsmem   512   256x256x16    64x64    (256*24 + 16*264)*2 = 20.25 KB  dynamic
+// Dynamic smem = stages * per-stage bytes (the manifest's dsmem formula); the static rung stays under
+// 48 KB even with 4 stages (41 KB), which is why it keeps BK = 16.
+#include "common/wmma.cuh"
+
+namespace wg = hg::wmma_gemm;
+
+template <int S>  //                 FM  FN  FK  warps  tiles  BK  stages pad copy
+using Warp2x4Stages = wg::Config<16, 16, 16, 4, 2, 2, 4, 16, S, 8, wg::Copy::kAsync, half>;
+template <int S>
+using Warp2x4StagesDsmem = wg::Config<16, 16, 16, 4, 2, 2, 4, 32, S, 8, wg::Copy::kAsync, half>;
+template <int S>
+using Mma4x2Warp4x4StagesDsmem = wg::Config<16, 16, 16, 4, 2, 4, 4, 32, S, 8, wg::Copy::kAsync, half>;
+template <int S>
+using Mma4x4Warp4x4StagesDsmem = wg::Config<16, 16, 16, 4, 4, 4, 4, 16, S, 8, wg::Copy::kAsync, half>;
+
+// One extern "C" symbol per (rung, stages): SYM##__stages##S, body from the shared template.
+#define HG_WMMA_STAGES_KERNEL(SYM, CFG, S, SMEM)                                                      \
+  extern "C" __global__ void __launch_bounds__(CFG<S>::kThreads)                                     \
+      SYM##__stages##S(const half* A, const half* B, half* C, int M, int N, int K) {                 \
+    wg::gemm_##SMEM##_smem<CFG<S>>(A, B, C, M, N, K);                                                 \
+  }
+#define HG_WMMA_STAGES_234(SYM, CFG, SMEM) \
+  HG_WMMA_STAGES_KERNEL(SYM, CFG, 2, SMEM) \
+  HG_WMMA_STAGES_KERNEL(SYM, CFG, 3, SMEM) \
+  HG_WMMA_STAGES_KERNEL(SYM, CFG, 4, SMEM)
+
+HG_WMMA_STAGES_234(hgemm_wmma_m16n16k16_mma4x2_warp2x4_stages, Warp2x4Stages, static)
+HG_WMMA_STAGES_234(hgemm_wmma_m16n16k16_mma4x2_warp2x4_stages_dsmem, Warp2x4StagesDsmem, dynamic)
+HG_WMMA_STAGES_234(hgemm_wmma_m16n16k16_mma4x2_warp4x4_stages_dsmem, Mma4x2Warp4x4StagesDsmem, dynamic)
+HG_WMMA_STAGES_234(hgemm_wmma_m16n16k16_mma4x4_warp4x4_stages_dsmem, Mma4x4Warp4x4StagesDsmem, dynamic)
