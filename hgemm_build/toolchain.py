@@ -1,0 +1,132 @@
+"""Locating nvcc and the CUTLASS headers, compiling one family for one architecture, and reading
+ptxas's resource report."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class ToolchainError(RuntimeError):
+    pass
+
+
+def _site_packages() -> list[Path]:
+    import site
+    import sysconfig
+
+    paths = [Path(sysconfig.get_paths()["purelib"]), Path(sysconfig.get_paths()["platlib"])]
+    paths += [Path(p) for p in site.getsitepackages() if p]
+    return list(dict.fromkeys(paths))
+
+
+def find_nvcc(explicit: str | None = None) -> Path:
+    """--nvcc, then $HGEMM_NVCC, then the pip wheel (nvidia-cuda-nvcc 13.0), then nvcc on PATH."""
+    for source, value in (("--nvcc", explicit), ("HGEMM_NVCC", os.environ.get("HGEMM_NVCC"))):
+        if value:
+            path = Path(value)
+            if not (path.is_file() and os.access(path, os.X_OK)):
+                raise ToolchainError(f"{source}={value} is not an executable nvcc")
+            return path
+    for sp in _site_packages():
+        cand = sp / "nvidia" / "cu13" / "bin" / "nvcc"
+        if cand.is_file():
+            return cand
+    on_path = shutil.which("nvcc")
+    if on_path:
+        return Path(on_path)
+    raise ToolchainError(
+        "no nvcc found: install the compiler wheels (`pip install -e .[build]`), or point "
+        "HGEMM_NVCC / --nvcc at an nvcc 12.8+"
+    )
+
+
+def nvcc_version(nvcc: Path) -> str:
+    out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, check=False).stdout
+    m = re.search(r"release [\d.]+, V([\d.]+)", out)
+    if not m:
+        raise ToolchainError(f"{nvcc} --version printed no version:\n{out}")
+    return m.group(1)
+
+
+def cutlass_include() -> Path:
+    spec = importlib.util.find_spec("cutlass_library")
+    if spec and spec.submodule_search_locations:
+        inc = Path(list(spec.submodule_search_locations)[0]) / "source" / "include"
+        if (inc / "cute").is_dir():
+            return inc
+    env = os.environ.get("HGEMM_CUTLASS_INCLUDE")
+    if env and (Path(env) / "cute").is_dir():
+        return Path(env)
+    raise ToolchainError(
+        "CUTLASS/CuTe headers not found: `pip install nvidia-cutlass` (the `build` extra) or set "
+        "HGEMM_CUTLASS_INCLUDE to a directory holding cute/ and cutlass/"
+    )
+
+
+def gencode(arch: str) -> str:
+    # sm_90a must use the -gencode form: the -arch=sm_90a shorthand also runs a plain sm_90 pass.
+    return f"-gencode=arch=compute_{arch},code=sm_{arch}"
+
+
+def nvcc_command(nvcc: Path, source: Path, arch: str, out: Path, keep_dir: Path | None,
+                 include_dirs: list[Path], extra: list[str]) -> list[str]:
+    cmd = [str(nvcc), "-cubin", gencode(arch), "-O3", "-std=c++17", "-lineinfo", "-Xptxas", "-v",
+           "-Xptxas", "-warn-spills,-warn-lmem-usage"]
+    cmd += [f"-I{d}" for d in include_dirs] + extra
+    if keep_dir is not None:  # keeps the PTX nvcc produces on the way (for JIT on newer GPUs)
+        cmd += ["--keep", f"--keep-dir={keep_dir}"]
+    return cmd + ["-o", str(out), str(source)]
+
+
+@dataclass
+class PtxasFunction:
+    registers: int = 0
+    spill_stores: int = 0
+    spill_loads: int = 0
+    stack: int = 0
+    static_smem: int = 0
+
+
+_ENTRY = re.compile(r"Compiling entry function '([^']+)' for '(sm_\w+)'")
+_PROPS = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_USED = re.compile(r"Used (\d+) registers")
+_SMEM = re.compile(r"(\d+) bytes smem")
+
+
+def parse_ptxas(log: str) -> tuple[dict[str, PtxasFunction], list[str]]:
+    """Per-function figures from `ptxas -v` output, and the warning lines (C7510, spills, ...)."""
+    funcs: dict[str, PtxasFunction] = {}
+    current: PtxasFunction | None = None
+    warnings = []
+    for line in log.splitlines():
+        if "warning" in line.lower():
+            warnings.append(line.strip())
+        m = _ENTRY.search(line)
+        if m:
+            current = funcs.setdefault(m.group(1), PtxasFunction())
+            continue
+        if current is None:
+            continue
+        m = _PROPS.search(line)
+        if m:
+            current.stack, current.spill_stores, current.spill_loads = map(int, m.groups())
+        m = _USED.search(line)
+        if m:
+            current.registers = int(m.group(1))
+            s = _SMEM.search(line)
+            current.static_smem = int(s.group(1)) if s else 0
+    return funcs, warnings
+
+
+def host_compiler_hint() -> str:
+    return "" if shutil.which("g++") or shutil.which("c++") else " (no host C++ compiler on PATH: nvcc needs g++)"
+
+
+def python_info() -> str:
+    return f"{sys.implementation.name} {sys.version.split()[0]}"

@@ -1,0 +1,52 @@
+"""hgemm_rt: load the hgemm cubins with the CUDA driver API and launch them by name.
+
+    import numpy as np, hgemm_rt as hg
+    a = hg.to_device(np.random.randn(4096, 4096).astype(np.float16))
+    b = hg.to_device(np.random.randn(4096, 4096).astype(np.float16))   # N x K for TN kernels
+    c = hg.empty((4096, 4096), "f16")
+    hg.launch("hgemm_cute_tn", a, b, c, stages=3, swizzle=True)
+    print(c.to_numpy())
+
+Nothing here touches the GPU until the first launch or allocation.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ._driver import gpu_available
+from .device import Device, Event, Stream, get_device
+from .errors import (
+    DriverError,
+    HgemmError,
+    ManifestError,
+    NoGpuError,
+    NotBuiltForDeviceError,
+    UnknownKernelError,
+    ValidationError,
+)
+from .manifest import KernelSpec, Manifest
+from .memory import DeviceArray, as_device_array, empty, to_device
+from .registry import CubinKernel, CublasKernel, Registry, get_registry
+
+__all__ = [
+    "CubinKernel", "CublasKernel", "Device", "DeviceArray", "DriverError", "Event", "HgemmError", "KernelSpec",
+    "Manifest", "ManifestError", "NoGpuError", "NotBuiltForDeviceError", "Registry", "Stream",
+    "UnknownKernelError", "ValidationError", "as_device_array", "empty", "get_device", "get_kernel",
+    "get_registry", "gpu_available", "kernels", "launch", "to_device",
+]
+
+
+def get_kernel(name: str) -> Any:
+    """The catalogue entry (cubin kernel or cuBLAS baseline) for a name or alias."""
+    return get_registry().get(name)
+
+
+def kernels() -> list[str]:
+    """Every runnable name: the kernels in the build manifest and the cuBLAS baselines."""
+    return get_registry().names()
+
+
+def launch(name: str, a: Any, b: Any, c: Any, *, stream: Any = None, **options: Any) -> Any:
+    """C = A.B with the named kernel. Options: the kernel's variant axes (e.g. stages=3, acc="f32"),
+    swizzle=True and swizzle_stride=N for block-swizzled kernels. Inputs are validated first."""
+    return get_kernel(name)(a, b, c, stream=stream, **options)

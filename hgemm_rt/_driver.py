@@ -1,0 +1,70 @@
+"""The CUDA driver API through cuda-python, and the one `check()` every driver call goes through."""
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from .errors import DriverError, NoGpuError
+
+
+@functools.lru_cache(maxsize=None)
+def driver() -> Any:
+    """The `cuda.bindings.driver` module (cuda-python 12.6+ and 13.x), or `cuda.cuda` (older 12.x)."""
+    try:
+        from cuda.bindings import driver as drv
+    except ImportError:
+        try:
+            from cuda import cuda as drv  # type: ignore[no-redef]
+        except ImportError as exc:
+            raise NoGpuError(f"cuda-python is not installed ({exc}); `pip install cuda-python`") from None
+    return drv
+
+
+def _result_text(result: Any) -> tuple[str, str]:
+    drv = driver()
+    try:
+        _, name = drv.cuGetErrorName(result)
+        _, text = drv.cuGetErrorString(result)
+        return name.decode(), text.decode()
+    except Exception:  # the driver itself may be unusable
+        return str(result), ""
+
+
+def check(ret: Any, op: str, kernel: str | None = None) -> Any:
+    """Unwrap cuda-python's `(CUresult, *values)`; raise DriverError naming op, kernel and result."""
+    if isinstance(ret, tuple):
+        result, values = ret[0], ret[1:]
+    else:
+        result, values = ret, ()
+    if int(result) != 0:
+        name, text = _result_text(result)
+        where = f" for kernel {kernel}" if kernel else ""
+        raise DriverError(f"{op}{where} failed: {name} ({text})", result_name=name, code=int(result))
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else values
+
+
+@functools.lru_cache(maxsize=None)
+def init() -> None:
+    """cuInit once. Without a driver library cuda-python raises instead of returning an error code."""
+    drv = driver()
+    try:
+        ret = drv.cuInit(0)
+    except RuntimeError as exc:  # cuda.pathfinder.DynamicLibNotFoundError and friends
+        raise NoGpuError(f"no CUDA driver on this machine: {exc}") from None
+    try:
+        check(ret, "cuInit")
+    except DriverError as exc:
+        raise NoGpuError(f"the CUDA driver found no usable GPU: {exc}") from None
+    n = check(drv.cuDeviceGetCount(), "cuDeviceGetCount")
+    if n == 0:
+        raise NoGpuError("the CUDA driver reports no GPU")
+
+
+def gpu_available() -> bool:
+    try:
+        init()
+        return True
+    except NoGpuError:
+        return False

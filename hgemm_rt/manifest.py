@@ -1,0 +1,314 @@
+"""The build manifest: frozen, validated views of `artifacts/manifest.json`, and cubin selection.
+
+`build_kernels.py` writes the manifest; everything else (runtime, bench, tests) reads it through this
+module. Nothing here touches the GPU.
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from .errors import ManifestError, NotBuiltForDeviceError
+from .expr import eval_int_expr
+
+SCHEMA_VERSION = 1
+LAYOUTS = ("NN", "TN")
+DTYPES = ("f16", "bf16", "f32")
+ACCS = ("f16", "f32", "tf32")
+GRID_POLICIES = ("tiles", "tiles+swizzle", "persistent")
+LADDERS = ("cuda", "wmma", "mma", "cute", "hopper", "sgemm")
+ARCHS = ("80", "86", "89", "90", "90a")
+DEFAULT_PARAMS = ("ptr:A", "ptr:B", "ptr:C", "i32:M", "i32:N", "i32:K")
+PARAM_KINDS = ("ptr", "i32", "tmap")
+
+REBUILD_HINT = "rebuild with `python build_kernels.py` (or `--arch XX` for one architecture)"
+
+
+def default_artifacts_dir() -> Path:
+    """$HGEMM_ARTIFACTS, else `artifacts/` beside the package (a source checkout)."""
+    env = os.environ.get("HGEMM_ARTIFACTS")
+    return Path(env) if env else Path(__file__).resolve().parent.parent / "artifacts"
+
+
+def variant_symbol(name: str, choice: Mapping[str, Any]) -> str:
+    """`name` + `__<axis><value>` per variant axis, in declared order (see cu/CONTRACT.md)."""
+    return name + "".join(f"__{axis}{value}" for axis, value in choice.items())
+
+
+def arch_of_cc(cc: tuple[int, int]) -> str:
+    return f"{cc[0]}{cc[1]}"
+
+
+@dataclass(frozen=True)
+class SymbolInfo:
+    """ptxas figures for one compiled function."""
+
+    registers: int
+    spill_stores: int
+    spill_loads: int
+    stack: int
+    static_smem: int
+
+
+@dataclass(frozen=True)
+class ArchBuild:
+    arch: str  # "80", "90a", ...
+    cubin: str  # path relative to the artifacts directory
+    sha256: str
+    symbols: Mapping[str, SymbolInfo]
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PtxBuild:
+    arch: str
+    path: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    name: str
+    family: str
+    ladder: str
+    step: int
+    layout: str
+    dtype: str
+    acc: str
+    out: str
+    block: tuple[int, int, int]
+    tile: tuple[int, int, int]
+    grid: str
+    dsmem: "int | str"
+    require: Mapping[str, int]
+    align: int
+    variants: Mapping[str, tuple]
+    aliases: tuple[str, ...]
+    archs: tuple[str, ...]
+    params: tuple[str, ...]
+    cluster: tuple[int, int, int]
+    technique: str
+    sass: tuple[str, ...]
+    tma: Mapping[str, Any] | None
+    builds: Mapping[str, ArchBuild] = field(default_factory=dict)
+    ptx: PtxBuild | None = None
+
+    @property
+    def threads(self) -> int:
+        return self.block[0] * self.block[1] * self.block[2]
+
+    def variant_choices(self) -> list[dict[str, Any]]:
+        """Every combination of variant values, in declared order (one symbol each)."""
+        axes = list(self.variants)
+        return [dict(zip(axes, values)) for values in itertools.product(*(self.variants[a] for a in axes))]
+
+    def symbols(self) -> list[str]:
+        return [variant_symbol(self.name, c) for c in self.variant_choices()]
+
+    def resolve_variant(self, given: Mapping[str, Any]) -> dict[str, Any]:
+        """Fill defaults (first value of each axis) and check the given values against the axes."""
+        from .errors import ValidationError
+
+        unknown = set(given) - set(self.variants)
+        if unknown:
+            raise ValidationError(
+                f"{self.name}: unknown option(s) {sorted(unknown)}; this kernel's variant axes are "
+                f"{dict(self.variants) or 'none'}"
+            )
+        choice = {}
+        for axis, values in self.variants.items():
+            value = given.get(axis, values[0])
+            if value is None:
+                value = values[0]
+            if value not in values:
+                raise ValidationError(
+                    f"{self.name}: {axis}={value!r} is not built; available: {list(values)}"
+                )
+            choice[axis] = value
+        return choice
+
+    def acc_for(self, choice: Mapping[str, Any]) -> str:
+        return str(choice.get("acc", self.acc))
+
+    def dsmem_bytes(self, choice: Mapping[str, Any]) -> int:
+        names = {"BM": self.tile[0], "BN": self.tile[1], "BK": self.tile[2], "threads": self.threads}
+        names.update({k: v for k, v in choice.items() if isinstance(v, int)})
+        return eval_int_expr(self.dsmem, names)
+
+
+def _tuple3(v: Any, what: str, name: str) -> tuple[int, int, int]:
+    if not (isinstance(v, (list, tuple)) and 1 <= len(v) <= 3 and all(isinstance(x, int) and x > 0 for x in v)):
+        raise ManifestError(f"{name}: {what} must be 1 to 3 positive integers, got {v!r}")
+    return tuple(list(v) + [1] * (3 - len(v)))  # type: ignore[return-value]
+
+
+def _choice(v: Any, allowed: tuple, what: str, name: str) -> str:
+    if v not in allowed:
+        raise ManifestError(f"{name}: {what}={v!r} is not one of {list(allowed)}")
+    return v
+
+
+def kernel_spec_from_dict(d: Mapping[str, Any], with_builds: bool = True) -> KernelSpec:
+    """Validate one kernel declaration (from a cu/*.toml entry or a manifest entry)."""
+    name = d.get("name")
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ManifestError(f"kernel name must be an identifier, got {name!r}")
+    missing = [k for k in ("family", "ladder", "layout", "dtype", "out", "block", "tile", "grid") if k not in d]
+    if missing:
+        raise ManifestError(f"{name}: missing field(s) {missing}")
+    variants = d.get("variants", {}) or {}
+    if not isinstance(variants, Mapping) or not all(
+        isinstance(v, (list, tuple)) and len(v) > 0 for v in variants.values()
+    ):
+        raise ManifestError(f"{name}: variants must map axis -> non-empty list, got {variants!r}")
+    require = dict(d.get("require", {}) or {})
+    for dim, mult in require.items():
+        if dim not in ("M", "N", "K") or not isinstance(mult, int) or mult < 1:
+            raise ManifestError(f"{name}: require must map M/N/K to positive integers, got {require!r}")
+    params = tuple(d.get("params", DEFAULT_PARAMS))
+    for p in params:
+        kind, _, what = p.partition(":")
+        if kind not in PARAM_KINDS or not what:
+            raise ManifestError(f"{name}: parameter {p!r} is not <{'|'.join(PARAM_KINDS)}>:<name>")
+    archs = tuple(str(a) for a in d.get("archs", ("80", "86", "89", "90")))
+    for a in archs:
+        _choice(a, ARCHS, "arch", name)
+    acc = d.get("acc", "f32")
+    if "acc" in variants:
+        for a in variants["acc"]:
+            _choice(a, ACCS, "acc variant", name)
+    spec = KernelSpec(
+        name=name,
+        family=str(d["family"]),
+        ladder=_choice(d["ladder"], LADDERS, "ladder", name),
+        step=int(d.get("step", 0)),
+        layout=_choice(d["layout"], LAYOUTS, "layout", name),
+        dtype=_choice(d["dtype"], DTYPES, "dtype", name),
+        acc=_choice(acc, ACCS, "acc", name),
+        out=_choice(d["out"], DTYPES, "out", name),
+        block=_tuple3(d["block"], "block", name),
+        tile=_tuple3(d["tile"], "tile", name),
+        grid=_choice(d["grid"], GRID_POLICIES, "grid", name),
+        dsmem=d.get("dsmem", 0),
+        require=require,
+        align=int(d.get("align", 16)),
+        variants={k: tuple(v) for k, v in variants.items()},
+        aliases=tuple(d.get("aliases", ())),
+        archs=archs,
+        params=params,
+        cluster=_tuple3(d.get("cluster", [1, 1, 1]), "cluster", name),
+        technique=str(d.get("technique", "")),
+        sass=tuple(d.get("sass", ())),
+        tma=d.get("tma"),
+    )
+    if spec.threads > 1024:
+        raise ManifestError(f"{name}: block {spec.block} has {spec.threads} threads (> 1024)")
+    for choice in spec.variant_choices():  # every variant's smem expression must evaluate
+        try:
+            if spec.dsmem_bytes(choice) < 0:
+                raise ValueError("negative")
+        except ValueError as exc:
+            raise ManifestError(f"{name}: dsmem {spec.dsmem!r} for {choice}: {exc}") from None
+    if not with_builds:
+        return spec
+    builds = {}
+    for arch, b in (d.get("builds") or {}).items():
+        builds[arch] = ArchBuild(
+            arch=arch,
+            cubin=b["cubin"],
+            sha256=b["sha256"],
+            symbols={s: SymbolInfo(**info) for s, info in b["symbols"].items()},
+            warnings=tuple(b.get("warnings", ())),
+        )
+        absent = set(spec.symbols()) - set(builds[arch].symbols)
+        if absent:
+            raise ManifestError(f"{name}: sm_{arch} cubin lacks symbol(s) {sorted(absent)}; {REBUILD_HINT}")
+    ptx = d.get("ptx")
+    return KernelSpec(**{**spec.__dict__, "builds": builds, "ptx": PtxBuild(**ptx) if ptx else None})
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What to load for one kernel on one device."""
+
+    path: Path
+    sha256: str
+    arch: str
+    is_ptx: bool  # True: the driver JIT-compiles PTX for a GPU newer than every cubin
+
+
+@dataclass(frozen=True)
+class Manifest:
+    root: Path
+    kernels: Mapping[str, KernelSpec]
+    aliases: Mapping[str, str]
+    build_hash: str
+    nvcc: str
+
+    @classmethod
+    def load(cls, root: "Path | str | None" = None) -> "Manifest":
+        root = Path(root) if root else default_artifacts_dir()
+        path = root / "manifest.json"
+        if not path.is_file():
+            raise ManifestError(f"no build manifest at {path}: {REBUILD_HINT}")
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise ManifestError(f"{path} is not readable JSON ({exc}); {REBUILD_HINT}") from None
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA_VERSION:
+            got = data.get("schema") if isinstance(data, dict) else type(data).__name__
+            raise ManifestError(
+                f"{path} has schema {got!r}, this runtime reads schema {SCHEMA_VERSION}; {REBUILD_HINT}"
+            )
+        kernels = {k["name"]: kernel_spec_from_dict(k) for k in data.get("kernels", [])}
+        aliases = {}
+        for spec in kernels.values():
+            for alias in spec.aliases:
+                if alias in kernels or alias in aliases:
+                    raise ManifestError(f"alias {alias!r} of {spec.name} clashes with another name")
+                aliases[alias] = spec.name
+        return cls(root, kernels, aliases, str(data.get("build_hash", "")), str(data.get("nvcc", "")))
+
+    def canonical(self, name: str) -> str | None:
+        return name if name in self.kernels else self.aliases.get(name)
+
+    def select(self, spec: KernelSpec, cc: tuple[int, int]) -> Selection:
+        """The cubin for compute capability `cc`: sm_90a > exact sm_XY > same major, lower minor >
+        PTX JIT for a newer GPU. Raises NotBuiltForDeviceError saying what to build."""
+        arch = arch_of_cc(cc)
+        order = []
+        if arch == "90":
+            order.append("90a")
+        order.append(arch)
+        order += sorted(
+            (a for a in spec.builds if not a.endswith("a") and a[:-1] == str(cc[0]) and int(a[-1]) < cc[1]),
+            key=lambda a: -int(a[-1]),
+        )
+        for a in order:
+            if a in spec.builds:
+                b = spec.builds[a]
+                return Selection(self.root / b.cubin, b.sha256, a, False)
+        if spec.ptx and int(spec.ptx.arch.rstrip("a")) <= cc[0] * 10 + cc[1] and not spec.ptx.arch.endswith("a"):
+            return Selection(self.root / spec.ptx.path, spec.ptx.sha256, spec.ptx.arch, True)
+        built = ", ".join(f"sm_{a}" for a in sorted(spec.builds)) or "nothing"
+        runnable = [a for a in spec.archs if a.rstrip("a")[:-1] == str(cc[0]) and int(a.rstrip("a")[-1]) <= cc[1]]
+        if runnable:
+            hint = f"build it with `python build_kernels.py --arch {runnable[-1]}`"
+        else:
+            hint = f"it supports only {', '.join('sm_' + a for a in spec.archs)}"
+        raise NotBuiltForDeviceError(
+            f"{spec.name}: no cubin for this GPU (sm_{arch}); the build holds {built}; {hint}"
+        )

@@ -1,0 +1,258 @@
+"""Device arrays: memory this package owns (numpy in and out), and zero-copy views of other
+libraries' GPU arrays through `__cuda_array_interface__` or DLPack."""
+from __future__ import annotations
+
+import ctypes
+import math
+import weakref
+from typing import Any
+
+import numpy as np
+
+from ._driver import check, driver
+from .device import get_device, stream_handle
+from .errors import ValidationError
+
+# dtype code <-> numpy
+_NP = {"f16": np.dtype(np.float16), "f32": np.dtype(np.float32)}
+try:  # bf16 has no numpy dtype of its own; ml_dtypes (a JAX dependency) provides one
+    import ml_dtypes
+
+    _NP["bf16"] = np.dtype(ml_dtypes.bfloat16)
+except ImportError:  # pragma: no cover - optional
+    pass
+_ITEMSIZE = {"f16": 2, "bf16": 2, "f32": 4}
+
+
+def dtype_code(dtype: Any) -> str:
+    """'f16' | 'bf16' | 'f32' from a code, a numpy dtype or a name such as 'float16'."""
+    if isinstance(dtype, str) and dtype in _ITEMSIZE:
+        return dtype
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise ValidationError(f"unsupported dtype {dtype!r}: use float16, bfloat16 or float32") from None
+    for code, npdt in _NP.items():
+        if dt == npdt:
+            return code
+    if dt.name == "bfloat16":
+        return "bf16"
+    raise ValidationError(f"unsupported dtype {dt}: use float16, bfloat16 or float32")
+
+
+def numpy_dtype(code: str) -> np.dtype:
+    if code not in _NP:
+        raise ValidationError(f"dtype {code} has no numpy equivalent here (install ml_dtypes for bf16)")
+    return _NP[code]
+
+
+class DeviceArray:
+    """A 2-D (or N-D) array in GPU memory: a pointer, a shape, byte strides and a dtype code.
+
+    Arrays made by `empty`/`to_device` own their memory; it is freed by `close()` (safe twice) or when
+    the object is collected. Views of foreign arrays keep the foreign object alive instead.
+    """
+
+    def __init__(self, ptr: int, shape: tuple[int, ...], dtype: str, strides: tuple[int, ...] | None = None,
+                 owner: Any = None, device: int = 0, readonly: bool = False):
+        self.ptr = int(ptr)
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = dtype
+        self.itemsize = _ITEMSIZE[dtype]
+        self.strides = tuple(strides) if strides is not None else _c_strides(self.shape, self.itemsize)
+        self.device = device
+        self.readonly = readonly
+        self._owner = owner  # foreign object (or DLPack capsule) kept alive for a view
+        self._finalizer: weakref.finalize | None = None
+
+    # -- construction -------------------------------------------------------------------------
+    @classmethod
+    def empty(cls, shape: tuple[int, ...], dtype: Any = "f16", device: int = 0) -> "DeviceArray":
+        code = dtype_code(dtype)
+        if any((not isinstance(s, (int, np.integer))) or s < 0 for s in shape):
+            raise ValidationError(f"shape must be non-negative integers, got {shape!r}")
+        nbytes = max(1, math.prod(shape) * _ITEMSIZE[code])
+        dev = get_device(device)
+        ptr = check(driver().cuMemAlloc(nbytes), f"cuMemAlloc({nbytes} bytes)")
+        arr = cls(int(ptr), tuple(int(s) for s in shape), code, device=device)
+        arr._finalizer = weakref.finalize(arr, _free, dev, ptr)
+        return arr
+
+    @classmethod
+    def from_numpy(cls, a: np.ndarray, device: int = 0) -> "DeviceArray":
+        a = np.ascontiguousarray(a)
+        arr = cls.empty(a.shape, a.dtype, device)
+        if a.nbytes:
+            check(driver().cuMemcpyHtoD(arr.ptr, a.ctypes.data, a.nbytes), "cuMemcpyHtoD")
+        return arr
+
+    # -- properties ---------------------------------------------------------------------------
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.itemsize
+
+    @property
+    def is_c_contiguous(self) -> bool:
+        return self.size <= 1 or self.strides == _c_strides(self.shape, self.itemsize)
+
+    @property
+    def closed(self) -> bool:
+        return self._finalizer is not None and not self._finalizer.alive
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        typestr = {"f16": "<f2", "f32": "<f4", "bf16": "<V2"}[self.dtype]
+        return {"shape": self.shape, "typestr": typestr, "data": (self.ptr, self.readonly),
+                "strides": None if self.is_c_contiguous else self.strides, "version": 3}
+
+    # -- transfers ----------------------------------------------------------------------------
+    def to_numpy(self) -> np.ndarray:
+        self._check_open()
+        if not self.is_c_contiguous:
+            raise ValidationError("to_numpy() needs a C-contiguous array")
+        out = np.empty(self.shape, dtype=numpy_dtype(self.dtype))
+        if out.nbytes:
+            get_device(self.device)
+            check(driver().cuMemcpyDtoH(out.ctypes.data, self.ptr, out.nbytes), "cuMemcpyDtoH")
+        return out
+
+    def copy_from_numpy(self, a: np.ndarray, stream: Any = None) -> None:
+        a = np.ascontiguousarray(a, dtype=numpy_dtype(self.dtype))
+        if a.shape != self.shape:
+            raise ValidationError(f"shape {a.shape} does not match the device array's {self.shape}")
+        self._check_open()
+        get_device(self.device)
+        check(driver().cuMemcpyHtoD(self.ptr, a.ctypes.data, a.nbytes), "cuMemcpyHtoD")
+
+    def fill_bytes(self, byte: int, stream: Any = None) -> None:
+        """Set every byte (0xFF makes every fp16/fp32 element a NaN: poison before a launch)."""
+        self._check_open()
+        get_device(self.device)
+        check(driver().cuMemsetD8Async(self.ptr, byte, self.nbytes, stream_handle(stream)), "cuMemsetD8Async")
+
+    def close(self) -> None:
+        if self._finalizer is not None:
+            self._finalizer()
+
+    def __enter__(self) -> "DeviceArray":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ValidationError("this device array was closed; its memory is freed")
+
+    def __repr__(self) -> str:
+        state = " closed" if self.closed else ""
+        return f"<DeviceArray {self.dtype}{list(self.shape)} at 0x{self.ptr:x}{state}>"
+
+
+def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    strides, acc = [], itemsize
+    for s in reversed(shape):
+        strides.append(acc)
+        acc *= max(s, 1)
+    return tuple(reversed(strides))
+
+
+def _free(device: Any, ptr: Any) -> None:
+    try:
+        device.make_current()
+        driver().cuMemFree(ptr)
+    except Exception:  # interpreter shutdown
+        pass
+
+
+def to_device(a: Any, device: int = 0) -> DeviceArray:
+    """Copy a numpy array (or anything np.asarray takes) to a new owning DeviceArray."""
+    return DeviceArray.from_numpy(np.asarray(a), device)
+
+
+def empty(shape: tuple[int, ...], dtype: Any = "f16", device: int = 0) -> DeviceArray:
+    return DeviceArray.empty(shape, dtype, device)
+
+
+# -- zero-copy views ----------------------------------------------------------------------------
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+_DL_CUDA = 2  # kDLCUDA
+_DL_DTYPES = {(2, 16): "f16", (2, 32): "f32", (4, 16): "bf16"}  # (kDLFloat|kDLBfloat, bits)
+
+
+def _from_dlpack(obj: Any) -> DeviceArray:
+    dev_type, dev_id = obj.__dlpack_device__()
+    if int(dev_type) != _DL_CUDA:
+        raise ValidationError(f"{type(obj).__name__} lives on DLPack device type {int(dev_type)}, not a CUDA "
+                              "GPU: copy it with hgemm_rt.to_device(numpy_array)")
+    capsule = obj.__dlpack__()
+    get_ptr = ctypes.pythonapi.PyCapsule_GetPointer
+    get_ptr.restype, get_ptr.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    # The DLManagedTensor starts with its DLTensor. The capsule stays unconsumed and alive inside the
+    # view, so the producer's deleter runs when the view goes away.
+    t = _DLTensor.from_address(get_ptr(capsule, b"dltensor"))
+    code = _DL_DTYPES.get((t.dtype.code, t.dtype.bits))
+    if code is None or t.dtype.lanes != 1:
+        raise ValidationError(f"unsupported DLPack dtype (code {t.dtype.code}, {t.dtype.bits} bits)")
+    shape = tuple(t.shape[i] for i in range(t.ndim))
+    itemsize = _ITEMSIZE[code]
+    strides = (tuple(t.strides[i] * itemsize for i in range(t.ndim)) if t.strides
+               else _c_strides(shape, itemsize))
+    return DeviceArray((t.data or 0) + t.byte_offset, shape, code, strides, owner=(obj, capsule),
+                       device=int(dev_id))
+
+
+def _from_cai(obj: Any) -> DeviceArray:
+    cai = obj.__cuda_array_interface__
+    ptr, readonly = cai["data"]
+    typestr = cai["typestr"]
+    code = {"<f2": "f16", "<f4": "f32", "<V2": "bf16"}.get(typestr)
+    if code is None:
+        raise ValidationError(f"unsupported __cuda_array_interface__ typestr {typestr!r}")
+    shape = tuple(cai["shape"])
+    strides = tuple(cai["strides"]) if cai.get("strides") else None
+    dev = 0
+    if ptr:
+        drv = driver()
+        attr = drv.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+        dev = int(check(drv.cuPointerGetAttribute(attr, ptr), "cuPointerGetAttribute(DEVICE_ORDINAL)"))
+    return DeviceArray(ptr or 0, shape, code, strides, owner=obj, device=dev, readonly=bool(readonly))
+
+
+def as_device_array(obj: Any, what: str = "array") -> DeviceArray:
+    """A DeviceArray for `obj` without copying: our own arrays, `__cuda_array_interface__` objects
+    (CuPy, Numba, PyTorch) or DLPack producers on a CUDA device. Host arrays are refused."""
+    if isinstance(obj, DeviceArray):
+        obj._check_open()
+        return obj
+    if isinstance(obj, np.ndarray):
+        raise ValidationError(f"{what} is a numpy array in host memory: copy it first with hgemm_rt.to_device()")
+    if hasattr(obj, "__cuda_array_interface__"):
+        return _from_cai(obj)
+    if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
+        return _from_dlpack(obj)
+    raise ValidationError(
+        f"{what} of type {type(obj).__name__} is not a GPU array (no __cuda_array_interface__ or DLPack)"
+    )

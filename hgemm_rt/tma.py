@@ -1,0 +1,130 @@
+"""The host side of TMA: a CUtensorMap for each `tmap:X` kernel parameter (Hopper kernels only).
+
+A kernel declares, in its toml,
+
+    params = ["tmap:A", "tmap:B", "tmap:C", "i32:M", "i32:N", "i32:K"]
+    tma = { A = { box = [64, 128], swizzle = 128 }, ... }
+
+and launch.py calls `build_param(spec, "A", array, name)` for each tensor-map parameter. The
+operand is a dense row-major 2-D matrix (rows x cols); the tensor map describes it to the copy
+engine as dimension 0 = columns (contiguous) and dimension 1 = rows, with `box` = [columns, rows]
+copied per TMA instruction. Out-of-bounds elements of a box read as zero and are not written on
+stores, which is what lets the kernels take ragged M, N, K.
+
+The result is a 64-byte aligned ctypes buffer holding the 128 opaque bytes; launch.py passes its
+address in the kernel-parameter array, so the driver copies the map by value into the
+`const __grid_constant__ CUtensorMap` parameter.
+"""
+from __future__ import annotations
+
+import ctypes
+from typing import Any, Mapping
+
+from ._driver import check, driver
+from .errors import ManifestError, ValidationError
+
+TENSOR_MAP_BYTES = 128
+TENSOR_MAP_ALIGN = 64  # cuTensorMapEncodeTiled and the kernel parameter both want 64-byte alignment
+
+_ITEMSIZE = {"f16": 2, "bf16": 2, "f32": 4}
+
+
+def _data_type(dtype: str) -> Any:
+    t = driver().CUtensorMapDataType
+    table = {
+        "f16": t.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+        "bf16": t.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+        "f32": t.CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+    }
+    return table[dtype]
+
+
+def _swizzle(nbytes: int, kernel: str, operand: str) -> Any:
+    s = driver().CUtensorMapSwizzle
+    table = {
+        0: s.CU_TENSOR_MAP_SWIZZLE_NONE,
+        32: s.CU_TENSOR_MAP_SWIZZLE_32B,
+        64: s.CU_TENSOR_MAP_SWIZZLE_64B,
+        128: s.CU_TENSOR_MAP_SWIZZLE_128B,
+    }
+    if nbytes not in table:
+        raise ManifestError(f"{kernel}: tma.{operand}.swizzle={nbytes} must be one of 0, 32, 64, 128")
+    return table[nbytes]
+
+
+def aligned_buffer(nbytes: int = TENSOR_MAP_BYTES, align: int = TENSOR_MAP_ALIGN) -> ctypes.Array:
+    """A ctypes byte array of `nbytes` whose address is a multiple of `align` (ctypes only guarantees
+    the alignment of its largest member, 8, so carve the aligned window out of a larger buffer; the
+    window keeps the backing buffer alive through its `_objects`)."""
+    raw = (ctypes.c_uint8 * (nbytes + align))()
+    offset = (-ctypes.addressof(raw)) % align
+    return (ctypes.c_uint8 * nbytes).from_buffer(raw, offset)
+
+
+def _box(spec_tma: Mapping[str, Any], operand: str, kernel: str) -> tuple[list[int], int]:
+    entry = spec_tma.get(operand) if spec_tma else None
+    if not entry or "box" not in entry:
+        raise ManifestError(f"{kernel}: parameter tmap:{operand} has no [kernel.tma] {operand} = {{ box = [...] }}")
+    box = [int(x) for x in entry["box"]]
+    if len(box) != 2 or not all(1 <= x <= 256 for x in box):
+        raise ManifestError(f"{kernel}: tma.{operand}.box={box} must be [inner, outer] with 1..256 each")
+    return box, int(entry.get("swizzle", 0))
+
+
+def encode_2d(ptr: int, rows: int, cols: int, row_stride_bytes: int, dtype: str, box: list[int],
+              swizzle_bytes: int, kernel: str, operand: str) -> ctypes.Array:
+    """cuTensorMapEncodeTiled for a row-major rows x cols matrix; returns the aligned 128-byte map."""
+    item = _ITEMSIZE[dtype]
+    # TMA's own rules, checked here so the message names the operand instead of a bare
+    # CUDA_ERROR_INVALID_VALUE (validate.py normally refuses these shapes first via `require`/`align`).
+    if ptr % 16:
+        raise ValidationError(f"{kernel}: operand {operand} address 0x{ptr:x} is not 16-byte aligned (TMA)")
+    if row_stride_bytes % 16:
+        raise ValidationError(
+            f"{kernel}: operand {operand} row stride {row_stride_bytes} B ({cols} elements) is not a multiple "
+            "of 16 bytes, which TMA requires"
+        )
+    if box[0] * item % 16:
+        raise ManifestError(f"{kernel}: tma.{operand}.box inner extent {box[0]} x {item} B is not a multiple of 16")
+    if swizzle_bytes and box[0] * item > swizzle_bytes:
+        raise ManifestError(
+            f"{kernel}: tma.{operand}.box inner extent {box[0] * item} B exceeds the {swizzle_bytes} B swizzle span"
+        )
+    drv = driver()
+    tmap = check(
+        drv.cuTensorMapEncodeTiled(
+            _data_type(dtype),
+            2,
+            ptr,
+            [cols, rows],              # globalDim: innermost first
+            [row_stride_bytes],        # globalStrides: bytes, dims 1.. only
+            box,                       # boxDim
+            [1, 1],                    # elementStrides: dense boxes
+            drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+            _swizzle(swizzle_bytes, kernel, operand),
+            # 256-byte L2 promotion: the boxes are 128-byte rows read by many CTAs.
+            drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            # Out-of-bounds elements read as zero (NAN_REQUEST_ZERO_FMA would give NaN).
+            drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        ),
+        f"cuTensorMapEncodeTiled(operand {operand}, {rows}x{cols} {dtype}, box {box}, swizzle {swizzle_bytes})",
+        kernel,
+    )
+    out = aligned_buffer()
+    ctypes.memmove(out, int(tmap.getPtr()), TENSOR_MAP_BYTES)
+    return out
+
+
+def build_param(spec: Any, operand: str, array: Any, kernel_name: str) -> ctypes.Array:
+    """The `tmap:<operand>` kernel parameter for `array` (a DeviceArray) as declared in spec.tma."""
+    box, swizzle = _box(spec.tma or {}, operand, kernel_name)
+    if len(array.shape) != 2:
+        raise ValidationError(f"{kernel_name}: operand {operand} must be 2-D for TMA, got shape {array.shape}")
+    rows, cols = array.shape
+    item = _ITEMSIZE[array.dtype]
+    if array.strides[1] != item:
+        raise ValidationError(
+            f"{kernel_name}: operand {operand} must be contiguous along its rows for TMA; strides {array.strides}"
+        )
+    return encode_2d(int(array.ptr), int(rows), int(cols), int(array.strides[0]), array.dtype, box, swizzle,
+                     kernel_name, operand)
