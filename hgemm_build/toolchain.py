@@ -130,3 +130,25 @@ def host_compiler_hint() -> str:
 
 def python_info() -> str:
     return f"{sys.implementation.name} {sys.version.split()[0]}"
+
+
+def find_tool(name: str) -> Path | None:
+    """cuobjdump / nvdisasm: beside the pip nvcc (the nvidia-cuda-cuobjdump wheel), else on PATH."""
+    for sp in _site_packages():
+        cand = sp / "nvidia" / "cu13" / "bin" / name
+        if cand.is_file():
+            return cand
+    found = shutil.which(name)
+    return Path(found) if found else None
+
+
+_FUNCTION = re.compile(r"^\s*Function\s*:\s*(\S+)", re.M)
+
+
+def sass_by_function(cubin: Path, cuobjdump: Path) -> dict[str, str]:
+    """The SASS text of every function in a cubin, from `cuobjdump -sass`."""
+    proc = subprocess.run([str(cuobjdump), "-sass", str(cubin)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise ToolchainError(f"cuobjdump -sass {cubin} failed: {proc.stderr.strip()}")
+    parts = _FUNCTION.split(proc.stdout)
+    return {parts[i]: parts[i + 1] for i in range(1, len(parts) - 1, 2)}

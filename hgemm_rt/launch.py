@@ -18,7 +18,7 @@ from typing import Any, Callable
 from ._driver import check, driver
 from .device import Device, get_device, stream_handle
 from .errors import ManifestError, ValidationError
-from .manifest import KernelSpec, Manifest, Selection, sha256_file, variant_symbol
+from .manifest import KernelSpec, Manifest, Selection, variant_symbol
 from .memory import DeviceArray, as_device_array
 from .validate import Problem, validate_operands
 
@@ -111,30 +111,22 @@ class ModuleCache:
         self._modules: dict[tuple[int, str], Any] = {}
         self._functions: dict[tuple[int, str], LoadedFunction] = {}
 
-    def function(self, dev: Device, spec: KernelSpec, sel: Selection, symbol: str) -> LoadedFunction:
+    def function(self, manifest: Manifest, dev: Device, spec: KernelSpec, sel: Selection, symbol: str
+                 ) -> LoadedFunction:
         key = (dev.info.ordinal, symbol)
         with self._lock:
             fn = self._functions.get(key)
             if fn is None:
-                module = self._module(dev, spec, sel)
+                module = self._module(manifest, dev, spec, sel)
                 handle = check(driver().cuModuleGetFunction(module, symbol.encode()),
                                "cuModuleGetFunction", symbol)
                 fn = self._functions[key] = LoadedFunction(handle, 0)
             return fn
 
-    def _module(self, dev: Device, spec: KernelSpec, sel: Selection) -> Any:
+    def _module(self, manifest: Manifest, dev: Device, spec: KernelSpec, sel: Selection) -> Any:
         key = (dev.info.ordinal, str(sel.path))
         if key not in self._modules:
-            if not sel.path.is_file():
-                raise ManifestError(f"{spec.name}: {sel.path} is missing; rebuild with `python build_kernels.py`")
-            data = sel.path.read_bytes()
-            import hashlib
-
-            if hashlib.sha256(data).hexdigest() != sel.sha256:
-                raise ManifestError(
-                    f"{spec.name}: {sel.path} does not match the sha256 in the manifest (altered, truncated "
-                    "or from another build); rebuild with `python build_kernels.py`"
-                )
+            data = manifest.read_verified(spec, sel)
             if sel.is_ptx:
                 warnings.warn(
                     f"{spec.name}: no cubin for sm_{dev.info.cc[0]}{dev.info.cc[1]}; the driver JIT-compiles "
@@ -168,7 +160,7 @@ def prepare(manifest: Manifest, spec: KernelSpec, dev: Device, p: Problem, varia
             f"({dsmem} dynamic + {static} static) but {dev.info.name} allows {dev.info.max_smem_optin}; "
             "pick fewer stages"
         )
-    fn = _modules.function(dev, spec, sel, symbol)
+    fn = _modules.function(manifest, dev, spec, sel, symbol)
     if dsmem > STATIC_SMEM_LIMIT and fn.dsmem_set < dsmem:
         attr = driver().CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
         check(driver().cuFuncSetAttribute(fn.handle, attr, dsmem), "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE)",

@@ -285,6 +285,18 @@ class Manifest:
     def canonical(self, name: str) -> str | None:
         return name if name in self.kernels else self.aliases.get(name)
 
+    def read_verified(self, spec: KernelSpec, sel: Selection) -> bytes:
+        """The cubin/PTX bytes, refused unless they match the manifest's sha256."""
+        if not sel.path.is_file():
+            raise ManifestError(f"{spec.name}: {sel.path} is missing; {REBUILD_HINT}")
+        data = sel.path.read_bytes()
+        if hashlib.sha256(data).hexdigest() != sel.sha256:
+            raise ManifestError(
+                f"{spec.name}: {sel.path} does not match the sha256 in the manifest (altered, truncated or "
+                f"from another build); {REBUILD_HINT}"
+            )
+        return data
+
     def select(self, spec: KernelSpec, cc: tuple[int, int]) -> Selection:
         """The cubin for compute capability `cc`: sm_90a > exact sm_XY > same major, lower minor >
         PTX JIT for a newer GPU. Raises NotBuiltForDeviceError saying what to build."""

@@ -1,0 +1,38 @@
+"""The SASS of every built kernel holds the instructions its name promises (declared as `sass` in
+its cu/*.toml): HMMA for mma.sync/WMMA, HGMMA for wgmma, LDGSTS for cp.async, 128-bit loads, ..."""
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+from hgemm_build.toolchain import find_tool, sass_by_function
+from kernel_cases import load_manifest_or_none
+
+CUOBJDUMP = find_tool("cuobjdump")
+_M = load_manifest_or_none()
+
+
+def _cases():
+    for spec in (_M.kernels.values() if _M else []):
+        for arch in ("90a", "90", "80"):  # the Hopper build where there is one, else Ampere
+            if arch in spec.builds and spec.sass:
+                yield pytest.param(spec.name, arch, id=f"{spec.name}-sm_{arch}")
+                break
+
+
+@functools.lru_cache(maxsize=None)
+def _sass(path: str) -> dict:
+    return sass_by_function(_M.root / path, CUOBJDUMP)
+
+
+@pytest.mark.skipif(CUOBJDUMP is None, reason="cuobjdump not installed (pip install nvidia-cuda-cuobjdump)")
+@pytest.mark.parametrize("name,arch", list(_cases()))
+def test_sass_has_the_promised_instructions(name, arch):
+    spec = _M.kernels[name]
+    funcs = _sass(spec.builds[arch].cubin)
+    for symbol in spec.symbols():
+        assert symbol in funcs, f"{symbol} not in the cubin's SASS"
+        text = funcs[symbol]
+        for want in spec.sass:
+            assert any(alt in text for alt in want.split("|")), f"{symbol} (sm_{arch}): no {want} in SASS"
