@@ -1,0 +1,253 @@
+// Hopper (sm_90 / sm_90a) PTX wrappers: mbarrier, TMA (cp.async.bulk.tensor), cluster, wgmma,
+// stmatrix, setmaxnreg. Used by the hgemm_sm90_* family.
+//
+// Every wrapper is __forceinline__ on purpose: a wgmma wrapper that ends up as a real call makes
+// ptxas serialise the whole warpgroup-MMA pipeline (warning C7510), and the accumulator array would be
+// forced through memory. No printf/assert may appear in a kernel that uses these for the same reason.
+// wgmma and setmaxnreg need the sm_90a target (-gencode=arch=compute_90a,code=sm_90a).
+#pragma once
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <cstdint>
+
+namespace hg90 {
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// ---------------------------------------------------------------------------------------------
+// mbarrier (shared-memory transaction barrier)
+// ---------------------------------------------------------------------------------------------
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+}
+// Makes mbarrier.init visible to the async proxy (TMA complete_tx) and to the other CTAs of the cluster.
+__device__ __forceinline__ void fence_barrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// Producer: one arrival that also announces `bytes` of TMA traffic for the current phase.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
+// Arrive on the barrier at the same shared-memory offset in CTA `cta_rank` of this cluster
+// (may be this CTA itself). Used to release a stage after wgmma.wait_group has retired the reads of
+// it, so no data ordering is needed beyond the arrival itself: the default (.release.cta) form is
+// used on purpose, since .release.cluster costs a MEMBAR.ALL.GPU that stalls the whole warpgroup.
+__device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t cta_rank) {
+  asm volatile(
+      "{\n"
+      ".reg .b32 remote;\n"
+      "mapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n"
+      "}\n" ::"r"(smem_u32(bar)),
+      "r"(cta_rank)
+      : "memory");
+}
+__device__ __forceinline__ bool mbar_try_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t ok;
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n"
+      "}\n"
+      : "=r"(ok)
+      : "r"(smem_u32(bar)), "r"(parity)
+      : "memory");
+  return ok != 0;
+}
+// Wait until the phase with the given parity has completed. try_wait already suspends the thread
+// for a hardware-defined time, so the loop does not hammer shared memory.
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  while (!mbar_try_wait(bar, parity)) {
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cluster
+// ---------------------------------------------------------------------------------------------
+__device__ __forceinline__ uint32_t cluster_ctarank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+// Full cluster barrier (every thread of every CTA of the cluster). Used after barrier init (a peer
+// must not multicast into / arrive on barriers that are not initialised yet) and before exit (a CTA
+// must not leave while its peer can still arrive on its barriers).
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+
+// ---------------------------------------------------------------------------------------------
+// TMA (bulk tensor copies). The tensor map is a __grid_constant__ kernel parameter; its generic
+// address is what the instruction takes.
+// ---------------------------------------------------------------------------------------------
+__device__ __forceinline__ void tma_load_2d(void* dst, const void* tmap, uint64_t* bar, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::
+          "r"(smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(tmap)), "r"(smem_u32(bar)), "r"(c0), "r"(c1)
+      : "memory");
+}
+// Same box written to the same smem offset in every CTA of `cta_mask`, each CTA's barrier at the
+// same offset receiving the complete_tx bytes.
+__device__ __forceinline__ void tma_load_2d_multicast(void* dst, const void* tmap, uint64_t* bar, int c0, int c1,
+                                                      uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%4, %5}], [%2], %3;\n" ::"r"(smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(tmap)), "r"(smem_u32(bar)), "h"(cta_mask), "r"(c0), "r"(c1)
+      : "memory");
+}
+// Shared -> global tile store; out-of-bounds rows/columns of the box are clipped by the hardware.
+__device__ __forceinline__ void tma_store_2d(const void* tmap, const void* src, int c0, int c1) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(tmap)),
+               "r"(smem_u32(src)), "r"(c0), "r"(c1)
+               : "memory");
+}
+__device__ __forceinline__ void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Wait until at most N committed store groups still read their shared-memory source.
+template <int N>
+__device__ __forceinline__ void tma_store_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+template <int N>
+__device__ __forceinline__ void tma_store_wait_all() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+// Generic-proxy shared-memory writes (st.shared, stmatrix) become visible to the async proxy (TMA).
+__device__ __forceinline__ void fence_proxy_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void prefetch_tmap(const void* tmap) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(tmap)) : "memory");
+}
+
+// Named barrier over `threads` threads (a multiple of 32); id 0 is __syncthreads().
+__device__ __forceinline__ void named_bar_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// ---------------------------------------------------------------------------------------------
+// setmaxnreg (sm_90a): warp-specialised register budgets. Takes effect only with a register cap at
+// kernel entry (__launch_bounds__(threads, 1)); ptxas warns C7508 otherwise.
+// ---------------------------------------------------------------------------------------------
+template <int R>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R));
+}
+template <int R>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R));
+}
+
+// ---------------------------------------------------------------------------------------------
+// stmatrix (sm_90): four 8x8 b16 matrices from the mma fragment layout to shared memory; lane l
+// gives the address of row (l % 8) of matrix (l / 8).
+// ---------------------------------------------------------------------------------------------
+__device__ __forceinline__ void stmatrix_x4(uint32_t smem_addr, uint32_t r0, uint32_t r1, uint32_t r2,
+                                            uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.x4.m8n8.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_addr), "r"(r0),
+               "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
+
+// ---------------------------------------------------------------------------------------------
+// wgmma (sm_90a)
+// ---------------------------------------------------------------------------------------------
+// Shared-memory matrix descriptor for a 128-byte-swizzled tile (the layout TMA writes with
+// CU_TENSOR_MAP_SWIZZLE_128B). Bits: [0,14) start address >> 4, [16,30) leading byte offset >> 4,
+// [32,46) stride byte offset >> 4, [62,64) layout (1 = 128B swizzle). The tile base must be
+// 1024-byte aligned (base_offset field left 0).
+//  K-major operand (rows of 64 fp16 = 128 B): SBO = 1024 (next group of 8 rows); LBO unused (1).
+//  MN-major operand (B of NN: 64 N-elements per 128 B row, rows walk K): LBO = byte distance
+//  between 64-wide N chunks, SBO = 1024 (next group of 8 K rows).
+__device__ __forceinline__ uint64_t wgmma_desc(uint32_t smem_addr, uint32_t lbo_bytes, uint32_t sbo_bytes) {
+  uint64_t d = 0;
+  d |= static_cast<uint64_t>((smem_addr & 0x3FFFF) >> 4);
+  d |= static_cast<uint64_t>((lbo_bytes & 0x3FFFF) >> 4) << 16;
+  d |= static_cast<uint64_t>((sbo_bytes & 0x3FFFF) >> 4) << 32;
+  d |= 1ull << 62;
+  return d;
+}
+
+// Orders register accesses to the accumulators before the asynchronous wgmma reads them.
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Keeps the compiler from moving accumulator reads/writes across a wgmma wait (the asm above has
+// no register operands, so without this the compiler could read d[] before the MMA finished).
+__device__ __forceinline__ void fence_regs(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+
+// D(64x256, fp32) (+)= A(64x16, smem desc) * B(16x256, smem desc).
+// scale_d = 0 overwrites D (first K step of a tile), 1 accumulates. TRANS_B = 1 reads B MN-major
+// (the NN layout: B is K x N row-major in global memory); 0 reads it K-major (TN).
+#define HG90_WGMMA_ACC_LIST(X)                                                                                 \
+  X(0), X(1), X(2), X(3), X(4), X(5), X(6), X(7), X(8), X(9), X(10), X(11), X(12), X(13), X(14), X(15), X(16), \
+      X(17), X(18), X(19), X(20), X(21), X(22), X(23), X(24), X(25), X(26), X(27), X(28), X(29), X(30), X(31),   \
+      X(32), X(33), X(34), X(35), X(36), X(37), X(38), X(39), X(40), X(41), X(42), X(43), X(44), X(45), X(46),   \
+      X(47), X(48), X(49), X(50), X(51), X(52), X(53), X(54), X(55), X(56), X(57), X(58), X(59), X(60), X(61),   \
+      X(62), X(63), X(64), X(65), X(66), X(67), X(68), X(69), X(70), X(71), X(72), X(73), X(74), X(75), X(76),   \
+      X(77), X(78), X(79), X(80), X(81), X(82), X(83), X(84), X(85), X(86), X(87), X(88), X(89), X(90), X(91),   \
+      X(92), X(93), X(94), X(95), X(96), X(97), X(98), X(99), X(100), X(101), X(102), X(103), X(104), X(105),    \
+      X(106), X(107), X(108), X(109), X(110), X(111), X(112), X(113), X(114), X(115), X(116), X(117), X(118),    \
+      X(119), X(120), X(121), X(122), X(123), X(124), X(125), X(126), X(127)
+#define HG90_ACC_OPERAND(i) "+f"(d[i])
+
+#define HG90_WGMMA_M64N256K16_ASM(TYPE, TRANS_B)                                                                \
+  "{\n"                                                                                                        \
+  ".reg .pred p;\n"                                                                                            \
+  "setp.ne.b32 p, %130, 0;\n"                                                                                  \
+  "wgmma.mma_async.sync.aligned.m64n256k16.f32." TYPE "." TYPE "\n"                                           \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                    \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "                           \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "                            \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "                            \
+  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "                            \
+  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "                            \
+  "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "                \
+  "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127},\n"          \
+  "%128, %129, p, 1, 1, 0, " TRANS_B ";\n"                                                                    \
+  "}\n"
+
+template <typename T, int TRANS_B>
+__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d);
+
+#define HG90_DEFINE_WGMMA(CTYPE, TYPE, TB)                                                                  \
+  template <>                                                                                              \
+  __device__ __forceinline__ void wgmma_m64n256k16<CTYPE, TB>(float(&d)[128], uint64_t desc_a,             \
+                                                              uint64_t desc_b, int scale_d) {              \
+    asm volatile(HG90_WGMMA_M64N256K16_ASM(TYPE, #TB)                                                       \
+                 : HG90_WGMMA_ACC_LIST(HG90_ACC_OPERAND)                                                    \
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));                                                \
+  }
+HG90_DEFINE_WGMMA(__half, "f16", 0)
+HG90_DEFINE_WGMMA(__half, "f16", 1)
+HG90_DEFINE_WGMMA(__nv_bfloat16, "bf16", 0)
+HG90_DEFINE_WGMMA(__nv_bfloat16, "bf16", 1)
+#undef HG90_DEFINE_WGMMA
+
+// fp32 pair -> packed 16-bit pair (low half = first element), for stmatrix / 32-bit stores.
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi);
+template <>
+__device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
+  __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&h);
+}
+template <>
+__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
+  __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&h);
+}
+
+}  // namespace hg90

@@ -1,0 +1,329 @@
+// Family "hgemm_sm90": Hopper GEMM, TMA loads + wgmma from shared memory, warp-specialised.
+//
+//   Layouts : TN (A M x K row-major, B N x K row-major) and NN (A M x K, B K x N row-major); C M x N.
+//   Dtypes  : fp16 (or bf16) in, fp32 accumulate, fp16 (bf16) out.
+//   Threads : 384 = 3 warpgroups. Warpgroup 0 is the producer (one elected thread issues TMA, the
+//             rest only give their registers away through setmaxnreg), warpgroups 1 and 2 are the
+//             consumers, each owning 64 x 256 of the 128 x 256 CTA tile with wgmma.m64n256k16
+//             (128 fp32 accumulators per thread).
+//   Tile    : BM x BN x BK = 128 x 256 x 64; 64 fp16 = 128 B = one 128-byte swizzle atom row, so TMA
+//             writes exactly the layout the wgmma descriptors describe.
+//   Smem    : stages * (BM + BN) * BK * 2 B ring (full/empty mbarrier pair per stage)
+//             + BM * BN * 2 B output staging for the TMA-store epilogue + 1 KB alignment slack + barriers.
+//   Arch    : sm_90a (wgmma, setmaxnreg), built with -gencode=arch=compute_90a,code=sm_90a.
+//   Shapes  : any M, N, K >= 1: TMA zero-fills out-of-bounds loads (so the K tail contributes 0) and
+//             clips out-of-bounds stores; the direct epilogue guards each element. TMA needs every
+//             leading dimension's byte stride to be a multiple of 16, hence the declared divisibility
+//             (TN: K % 8; NN: K % 8 and N % 8; with the TMA-store epilogue also N % 8).
+//
+// Kernels (see hgemm_sm90.toml):
+//   *_ws_{tn,nn}                       one 128x256 tile per CTA ("tiles" grid), 4 stages, direct stores
+//   *_ws_persistent_{tn,nn}            persistent grid, grouped tile order, 3 stages, stmatrix +
+//                                      TMA-store epilogue that overlaps the next tile's main loop
+//   *_ws_persistent_cluster2_{tn,nn}   + 2-CTA cluster along M: each CTA loads half of the shared B
+//                                      tile and multicasts it to both (B traffic from L2 halved)
+#include <cuda.h>  // CUtensorMap (128-byte, 64-byte aligned opaque struct)
+#include "common/sm90.cuh"
+
+namespace {
+
+using hg90::smem_u32;
+
+constexpr int BM = 128;
+constexpr int BN = 256;
+constexpr int BK = 64;
+constexpr int kThreads = 384;
+constexpr int kConsumers = 2;          // consumer warpgroups
+constexpr int kWgRows = BM / kConsumers;  // 64 rows of the tile per consumer = one wgmma M
+constexpr int kProducerRegs = 40;      // the producer needs a handful of registers ...
+constexpr int kConsumerRegs = 232;     // ... so the consumers get 128 accumulators + addressing
+static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 65536, "register file over-subscribed");
+static_assert(BK * 2 == 128, "BK must span exactly one 128-byte swizzle row");
+static_assert(kWgRows == 64, "one wgmma m64 per consumer warpgroup");
+
+// Rows of M (in elements) covered by one group of the grouped tile order: consecutive tile indices
+// walk down a 2048-row strip before moving to the next 256-column strip, so the ~132 tiles in
+// flight share A rows and B columns in L2.
+constexpr int kGroupRows = 2048;
+
+template <typename T, bool kNN, int kStages, int kClusterM, bool kPersistent, bool kTmaStore>
+struct Cfg {
+  static constexpr int kABytes = BM * BK * 2;                 // 16 KB per stage
+  static constexpr int kBBytes = BN * BK * 2;                 // 32 KB per stage
+  static constexpr int kStageBytes = kABytes + kBBytes;       // TMA bytes each full barrier expects
+  static constexpr int kCBytes = kTmaStore ? BM * BN * 2 : 0; // output staging (64 KB)
+  static constexpr int kBarOffset = kStages * kStageBytes + kCBytes;
+  static constexpr int kSmemBytes = kBarOffset + 2 * kStages * 8 + 1024;
+  // B rows (TN: N rows of 64 K; NN: 64-column chunks) loaded by this CTA; the peer loads the rest.
+  static constexpr int kBSlice = BN / kClusterM;
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory over the 227 KB per-block limit");
+  static_assert(kClusterM == 1 || kClusterM == 2, "cluster of 1 or 2 CTAs along M");
+  static_assert(!(kClusterM > 1 && !kPersistent), "clusters only with the persistent schedule");
+};
+
+// Tile order. Persistent: cluster-tile t = clusterId + i * numClusters, grouped along M.
+// Non-persistent ("tiles" grid): one tile, blockIdx.x walks N and blockIdx.y walks M.
+template <int kClusterM, bool kPersistent>
+struct TileSched {
+  int tiles_m, tiles_n, total, next_t, stride;
+  uint32_t rank;
+  __device__ TileSched(int M, int N) {
+    tiles_m = (M + BM * kClusterM - 1) / (BM * kClusterM);
+    tiles_n = (N + BN - 1) / BN;
+    total = tiles_m * tiles_n;
+    rank = kClusterM > 1 ? hg90::cluster_ctarank() : 0;
+    next_t = kPersistent ? static_cast<int>(blockIdx.x) / kClusterM : 0;
+    stride = kPersistent ? static_cast<int>(gridDim.x) / kClusterM : 1;
+    if (!kPersistent) total = 1;
+  }
+  __device__ bool next(int& m0, int& n0) {
+    if (next_t >= total) return false;
+    if (kPersistent) {
+      constexpr int group = kGroupRows / (BM * kClusterM);
+      const int t = next_t;
+      const int per_group = group * tiles_n;
+      const int first_m = (t / per_group) * group;
+      const int gsz = min(tiles_m - first_m, group);
+      const int tm = first_m + (t % per_group) % gsz;
+      const int tn = (t % per_group) / gsz;
+      m0 = (tm * kClusterM + static_cast<int>(rank)) * BM;
+      n0 = tn * BN;
+    } else {
+      m0 = blockIdx.y * BM;
+      n0 = blockIdx.x * BN;
+    }
+    next_t += stride;
+    return true;
+  }
+};
+
+// ---- epilogues: 64 x 256 fp32 accumulators of one consumer warpgroup -> C ----
+// Accumulator layout of wgmma m64nNk16 (per warp w of the warpgroup, lane l): for each 8-column
+// block j, d[4j + 2h + e] is row 16w + 8h + l/4, column 8j + 2(l%4) + e.
+
+// Direct: each thread stores its pairs straight to global memory, guarded; any N.
+template <typename T>
+__device__ __forceinline__ void epilogue_direct(const float (&d)[128], T* C, int M, int N, int row0, int n0) {
+  const int lane = threadIdx.x % 32;
+  const int warp = (threadIdx.x / 32) % 4;
+  const int r = row0 + warp * 16 + lane / 4;
+  const int c0 = n0 + 2 * (lane % 4);
+  const bool pair_ok = (N % 2) == 0;  // 4-byte aligned pair stores need an even row stride
+#pragma unroll
+  for (int j = 0; j < 32; ++j) {
+    const int c = c0 + 8 * j;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = r + 8 * h;
+      if (row < M) {
+        T* p = C + static_cast<size_t>(row) * N + c;
+        const uint32_t v = hg90::pack2<T>(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+        if (pair_ok && c + 1 < N) {
+          *reinterpret_cast<uint32_t*>(p) = v;
+        } else {
+          const T* e = reinterpret_cast<const T*>(&v);
+          if (c < N) p[0] = e[0];
+          if (c + 1 < N) p[1] = e[1];
+        }
+      }
+    }
+  }
+}
+
+// TMA store: stmatrix the tile (as fp16) into a 128B-swizzled staging buffer laid out as four
+// 64-row x 64-column boxes (the swizzle makes the 8 rows of each 8x8 matrix hit 8 different 16-byte
+// bank groups: conflict-free), then one thread issues four bulk tensor stores. The store runs
+// asynchronously while this warpgroup starts the next tile; the buffer is reused only after the
+// previous store has finished reading it.
+template <typename T>
+__device__ __forceinline__ void epilogue_tma(const float (&d)[128], const CUtensorMap* tmC, uint8_t* sCw, int wg,
+                                             int row0, int n0) {
+  const int tid = threadIdx.x % 128;
+  const int lane = threadIdx.x % 32;
+  const int warp = tid / 32;
+  if (tid == 0) hg90::tma_store_wait_read<0>();
+  hg90::named_bar_sync(1 + wg, 128);
+  const uint32_t base = smem_u32(sCw);
+  const int mat = lane / 8;                            // which of the 4 matrices this lane addresses
+  const int row = warp * 16 + (mat & 1) * 8 + lane % 8;  // 0..63; row % 8 == lane % 8
+#pragma unroll
+  for (int j = 0; j < 32; j += 2) {
+    const int col = 8 * (j + (mat >> 1));               // 0..255
+    const uint32_t addr = base + (col / 64) * (64 * 128) + row * 128 + ((((col % 64) / 8) ^ (row % 8)) << 4);
+    hg90::stmatrix_x4(addr, hg90::pack2<T>(d[4 * j + 0], d[4 * j + 1]), hg90::pack2<T>(d[4 * j + 2], d[4 * j + 3]),
+                      hg90::pack2<T>(d[4 * j + 4], d[4 * j + 5]), hg90::pack2<T>(d[4 * j + 6], d[4 * j + 7]));
+  }
+  hg90::fence_proxy_async_smem();  // stmatrix writes -> visible to the TMA engine
+  hg90::named_bar_sync(1 + wg, 128);
+  if (tid == 0) {
+#pragma unroll
+    for (int c = 0; c < BN / 64; ++c) hg90::tma_store_2d(tmC, sCw + c * (64 * 128), n0 + 64 * c, row0);
+    hg90::tma_store_commit();
+  }
+}
+
+template <typename T, bool kNN, int kStages, int kClusterM, bool kPersistent, bool kTmaStore, typename CArg>
+__device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensorMap& tmB, const CArg& cArg, int M,
+                                          int N, int K) {
+  using C_ = Cfg<T, kNN, kStages, kClusterM, kPersistent, kTmaStore>;
+  extern __shared__ uint8_t smem_raw[];
+  // 128B-swizzled TMA boxes and wgmma descriptors assume 1024-byte aligned tiles.
+  uint8_t* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
+  uint8_t* sA = smem;
+  uint8_t* sB = smem + kStages * C_::kABytes;
+  uint8_t* sC = smem + kStages * C_::kStageBytes;
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + C_::kBarOffset);
+  uint64_t* empty = full + kStages;
+
+  const int wg = threadIdx.x / 128;
+  if (threadIdx.x == 0) {
+    hg90::prefetch_tmap(&tmA);
+    hg90::prefetch_tmap(&tmB);
+    for (int s = 0; s < kStages; ++s) {
+      hg90::mbar_init(&full[s], 1);  // the local producer's arrive.expect_tx
+      hg90::mbar_init(&empty[s], kConsumers * kClusterM);  // every consumer of every CTA that reads it
+    }
+    hg90::fence_barrier_init();
+  }
+  if (kClusterM > 1)
+    hg90::cluster_sync();
+  else
+    __syncthreads();
+
+  const int nk = (K + BK - 1) / BK;
+  TileSched<kClusterM, kPersistent> sched(M, N);
+  int m0, n0;
+
+  if (wg == 0) {
+    // ---------------- producer ----------------
+    hg90::setmaxnreg_dec<kProducerRegs>();
+    if (threadIdx.x == 0) {
+      const uint32_t rank = sched.rank;
+      int stage = 0;
+      uint32_t phase = 0;
+      while (sched.next(m0, n0)) {
+        for (int kb = 0; kb < nk; ++kb) {
+          // A fresh barrier counts as having completed the phase before phase 0, so the first pass
+          // over the ring does not block.
+          hg90::mbar_wait(&empty[stage], phase ^ 1);
+          hg90::mbar_arrive_expect_tx(&full[stage], C_::kStageBytes);
+          const int k0 = kb * BK;
+          hg90::tma_load_2d(sA + stage * C_::kABytes, &tmA, &full[stage], k0, m0);
+          uint8_t* b = sB + stage * C_::kBBytes;
+          if (!kNN) {
+            // TN: B tile = BN rows of N, each 64 K elements (128 B); this CTA's slice of rows.
+            const int r0 = static_cast<int>(rank) * C_::kBSlice;
+            if (kClusterM > 1)
+              hg90::tma_load_2d_multicast(b + r0 * 128, &tmB, &full[stage], k0, n0 + r0, (1u << kClusterM) - 1);
+            else
+              hg90::tma_load_2d(b, &tmB, &full[stage], k0, n0);
+          } else {
+            // NN: B tile = BN/64 boxes of 64 K rows x 64 N columns (128 B), one per 64-column chunk.
+#pragma unroll
+            for (int c = 0; c < C_::kBSlice / 64; ++c) {
+              const int chunk = static_cast<int>(rank) * (C_::kBSlice / 64) + c;
+              if (kClusterM > 1)
+                hg90::tma_load_2d_multicast(b + chunk * (64 * 128), &tmB, &full[stage], n0 + 64 * chunk, k0,
+                                            (1u << kClusterM) - 1);
+              else
+                hg90::tma_load_2d(b + chunk * (64 * 128), &tmB, &full[stage], n0 + 64 * chunk, k0);
+            }
+          }
+          if (++stage == kStages) {
+            stage = 0;
+            phase ^= 1;
+          }
+        }
+      }
+    }
+  } else {
+    // ---------------- consumers ----------------
+    hg90::setmaxnreg_inc<kConsumerRegs>();
+    const int cw = wg - 1;  // consumer index: rows [64 cw, 64 cw + 64) of the tile
+    const int tid = threadIdx.x % 128;
+    float d[128];
+    int stage = 0;
+    uint32_t phase = 0;
+    // Release a stage: one thread per consumer warpgroup arrives on the stage's empty barrier of
+    // every CTA in the cluster (the peer's producer multicasts into our copy of the stage too).
+    auto release = [&](int s) {
+      if (tid == 0) {
+        if (kClusterM > 1) {
+#pragma unroll
+          for (int r = 0; r < kClusterM; ++r) hg90::mbar_arrive_cluster(&empty[s], r);
+        } else {
+          hg90::mbar_arrive(&empty[s]);
+        }
+      }
+    };
+    while (sched.next(m0, n0)) {
+      int prev = -1;
+      for (int kb = 0; kb < nk; ++kb) {
+        hg90::mbar_wait(&full[stage], phase);
+        const uint32_t a_base = smem_u32(sA + stage * C_::kABytes) + cw * kWgRows * 128;
+        const uint32_t b_base = smem_u32(sB + stage * C_::kBBytes);
+        hg90::wgmma_fence();
+#pragma unroll
+        for (int k = 0; k < BK / 16; ++k) {
+          // K-major 128B-swizzled rows: the k-th 16-element slice starts 32 bytes further (the
+          // hardware applies the swizzle to the full address). MN-major B: 16 K rows further.
+          const uint64_t da = hg90::wgmma_desc(a_base + k * 32, 16, 1024);
+          const uint64_t db = kNN ? hg90::wgmma_desc(b_base + k * 16 * 128, 64 * 128, 1024)
+                                  : hg90::wgmma_desc(b_base + k * 32, 16, 1024);
+          hg90::wgmma_m64n256k16<T, kNN ? 1 : 0>(d, da, db, (kb > 0 || k > 0) ? 1 : 0);
+        }
+        hg90::wgmma_commit();
+        // Keep one k-block of MMAs in flight; the one before it is done, so its stage is free.
+        hg90::wgmma_wait<1>();
+        if (prev >= 0) release(prev);
+        prev = stage;
+        if (++stage == kStages) {
+          stage = 0;
+          phase ^= 1;
+        }
+      }
+      hg90::wgmma_wait<0>();
+#pragma unroll
+      for (int i = 0; i < 128; ++i) hg90::fence_regs(d[i]);
+      if (prev >= 0) release(prev);
+      const int row0 = m0 + cw * kWgRows;
+      if constexpr (kTmaStore) {
+        epilogue_tma<T>(d, &cArg, sC + cw * (kWgRows * BN * 2), cw, row0, n0);
+      } else {
+        epilogue_direct<T>(d, cArg, M, N, row0, n0);
+      }
+    }
+    if constexpr (kTmaStore) {
+      // The staging buffer must stay valid until the last bulk store has read it.
+      if (tid == 0) hg90::tma_store_wait_all<0>();
+    }
+  }
+  // A CTA must not exit while its cluster peer can still arrive on its empty barriers.
+  if (kClusterM > 1) hg90::cluster_sync();
+}
+
+}  // namespace
+
+// One extern "C" symbol per catalogue entry. Parameters: tensor maps by value (__grid_constant__,
+// so TMA reads them from the parameter space), then C (pointer or tensor map), M, N, K.
+#define HG90_KERNEL_PTRC(NAME, T, NN, STAGES)                                                            \
+  extern "C" __global__ void __launch_bounds__(kThreads, 1)                                              \
+      NAME(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB, T* C, int M, \
+           int N, int K) {                                                                               \
+    sm90_gemm<T, NN, STAGES, 1, false, false>(tmA, tmB, C, M, N, K);                                     \
+  }
+#define HG90_KERNEL_TMAC(NAME, T, NN, STAGES, CLUSTER_M)                                                 \
+  extern "C" __global__ void __launch_bounds__(kThreads, 1)                                              \
+      NAME(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,             \
+           const __grid_constant__ CUtensorMap tmC, int M, int N, int K) {                               \
+    sm90_gemm<T, NN, STAGES, CLUSTER_M, true, true>(tmA, tmB, tmC, M, N, K);                             \
+  }
+
+HG90_KERNEL_PTRC(hgemm_sm90_wgmma_tma_ws_tn, __half, false, 4)
+HG90_KERNEL_PTRC(hgemm_sm90_wgmma_tma_ws_nn, __half, true, 4)
+HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_tn, __half, false, 3, 1)
+HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_nn, __half, true, 3, 1)
+HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_cluster2_tn, __half, false, 3, 2)
+HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_cluster2_nn, __half, true, 3, 2)
+HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_cluster2_tn_bf16, __nv_bfloat16, false, 3, 2)
+HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_cluster2_nn_bf16, __nv_bfloat16, true, 3, 2)
