@@ -16,27 +16,35 @@
 
 namespace wg = hg::wmma_gemm;
 
-template <int S>  //                 FM  FN  FK  warps  tiles  BK  stages pad copy
+template <int S>  //                 FM  FN  FK  warps  tiles  BK  stages pad copy            acc
 using Warp2x4Stages = wg::Config<16, 16, 16, 4, 2, 2, 4, 16, S, 8, wg::Copy::kAsync, half>;
-template <int S>
-using Warp2x4StagesDsmem = wg::Config<16, 16, 16, 4, 2, 2, 4, 32, S, 8, wg::Copy::kAsync, half>;
-template <int S>
-using Mma4x2Warp4x4StagesDsmem = wg::Config<16, 16, 16, 4, 2, 4, 4, 32, S, 8, wg::Copy::kAsync, half>;
+template <int S, typename Acc>
+using Warp2x4StagesDsmem = wg::Config<16, 16, 16, 4, 2, 2, 4, 32, S, 8, wg::Copy::kAsync, Acc>;
+template <int S, typename Acc>
+using Mma4x2Warp4x4StagesDsmem = wg::Config<16, 16, 16, 4, 2, 4, 4, 32, S, 8, wg::Copy::kAsync, Acc>;
 template <int S>
 using Mma4x4Warp4x4StagesDsmem = wg::Config<16, 16, 16, 4, 4, 4, 4, 16, S, 8, wg::Copy::kAsync, half>;
 
-// One extern "C" symbol per (rung, stages): SYM##__stages##S, body from the shared template.
-#define HG_WMMA_STAGES_KERNEL(SYM, CFG, S, SMEM)                                                      \
-  extern "C" __global__ void __launch_bounds__(CFG<S>::kThreads)                                     \
-      SYM##__stages##S(const half* A, const half* B, half* C, int M, int N, int K) {                 \
-    wg::gemm_##SMEM##_smem<CFG<S>>(A, B, C, M, N, K);                                                 \
+// One extern "C" symbol per variant, body from the shared template (the config type is the variadic
+// tail because template argument lists contain commas).
+#define HG_WMMA_KERNEL(SYM, SMEM, ...)                                                               \
+  extern "C" __global__ void __launch_bounds__(__VA_ARGS__::kThreads)                                \
+      SYM(const half* A, const half* B, half* C, int M, int N, int K) {                              \
+    wg::gemm_##SMEM##_smem<__VA_ARGS__>(A, B, C, M, N, K);                                            \
   }
-#define HG_WMMA_STAGES_234(SYM, CFG, SMEM) \
-  HG_WMMA_STAGES_KERNEL(SYM, CFG, 2, SMEM) \
-  HG_WMMA_STAGES_KERNEL(SYM, CFG, 3, SMEM) \
-  HG_WMMA_STAGES_KERNEL(SYM, CFG, 4, SMEM)
+// variants = { stages = [2, 3, 4] }: SYM__stagesS
+#define HG_WMMA_STAGES(SYM, CFG, SMEM)                   \
+  HG_WMMA_KERNEL(SYM##__stages2, SMEM, CFG<2>)           \
+  HG_WMMA_KERNEL(SYM##__stages3, SMEM, CFG<3>)           \
+  HG_WMMA_KERNEL(SYM##__stages4, SMEM, CFG<4>)
+// variants = { stages = [2, 3, 4], acc = ["f16", "f32"] }: SYM__stagesS__accf16 / __accf32
+#define HG_WMMA_STAGES_ACC1(SYM, CFG, SMEM, S)                                  \
+  HG_WMMA_KERNEL(SYM##__stages##S##__accf16, SMEM, CFG<S, half>)                \
+  HG_WMMA_KERNEL(SYM##__stages##S##__accf32, SMEM, CFG<S, float>)
+#define HG_WMMA_STAGES_ACC(SYM, CFG, SMEM) \
+  HG_WMMA_STAGES_ACC1(SYM, CFG, SMEM, 2) HG_WMMA_STAGES_ACC1(SYM, CFG, SMEM, 3) HG_WMMA_STAGES_ACC1(SYM, CFG, SMEM, 4)
 
-HG_WMMA_STAGES_234(hgemm_wmma_m16n16k16_mma4x2_warp2x4_stages, Warp2x4Stages, static)
-HG_WMMA_STAGES_234(hgemm_wmma_m16n16k16_mma4x2_warp2x4_stages_dsmem, Warp2x4StagesDsmem, dynamic)
-HG_WMMA_STAGES_234(hgemm_wmma_m16n16k16_mma4x2_warp4x4_stages_dsmem, Mma4x2Warp4x4StagesDsmem, dynamic)
-HG_WMMA_STAGES_234(hgemm_wmma_m16n16k16_mma4x4_warp4x4_stages_dsmem, Mma4x4Warp4x4StagesDsmem, dynamic)
+HG_WMMA_STAGES(hgemm_wmma_m16n16k16_mma4x2_warp2x4_stages, Warp2x4Stages, static)
+HG_WMMA_STAGES_ACC(hgemm_wmma_m16n16k16_mma4x2_warp2x4_stages_dsmem, Warp2x4StagesDsmem, dynamic)
+HG_WMMA_STAGES_ACC(hgemm_wmma_m16n16k16_mma4x2_warp4x4_stages_dsmem, Mma4x2Warp4x4StagesDsmem, dynamic)
+HG_WMMA_STAGES(hgemm_wmma_m16n16k16_mma4x4_warp4x4_stages_dsmem, Mma4x4Warp4x4StagesDsmem, dynamic)

@@ -33,13 +33,16 @@ template <int FM_, int FN_, int FK_,          // WMMA fragment shape
           int WARPS_M_, int WARPS_N_,         // warp grid of the block
           int TM_, int TN_,                   // fragments per warp (warp tile = TM*FM x TN*FN)
           int BK_, int STAGES_, int PAD_,     // K step, smem buffers, smem row padding (halves)
-          Copy COPY_, typename Acc_>
+          Copy COPY_, typename Acc_, bool PREFETCH_ = false>
 struct Config {
   static constexpr int FM = FM_, FN = FN_, FK = FK_;
   static constexpr int WARPS_M = WARPS_M_, WARPS_N = WARPS_N_, TM = TM_, TN = TN_;
   static constexpr int BK = BK_, STAGES = STAGES_, PAD = PAD_;
   static constexpr Copy COPY = COPY_;
   using Acc = Acc_;
+  // Pipelined rungs only: keep two register sets of fragments and load the next K slice (across the
+  // K-tile barrier) while the MMAs of the current slice run.
+  static constexpr bool PREFETCH = PREFETCH_;
 
   static constexpr int kWarps = WARPS_M * WARPS_N;
   static constexpr int kThreads = kWarps * 32;
@@ -78,6 +81,9 @@ struct Config {
   static_assert(kAChunks % kThreads == 0 && kBChunks % kThreads == 0,
                 "every thread copies the same number of chunks (no idle-thread branch in the loop)");
   static_assert(PAD % 8 == 0, "padding keeps rows 16-byte aligned (cp.async, ldmatrix) and ldm % 8 == 0");
+  static_assert((kAHalves * 2) % 32 == 0 && (kStageHalves * 2) % 32 == 0 && (FM * LDA * 2) % 32 == 0 &&
+                    (FK * LDB * 2) % 32 == 0,
+                "every WMMA fragment pointer into smem must be 256-bit aligned");
   static_assert(FM * FN == 32 * 8, "epilogue: one 8-half chunk per lane per fragment");
   static_assert((FM * LDE * (int)sizeof(Acc)) % 32 == 0, "epilogue staging must stay 256-bit aligned");
 };
@@ -150,8 +156,29 @@ __device__ __forceinline__ void load_tile(half* sA, half* sB, const half* __rest
   }
 }
 
-// All MMAs of one K-tile for one warp: per FK slice, TM A fragments and TN B fragments from smem
-// (ldmatrix under the hood) feed TM x TN mma_sync.
+// Fragments of one FK slice (column kk of the A tile, row kk of the B tile) for one warp: TM A and TN B
+// fragments, each one ldmatrix (.trans for B) under the hood.
+template <class Cfg>
+__device__ __forceinline__ void load_frags(const half* sA, const half* sB, FragA<Cfg> (&a)[Cfg::TM],
+                                           FragB<Cfg> (&b)[Cfg::TN], int kk, int wm, int wn) {
+#pragma unroll
+  for (int i = 0; i < Cfg::TM; ++i)
+    wmma::load_matrix_sync(a[i], sA + (wm * Cfg::WTM + i * Cfg::FM) * Cfg::LDA + kk, Cfg::LDA);
+#pragma unroll
+  for (int j = 0; j < Cfg::TN; ++j)
+    wmma::load_matrix_sync(b[j], sB + b_offset<Cfg>(kk, wn * Cfg::WTN + j * Cfg::FN), Cfg::LDB);
+}
+
+template <class Cfg>
+__device__ __forceinline__ void mma_frags(FragC<Cfg> (&acc)[Cfg::TM][Cfg::TN], const FragA<Cfg> (&a)[Cfg::TM],
+                                          const FragB<Cfg> (&b)[Cfg::TN]) {
+#pragma unroll
+  for (int i = 0; i < Cfg::TM; ++i)
+#pragma unroll
+    for (int j = 0; j < Cfg::TN; ++j) wmma::mma_sync(acc[i][j], a[i], b[j], acc[i][j]);
+}
+
+// All MMAs of one K-tile for one warp.
 template <class Cfg>
 __device__ __forceinline__ void mma_tile(const half* sA, const half* sB, FragC<Cfg> (&acc)[Cfg::TM][Cfg::TN],
                                          int wm, int wn) {
@@ -159,16 +186,8 @@ __device__ __forceinline__ void mma_tile(const half* sA, const half* sB, FragC<C
   for (int kk = 0; kk < Cfg::BK; kk += Cfg::FK) {
     FragA<Cfg> a[Cfg::TM];
     FragB<Cfg> b[Cfg::TN];
-#pragma unroll
-    for (int i = 0; i < Cfg::TM; ++i)
-      wmma::load_matrix_sync(a[i], sA + (wm * Cfg::WTM + i * Cfg::FM) * Cfg::LDA + kk, Cfg::LDA);
-#pragma unroll
-    for (int j = 0; j < Cfg::TN; ++j)
-      wmma::load_matrix_sync(b[j], sB + b_offset<Cfg>(kk, wn * Cfg::WTN + j * Cfg::FN), Cfg::LDB);
-#pragma unroll
-    for (int i = 0; i < Cfg::TM; ++i)
-#pragma unroll
-      for (int j = 0; j < Cfg::TN; ++j) wmma::mma_sync(acc[i][j], a[i], b[j], acc[i][j]);
+    load_frags<Cfg>(sA, sB, a, b, kk, wm, wn);
+    mma_frags<Cfg>(acc, a, b);
   }
 }
 
@@ -264,22 +283,62 @@ __device__ __forceinline__ void gemm(const half* __restrict__ A, const half* __r
       cp_async_commit();
     }
     int read = 0, write = S - 1;  // stage buffers: consumed now / refilled now
-#pragma unroll 1
-    for (int kt = 0; kt < KT; ++kt) {
-      // (S - 1) + kt groups are committed; leaving S - 2 pending means tile kt has landed (for this
-      // thread), and the barrier makes it everyone's. The same barrier proves that every warp finished
-      // computing on buffer `write` (tile kt - 1), so it may be refilled: one barrier per K-tile.
+    if constexpr (Cfg::PREFETCH) {
+      // Slice q of tile kt: refill (q == 0), MMAs on the fragments loaded one slice earlier, then (last
+      // slice) wait for tile kt + 1 and cross the barrier, then load the next slice's fragments into the
+      // other register set. The MMAs are issued before the wait/barrier, so the tensor cores stay busy
+      // while the warp waits, and the ldmatrix latency hides behind them.
+      // Group count: before the wait in iteration kt, S - 1 + kt + 1 groups are committed; leaving S - 2
+      // pending means tiles 0..kt+1 have landed. Buffer `write` (tile kt - 1) was last read before the
+      // barrier of iteration kt - 1, so refilling it at slice 0 of iteration kt is safe.
+      constexpr int KK = Cfg::BK / Cfg::FK;
+      static_assert(KK % 2 == 0, "the two fragment sets alternate per slice: slices per K-tile must be even");
+      FragA<Cfg> a[2][Cfg::TM];
+      FragB<Cfg> b[2][Cfg::TN];
       cp_async_wait<S - 2>();
       __syncthreads();
-      const int next = kt + S - 1;
-      if (next < KT)
-        load_tile<Cfg>(sbase + write * Cfg::kStageHalves, sbase + write * Cfg::kStageHalves + Cfg::kAHalves, A,
-                       B, M, N, K, m0, n0, next * Cfg::BK, tid);
-      cp_async_commit();
-      mma_tile<Cfg>(sbase + read * Cfg::kStageHalves, sbase + read * Cfg::kStageHalves + Cfg::kAHalves, acc,
-                    wm, wn);
-      read = read + 1 == S ? 0 : read + 1;
-      write = write + 1 == S ? 0 : write + 1;
+      load_frags<Cfg>(sbase, sbase + Cfg::kAHalves, a[0], b[0], 0, wm, wn);
+#pragma unroll 1
+      for (int kt = 0; kt < KT; ++kt) {
+#pragma unroll
+        for (int q = 0; q < KK; ++q) {
+          if (q == 0) {
+            const int next = kt + S - 1;
+            if (next < KT)
+              load_tile<Cfg>(sbase + write * Cfg::kStageHalves, sbase + write * Cfg::kStageHalves + Cfg::kAHalves,
+                             A, B, M, N, K, m0, n0, next * Cfg::BK, tid);
+            cp_async_commit();
+          }
+          mma_frags<Cfg>(acc, a[q & 1], b[q & 1]);
+          if (q == KK - 1) {
+            cp_async_wait<S - 2>();
+            __syncthreads();
+            read = read + 1 == S ? 0 : read + 1;
+            write = write + 1 == S ? 0 : write + 1;
+          }
+          if (q < KK - 1 || kt + 1 < KT)
+            load_frags<Cfg>(sbase + read * Cfg::kStageHalves, sbase + read * Cfg::kStageHalves + Cfg::kAHalves,
+                            a[(q + 1) & 1], b[(q + 1) & 1], ((q + 1) % KK) * Cfg::FK, wm, wn);
+        }
+      }
+    } else {
+#pragma unroll 1
+      for (int kt = 0; kt < KT; ++kt) {
+        // (S - 1) + kt groups are committed; leaving S - 2 pending means tile kt has landed (for this
+        // thread), and the barrier makes it everyone's. The same barrier proves that every warp finished
+        // computing on buffer `write` (tile kt - 1), so it may be refilled: one barrier per K-tile.
+        cp_async_wait<S - 2>();
+        __syncthreads();
+        const int next = kt + S - 1;
+        if (next < KT)
+          load_tile<Cfg>(sbase + write * Cfg::kStageHalves, sbase + write * Cfg::kStageHalves + Cfg::kAHalves, A,
+                         B, M, N, K, m0, n0, next * Cfg::BK, tid);
+        cp_async_commit();
+        mma_tile<Cfg>(sbase + read * Cfg::kStageHalves, sbase + read * Cfg::kStageHalves + Cfg::kAHalves, acc,
+                      wm, wn);
+        read = read + 1 == S ? 0 : read + 1;
+        write = write + 1 == S ? 0 : write + 1;
+      }
     }
     cp_async_wait<0>();  // only empty groups remain, but leave nothing in flight into the staging reuse
     __syncthreads();     // every warp is done reading the pipeline buffers the epilogue reuses
