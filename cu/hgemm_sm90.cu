@@ -22,6 +22,7 @@
 //                                      TMA-store epilogue that overlaps the next tile's main loop
 //   *_ws_persistent_cluster2_{tn,nn}   + 2-CTA cluster along M: each CTA loads half of the shared B
 //                                      tile and multicasts it to both (B traffic from L2 halved)
+//   *_ws_persistent_cluster2_direct_tn the same with 4 stages and direct stores (no staging buffer)
 #include <cuda.h>  // CUtensorMap (128-byte, 64-byte aligned opaque struct)
 #include "common/sm90.cuh"
 
@@ -306,11 +307,11 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
 
 // One extern "C" symbol per catalogue entry. Parameters: tensor maps by value (__grid_constant__,
 // so TMA reads them from the parameter space), then C (pointer or tensor map), M, N, K.
-#define HG90_KERNEL_PTRC(NAME, T, NN, STAGES)                                                            \
+#define HG90_KERNEL_PTRC(NAME, T, NN, STAGES, CLUSTER_M, PERSISTENT)                                     \
   extern "C" __global__ void __launch_bounds__(kThreads, 1)                                              \
       NAME(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB, T* C, int M, \
            int N, int K) {                                                                               \
-    sm90_gemm<T, NN, STAGES, 1, false, false>(tmA, tmB, C, M, N, K);                                     \
+    sm90_gemm<T, NN, STAGES, CLUSTER_M, PERSISTENT, false>(tmA, tmB, C, M, N, K);                        \
   }
 #define HG90_KERNEL_TMAC(NAME, T, NN, STAGES, CLUSTER_M)                                                 \
   extern "C" __global__ void __launch_bounds__(kThreads, 1)                                              \
@@ -319,11 +320,13 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
     sm90_gemm<T, NN, STAGES, CLUSTER_M, true, true>(tmA, tmB, tmC, M, N, K);                             \
   }
 
-HG90_KERNEL_PTRC(hgemm_sm90_wgmma_tma_ws_tn, __half, false, 4)
-HG90_KERNEL_PTRC(hgemm_sm90_wgmma_tma_ws_nn, __half, true, 4)
+HG90_KERNEL_PTRC(hgemm_sm90_wgmma_tma_ws_tn, __half, false, 4, 1, false)
+HG90_KERNEL_PTRC(hgemm_sm90_wgmma_tma_ws_nn, __half, true, 4, 1, false)
 HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_tn, __half, false, 3, 1)
 HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_nn, __half, true, 3, 1)
 HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_cluster2_tn, __half, false, 3, 2)
 HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_cluster2_nn, __half, true, 3, 2)
+// The staging buffer costs the fourth ring stage; this one keeps 4 stages and stores directly.
+HG90_KERNEL_PTRC(hgemm_sm90_wgmma_tma_ws_persistent_cluster2_direct_tn, __half, false, 4, 2, true)
 HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_cluster2_tn_bf16, __nv_bfloat16, false, 3, 2)
 HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_cluster2_nn_bf16, __nv_bfloat16, true, 3, 2)
