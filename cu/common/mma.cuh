@@ -123,7 +123,7 @@ struct Config {
 
 // Global -> shared copy of one tile in 16-byte chunks; thread `tid` owns chunks tid, tid + THREADS...
 // which sit ROW_STEP rows apart in the same column, so one smem offset and one global pointer per
-// thread serve every iteration.
+// thread serve every iteration (ROW_STEP is a multiple of the swizzle period).
 template <class Tile, int THREADS>
 struct TileCopy {
   static constexpr int CHUNKS = Tile::ROWS * Tile::CHUNKS;
@@ -132,29 +132,30 @@ struct TileCopy {
   static_assert(CHUNKS % THREADS == 0 && THREADS % Tile::CHUNKS == 0, "tile must split evenly");
   static_assert(ROW_STEP % Tile::PERIOD == 0, "iterations must keep the swizzle key");
 
-  int soff;  // smem element offset of this thread's first chunk
-  int row, col;
-  __device__ __forceinline__ explicit TileCopy(int tid)
-      : row(tid / Tile::CHUNKS), col((tid % Tile::CHUNKS) * 8) {
-    soff = Tile::offset(row, col);
+  uint32_t soff;    // byte offset of this thread's first chunk within the tile
+  const half* src;  // this thread's first chunk in global memory (advanced tile by tile)
+  size_t it_step;   // elements between iterations in global memory (ROW_STEP rows)
+
+  // g: element (0, 0) of the first tile in global memory; ld: its leading dimension.
+  __device__ __forceinline__ TileCopy(int tid, const half* g, int ld) {
+    const int row = tid / Tile::CHUNKS, col = (tid % Tile::CHUNKS) * 8;
+    soff = Tile::offset(row, col) * 2;
+    src = g + (size_t)row * ld + col;
+    it_step = (size_t)ROW_STEP * ld;
   }
-  // g points at element (0, 0) of the tile in global memory; ld is its leading dimension.
-  __device__ __forceinline__ void async(half* s, const half* g, int ld) const {
-    const half* src = g + (size_t)row * ld + col;
+  __device__ __forceinline__ void async(uint32_t s) const {
 #pragma unroll
     for (int it = 0; it < ITERS; ++it)
-      cp_async_16(s + soff + it * ROW_STEP * Tile::LD, src + (size_t)it * ROW_STEP * ld);
+      cp_async_16(s + soff + it * ROW_STEP * Tile::LD * 2, src + it * it_step);
   }
-  __device__ __forceinline__ void to_regs(uint4 (&r)[ITERS], const half* g, int ld) const {
-    const half* src = g + (size_t)row * ld + col;
+  __device__ __forceinline__ void to_regs(uint4 (&r)[ITERS]) const {
 #pragma unroll
-    for (int it = 0; it < ITERS; ++it)
-      r[it] = *reinterpret_cast<const uint4*>(src + (size_t)it * ROW_STEP * ld);
+    for (int it = 0; it < ITERS; ++it) r[it] = *reinterpret_cast<const uint4*>(src + it * it_step);
   }
   __device__ __forceinline__ void from_regs(half* s, const uint4 (&r)[ITERS]) const {
 #pragma unroll
     for (int it = 0; it < ITERS; ++it)
-      *reinterpret_cast<uint4*>(s + soff + it * ROW_STEP * Tile::LD) = r[it];
+      *reinterpret_cast<uint4*>(reinterpret_cast<char*>(s) + soff + it * ROW_STEP * Tile::LD * 2) = r[it];
   }
 };
 
@@ -165,60 +166,56 @@ struct Frags {
   uint32_t b[Cfg::WNT][2];
 };
 
-// Per-lane ldmatrix addressing. Lane-dependent parts are computed once; the per-tile steps
-// (16 rows of A, 8 or 16 columns of B, 16 k) are compile-time constants added on top, which is
-// valid for the swizzled tiles as well because 16 rows is a multiple of the swizzle period.
+// Per-lane ldmatrix addressing, as byte offsets from a stage's A or B tile. Only the parts a
+// swizzle can scramble are kept in registers; every step of 16 rows (a multiple of the swizzle
+// period) is a compile-time immediate on top.
 template <class Cfg>
 struct FragLoader {
   using TA = typename Cfg::TileA;
   using TB = typename Cfg::TileB;
-  int a_row, a_col;  // A: x4 = rows 0-15 x k 0-7 | rows 0-15 x k 8-15 (lane / 16 picks the half)
-  int b_row, b_col;
+  static constexpr bool NN = Cfg::L == Layout::NN;
+  static constexpr int BJ = Cfg::B_X4 ? 2 : 1;      // n8 tiles per B ldmatrix
+  static constexpr int NB = NN ? Cfg::WNT / BJ : Cfg::KSTEPS;  // B offsets kept per lane
+  uint32_t a_off[Cfg::KSTEPS];
+  uint32_t b_off[NB];
+
   __device__ __forceinline__ FragLoader(int lane, int wm, int wn) {
-    a_row = wm * Cfg::WM + (lane & 15);
-    a_col = (lane >> 4) * 8;
-    if constexpr (Cfg::L == Layout::NN) {
-      // B stored k-major [BK][BN]; .trans turns each 8x8 (k x n) block into the col-major fragment.
-      // x2: lanes 0-15 address k rows 0-15 of one n8 column block.
-      // x4: lanes 16-31 address the next n8 block, giving fragments of tiles j and j+1.
-      b_row = lane & 15;
-      b_col = wn * Cfg::WN + (Cfg::B_X4 ? (lane >> 4) * 8 : 0);
+    // A: x4 = rows 0-15 at k 0-7 (lanes 0-15) | rows 0-15 at k 8-15 (lanes 16-31).
+    const int a_row = wm * Cfg::WM + (lane & 15);
+#pragma unroll
+    for (int kk = 0; kk < Cfg::KSTEPS; ++kk) a_off[kk] = TA::offset(a_row, kk * 16 + (lane >> 4) * 8) * 2;
+    if constexpr (NN) {
+      // B stored k-major [BK][BN]; .trans turns each 8x8 (k x n) block into the col-major
+      // fragment. x2: lanes 0-15 address k rows 0-15 of one n8 block. x4: lanes 16-31 address
+      // the next n8 block, giving the fragments of tiles j and j + 1.
+      const int col = wn * Cfg::WN + (Cfg::B_X4 ? (lane >> 4) * 8 : 0);
+#pragma unroll
+      for (int jb = 0; jb < NB; ++jb) b_off[jb] = TB::offset(lane & 15, col + jb * BJ * 8) * 2;
     } else {
-      // B stored n-major [BN][BK]: already the col-major fragment, no .trans.
-      // x2: lanes 0-7 rows n 0-7 at k 0-7, lanes 8-15 the same rows at k 8-15.
-      // x4: lanes 16-31 repeat that for rows n 8-15 (tile j+1).
-      b_row = wn * Cfg::WN + (lane & 7) + (Cfg::B_X4 ? (lane >> 4) * 8 : 0);
-      b_col = ((lane >> 3) & 1) * 8;
+      // B stored n-major [BN][BK]: already the col-major fragment, no .trans. x2: lanes 0-7 rows
+      // n 0-7 at k 0-7, lanes 8-15 the same rows at k 8-15. x4: lanes 16-31 the same for rows
+      // n 8-15 (tile j + 1).
+      const int row = wn * Cfg::WN + (lane & 7) + (Cfg::B_X4 ? (lane >> 4) * 8 : 0);
+#pragma unroll
+      for (int kk = 0; kk < Cfg::KSTEPS; ++kk) b_off[kk] = TB::offset(row, kk * 16 + ((lane >> 3) & 1) * 8) * 2;
     }
   }
 
-  __device__ __forceinline__ void load(Frags<Cfg>& f, const half* sA, const half* sB, int kk) const {
+  // sA, sB: shared-window addresses of the stage's A and B tiles.
+  __device__ __forceinline__ void load(Frags<Cfg>& f, uint32_t sA, uint32_t sB, int kk) const {
 #pragma unroll
     for (int i = 0; i < Cfg::WMT; ++i)
-      ldmatrix_x4(f.a[i][0], f.a[i][1], f.a[i][2], f.a[i][3],
-                  sA + TA::offset(a_row, kk * 16 + a_col) + i * 16 * TA::LD);
-    if constexpr (Cfg::L == Layout::NN) {
-      const half* base = sB + kk * 16 * TB::LD;
-      if constexpr (Cfg::B_X4) {
+      ldmatrix_x4(f.a[i][0], f.a[i][1], f.a[i][2], f.a[i][3], sA + a_off[kk] + i * 16 * TA::LD * 2);
 #pragma unroll
-        for (int j = 0; j < Cfg::WNT; j += 2)
-          ldmatrix_x4_trans(f.b[j][0], f.b[j][1], f.b[j + 1][0], f.b[j + 1][1],
-                            base + TB::offset(b_row, b_col + j * 8));
+    for (int j = 0; j < Cfg::WNT; j += BJ) {
+      if constexpr (NN) {
+        const uint32_t addr = sB + b_off[j / BJ] + kk * 16 * TB::LD * 2;
+        if constexpr (Cfg::B_X4) ldmatrix_x4_trans(f.b[j][0], f.b[j][1], f.b[j + 1][0], f.b[j + 1][1], addr);
+        else ldmatrix_x2_trans(f.b[j][0], f.b[j][1], addr);
       } else {
-#pragma unroll
-        for (int j = 0; j < Cfg::WNT; ++j)
-          ldmatrix_x2_trans(f.b[j][0], f.b[j][1], base + TB::offset(b_row, b_col + j * 8));
-      }
-    } else {
-      if constexpr (Cfg::B_X4) {
-#pragma unroll
-        for (int j = 0; j < Cfg::WNT; j += 2)
-          ldmatrix_x4(f.b[j][0], f.b[j][1], f.b[j + 1][0], f.b[j + 1][1],
-                      sB + TB::offset(b_row, kk * 16 + b_col) + j * 8 * TB::LD);
-      } else {
-#pragma unroll
-        for (int j = 0; j < Cfg::WNT; ++j)
-          ldmatrix_x2(f.b[j][0], f.b[j][1], sB + TB::offset(b_row, kk * 16 + b_col) + j * 8 * TB::LD);
+        const uint32_t addr = sB + b_off[kk] + j * 8 * TB::LD * 2;
+        if constexpr (Cfg::B_X4) ldmatrix_x4(f.b[j][0], f.b[j][1], f.b[j + 1][0], f.b[j + 1][1], addr);
+        else ldmatrix_x2(f.b[j][0], f.b[j][1], addr);
       }
     }
   }
@@ -247,6 +244,7 @@ __device__ __forceinline__ void gemm(const half* __restrict__ A, const half* __r
   using TB = typename Cfg::TileB;
   constexpr int S = Cfg::STAGES;
   constexpr bool NN = Cfg::L == Layout::NN;
+  constexpr uint32_t A_BYTES = TA::ELEMS * 2, STAGE_BYTES = Cfg::STAGE_ELEMS * 2;
 
   // Block swizzle (CONTRACT.md "tiles+swizzle"): gridDim.z strips of N; the last may be short.
   const int bx = blockIdx.z * gridDim.x + blockIdx.x;
@@ -256,13 +254,9 @@ __device__ __forceinline__ void gemm(const half* __restrict__ A, const half* __r
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp % Cfg::WARPS_M, wn = warp / Cfg::WARPS_M;
 
-  const TileCopy<TA, Cfg::THREADS> copy_a(tid);
-  const TileCopy<TB, Cfg::THREADS> copy_b(tid);
-  // Tile origins in global memory and their step per k-tile.
-  const half* gA = A + (size_t)m0 * K;
-  const half* gB = NN ? B + n0 : B + (size_t)n0 * K;
-  const int ldb = NN ? N : K;
-  const size_t b_step = NN ? (size_t)Cfg::BK * N : (size_t)Cfg::BK;
+  TileCopy<TA, Cfg::THREADS> copy_a(tid, A + (size_t)m0 * K, K);
+  TileCopy<TB, Cfg::THREADS> copy_b(tid, NN ? B + n0 : B + (size_t)n0 * K, NN ? N : K);
+  const size_t b_step = NN ? (size_t)Cfg::BK * N : (size_t)Cfg::BK;  // per k-tile, elements
 
   const FragLoader<Cfg> ld(lane, wm, wn);
   AccTile<Cfg::F32> acc[Cfg::WMT][Cfg::WNT];
@@ -272,69 +266,70 @@ __device__ __forceinline__ void gemm(const half* __restrict__ A, const half* __r
     for (int j = 0; j < Cfg::WNT; ++j) acc[i][j].zero();
 
   const int KT = K / Cfg::BK;
+  const uint32_t s0 = smem_u32(smem);
 
   if constexpr (S == 1) {
     // Synchronous: 128-bit loads into registers, then into the single smem buffer.
-    half* sA = smem;
-    half* sB = smem + TA::ELEMS;
     uint4 ra[TileCopy<TA, Cfg::THREADS>::ITERS], rb[TileCopy<TB, Cfg::THREADS>::ITERS];
+#pragma unroll 1
     for (int kt = 0; kt < KT; ++kt) {
-      copy_a.to_regs(ra, gA, K);
-      copy_b.to_regs(rb, gB, ldb);
-      gA += Cfg::BK;
-      gB += b_step;
+      copy_a.to_regs(ra);
+      copy_b.to_regs(rb);
+      copy_a.src += Cfg::BK;
+      copy_b.src += b_step;
       __syncthreads();  // the previous tile's fragments have all been read
-      copy_a.from_regs(sA, ra);
-      copy_b.from_regs(sB, rb);
+      copy_a.from_regs(smem, ra);
+      copy_b.from_regs(smem + TA::ELEMS, rb);
       __syncthreads();
 #pragma unroll
       for (int kk = 0; kk < Cfg::KSTEPS; ++kk) {
         Frags<Cfg> f;
-        ld.load(f, sA, sB, kk);
+        ld.load(f, s0, s0 + A_BYTES, kk);
         warp_mma<Cfg>(acc, f);
       }
     }
   } else {
     // cp.async ring: stage s holds A then B. Exactly one commit group per k-tile (empty past the
     // end) so that wait_group<S-2> always means "the tile about to be read has landed".
-    auto stage_a = [&](int s) { return smem + s * Cfg::STAGE_ELEMS; };
-    auto stage_b = [&](int s) { return smem + s * Cfg::STAGE_ELEMS + TA::ELEMS; };
-    auto issue = [&](int s, int kt) {
+    const uint32_t s_end = s0 + S * STAGE_BYTES;
+    auto next = [&](uint32_t s) { s += STAGE_BYTES; return s == s_end ? s0 : s; };
+    auto issue = [&](uint32_t s, int kt) {
       if (kt < KT) {
-        copy_a.async(stage_a(s), gA, K);
-        copy_b.async(stage_b(s), gB, ldb);
-        gA += Cfg::BK;
-        gB += b_step;
+        copy_a.async(s);
+        copy_b.async(s + A_BYTES);
+        copy_a.src += Cfg::BK;
+        copy_b.src += b_step;
       }
       cp_async_commit();
     };
 #pragma unroll
-    for (int s = 0; s < S - 1; ++s) issue(s, s);
+    for (int s = 0; s < S - 1; ++s) issue(s0 + s * STAGE_BYTES, s);
     cp_async_wait<S - 2>();
     __syncthreads();
 
-    int rs = 0;      // stage being read
-    int ws = S - 1;  // stage being written (the one read in the previous k-tile)
+    uint32_t rs = s0;                          // stage being read
+    uint32_t ws = s0 + (S - 1) * STAGE_BYTES;  // stage being written: the one read last k-tile
     if constexpr (Cfg::REG_DB) {
       Frags<Cfg> f[2];
-      ld.load(f[0], stage_a(0), stage_b(0), 0);
+      ld.load(f[0], rs, rs + A_BYTES, 0);
 #pragma unroll 1
       for (int kt = 0; kt < KT; ++kt) {
 #pragma unroll
         for (int kk = 0; kk < Cfg::KSTEPS; ++kk) {
           if (kk == Cfg::KSTEPS - 1) {
-            // Next tile must be resident before its first fragments are prefetched; every warp
-            // has also loaded its last fragments of stage `ws`'s predecessor by now.
+            // The next tile must be resident before its first fragments are prefetched; the
+            // barrier also tells that every warp has read its last fragments of the stage the
+            // next k-tile's cp.async will overwrite.
             cp_async_wait<S - 2>();
             __syncthreads();
-            rs = (rs + 1 == S) ? 0 : rs + 1;
+            rs = next(rs);
           }
           // Prefetch the next k-step (the next tile's first one at the end; past the last tile it
           // reads a stale stage whose fragments are never used).
-          ld.load(f[(kk + 1) & 1], stage_a(rs), stage_b(rs), (kk + 1) % Cfg::KSTEPS);
+          ld.load(f[(kk + 1) & 1], rs, rs + A_BYTES, (kk + 1) % Cfg::KSTEPS);
           if (kk == 0) {
             issue(ws, kt + S - 1);
-            ws = (ws + 1 == S) ? 0 : ws + 1;
+            ws = next(ws);
           }
           warp_mma<Cfg>(acc, f[kk & 1]);
         }
@@ -345,20 +340,30 @@ __device__ __forceinline__ void gemm(const half* __restrict__ A, const half* __r
         cp_async_wait<S - 2>();
         __syncthreads();  // tile kt resident; stage ws no longer read by anyone
         issue(ws, kt + S - 1);
-        ws = (ws + 1 == S) ? 0 : ws + 1;
+        ws = next(ws);
 #pragma unroll
         for (int kk = 0; kk < Cfg::KSTEPS; ++kk) {
           Frags<Cfg> f;
-          ld.load(f, stage_a(rs), stage_b(rs), kk);
+          ld.load(f, rs, rs + A_BYTES, kk);
           warp_mma<Cfg>(acc, f);
         }
-        rs = (rs + 1 == S) ? 0 : rs + 1;
+        rs = next(rs);
       }
     }
-    cp_async_wait_all();  // nothing left in flight when the block exits
+    // No wait needed here: the last k-tile's wait_group already covered every real copy (the
+    // groups committed after it are empty).
   }
 
-  // Epilogue: accumulators -> fp16 -> C.
+  // Epilogue: accumulators -> fp16 -> C. All tiles are packed to half2 first: that frees the fp32
+  // accumulators before the shuffles need registers (the 64 x 64 fp32 warp tile spills otherwise).
+  uint32_t out[Cfg::WMT][Cfg::WNT][2];
+#pragma unroll
+  for (int i = 0; i < Cfg::WMT; ++i)
+#pragma unroll
+    for (int j = 0; j < Cfg::WNT; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) out[i][j][h] = acc[i][j].packed(h);
+
   const int g = lane >> 2, t = lane & 3;
   half* c0 = C + (size_t)(m0 + wm * Cfg::WM + g) * N + n0 + wn * Cfg::WN;
 #pragma unroll
@@ -368,14 +373,16 @@ __device__ __forceinline__ void gemm(const half* __restrict__ A, const half* __r
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         half* row = c0 + (size_t)(i * 16 + h * 8) * N + j * 8;
-        const uint32_t v = acc[i][j].packed(h);
+        const uint32_t v = out[i][j][h];
         if constexpr (Cfg::SHFL_STORE) {
           // Collective store: the quad's four half2 of this row gather in lane t == 0, which
           // writes all 8 columns with one 16-byte store (a quarter of the store instructions).
-          const uint32_t v1 = __shfl_down_sync(0xffffffffu, v, 1, 4);
-          const uint32_t v2 = __shfl_down_sync(0xffffffffu, v, 2, 4);
-          const uint32_t v3 = __shfl_down_sync(0xffffffffu, v, 3, 4);
-          if (t == 0) *reinterpret_cast<uint4*>(row) = make_uint4(v, v1, v2, v3);
+          // Four shuffles rather than three: the stored quad is then four fresh registers, which
+          // spares ptxas a register-allocation knot (a spill) in the 64 x 64 fp32 warp tile.
+          uint32_t q[4];
+#pragma unroll
+          for (int k = 0; k < 4; ++k) q[k] = __shfl_sync(0xffffffffu, v, k, 4);
+          if (t == 0) *reinterpret_cast<uint4*>(row) = make_uint4(q[0], q[1], q[2], q[3]);
         } else {
           *reinterpret_cast<uint32_t*>(row + 2 * t) = v;
         }
