@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ._driver import check, driver
+from ._driver import check, driver, init
 from .device import get_device, stream_handle
 from .errors import ValidationError
 
@@ -235,6 +235,7 @@ def _from_cai(obj: Any) -> DeviceArray:
     strides = tuple(cai["strides"]) if cai.get("strides") else None
     dev = 0
     if ptr:
+        init()
         drv = driver()
         attr = drv.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
         dev = int(check(drv.cuPointerGetAttribute(attr, ptr), "cuPointerGetAttribute(DEVICE_ORDINAL)"))

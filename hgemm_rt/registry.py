@@ -120,10 +120,11 @@ class Registry:
             self._entries[spec.name] = CubinKernel(manifest, spec)
 
     def names(self) -> list[str]:
-        return list(self._entries)
+        """Every GEMM: cuBLAS baselines and cubin kernels (not the "util" helper kernels)."""
+        return [e.name for e in self.kernels()]
 
     def kernels(self) -> list[Any]:
-        return list(self._entries.values())
+        return [e for e in self._entries.values() if e.ladder != "util"]
 
     def get(self, name: str) -> Any:
         canonical = self.manifest.canonical(name) or name

@@ -1,0 +1,78 @@
+"""Runtime behaviour on the GPU: zero-copy interop, buffers, streams, errors from the driver."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import hgemm_rt as hg
+from hgemm_rt.testing import random_operands, reference, rel_error
+
+pytestmark = pytest.mark.gpu
+
+
+def test_device_array_roundtrip_and_close_twice(rng):
+    x = rng.standard_normal((37, 53)).astype(np.float16)
+    d = hg.to_device(x)
+    assert np.array_equal(d.to_numpy(), x)
+    d.close()
+    d.close()
+    assert d.closed
+    with pytest.raises(hg.ValidationError, match="closed"):
+        d.to_numpy()
+
+
+def test_torch_tensors_are_used_without_copying(rng):
+    torch = pytest.importorskip("torch")
+    M, N, K = 96, 80, 64
+    a, b = random_operands(M, N, K, "NN", "f16", rng)
+    ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
+    tc = torch.full((M, N), float("nan"), dtype=torch.float16, device="cuda")
+    view = hg.as_device_array(tc)
+    assert view.ptr == tc.data_ptr()  # zero-copy
+    hg.launch("hgemm_naive_f16", ta, tb, tc, stream=torch.cuda.current_stream())
+    torch.cuda.synchronize()
+    assert rel_error(tc.cpu().numpy(), reference(a, b, "NN")) < 1e-3
+
+
+def test_dlpack_producer_is_used_without_copying(rng):
+    cp = pytest.importorskip("cupy")
+    M, N, K = 64, 48, 32
+    a, b = random_operands(M, N, K, "NN", "f32", rng)
+    ca, cb = cp.asarray(a), cp.asarray(b)
+    cc = cp.full((M, N), cp.nan, dtype=cp.float32)
+
+    class OnlyDlpack:  # hide __cuda_array_interface__ so the DLPack path is the one taken
+        def __init__(self, x):
+            self.x = x
+
+        def __dlpack__(self, **kw):
+            return self.x.__dlpack__(**kw)
+
+        def __dlpack_device__(self):
+            return self.x.__dlpack_device__()
+
+    view = hg.as_device_array(OnlyDlpack(cc))
+    assert view.ptr == cc.data.ptr and view.shape == (M, N) and view.dtype == "f32"
+    hg.launch("sgemm_naive_f32", OnlyDlpack(ca), OnlyDlpack(cb), view)
+    cp.cuda.Device().synchronize()
+    assert rel_error(cp.asnumpy(cc), reference(a, b, "NN")) < 1e-5
+
+
+def test_two_streams_give_correct_results(rng):
+    M, N, K = 128, 96, 64
+    outs = []
+    with hg.Stream() as s1, hg.Stream() as s2:
+        for s in (s1, s2):
+            a, b = random_operands(M, N, K, "NN", "f16", rng)
+            A, B, C = hg.to_device(a), hg.to_device(b), hg.empty((M, N), "f16")
+            C.fill_bytes(0xFF, s)
+            hg.launch("hgemm_naive_f16", A, B, C, stream=s)
+            outs.append((A, B, C, reference(a, b, "NN"), s))
+        for A, B, C, ref, s in outs:
+            s.synchronize()
+            assert rel_error(C.to_numpy(), ref) < 1e-3
+
+
+def test_device_info_is_sane():
+    info = hg.get_device().info
+    assert info.sm_count > 0 and info.cc >= (8, 0) and info.max_smem_optin >= 48 * 1024
