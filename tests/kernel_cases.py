@@ -28,13 +28,15 @@ def _round_up(x: int, m: int) -> int:
 
 
 def shapes_for(spec: KernelSpec) -> list[tuple[str, int, int, int]]:
-    """Named (label, M, N, K): aligned, ragged (not a tile multiple: one multiple of the requirement
-    past the tile, or an odd size), K below one K tile, and M=1 / N=1 where the kernel accepts them."""
+    """Named (label, M, N, K): aligned, one step above and one below a tile multiple (a step is the
+    kernel's required multiple, or 1 where it has none), K below one K tile, and M=1 / N=1 where the kernel accepts them."""
     d = _dims(spec)
     aligned = {k: _round_up(2 * t, r) for k, (t, r) in d.items()}
     ragged = {k: (aligned[k] + r if r > 1 else aligned[k] + 1) for k, (t, r) in d.items()}
+    below = {k: aligned[k] - r for k, (t, r) in d.items()}  # one step below a tile multiple
     cases = [("aligned", aligned["M"], aligned["N"], aligned["K"]),
-             ("ragged", ragged["M"], ragged["N"], ragged["K"])]
+             ("ragged", ragged["M"], ragged["N"], ragged["K"]),
+             ("below", below["M"], below["N"], below["K"])]
     k_small = d["K"][1] if d["K"][1] > 1 else 7
     if k_small < d["K"][0]:
         cases.append(("k_small", aligned["M"], aligned["N"], k_small))
