@@ -1,0 +1,32 @@
+// Family "hgemm_cute": HGEMM with CuTe (CUTLASS headers), layout TN.
+//   hgemm_mma_stages_block_swizzle_tn_cute (alias hgemm_cute_tn)
+//   A: M x K row-major, B: N x K row-major, C: M x N row-major. fp16 in, fp16 out,
+//   accumulate fp16 (__accf16, the original library's choice) or fp32 (__accf32).
+// Block tile 128 x 256 x 32, 256 threads = 8 warps as 2 (M) x 4 (N), each warp 64 x 64.
+// Dynamic smem: stages * (128 + 256) * 32 * 2 bytes (48/72/96 KiB for 2/3/4 stages), reused by the
+// epilogue. Minimum arch sm_80 (cp.async, ldmatrix, mma.sync m16n8k16).
+// Requires M % 128 == 0, N % 256 == 0, K % 32 == 0 (nothing is predicated); 16-byte aligned pointers.
+// Grid "tiles+swizzle": bx = blockIdx.z * gridDim.x + blockIdx.x walks N, blockIdx.y walks M.
+#include "common/cute_tn.cuh"
+
+namespace {
+// 128x256 rather than 128x128: with fp32 accumulators a 64x64 warp tile is the largest that fits in
+// 255 registers, and 8 such warps per block halve the global->smem bytes per MMA compared with four.
+// BK=32 keeps 4 stages at 96 KiB, inside every sm_8x part's shared memory.
+template <class AccT, int Stages>
+using CuteTnCfg = hg::cute_tn::Config<AccT, 128, 256, 32, Stages, 2, 4>;
+}  // namespace
+
+#define HGEMM_CUTE_TN(ACC_NAME, ACC_T, STAGES)                                                            \
+  extern "C" __global__ void __launch_bounds__(CuteTnCfg<ACC_T, STAGES>::kThreads, 1)                    \
+      hgemm_mma_stages_block_swizzle_tn_cute__acc##ACC_NAME##__stages##STAGES(                            \
+          const half* A, const half* B, half* C, int M, int N, int K) {                                   \
+    hg::cute_tn::gemm_tn<CuteTnCfg<ACC_T, STAGES>>(A, B, C, M, N, K);                                     \
+  }
+
+HGEMM_CUTE_TN(f16, cute::half_t, 2)
+HGEMM_CUTE_TN(f16, cute::half_t, 3)
+HGEMM_CUTE_TN(f16, cute::half_t, 4)
+HGEMM_CUTE_TN(f32, float, 2)
+HGEMM_CUTE_TN(f32, float, 3)
+HGEMM_CUTE_TN(f32, float, 4)
