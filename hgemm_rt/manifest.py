@@ -95,6 +95,7 @@ class KernelSpec:
     technique: str
     sass: tuple[str, ...]
     tma: Mapping[str, Any] | None
+    default: Mapping[str, Any] = field(default_factory=dict)  # launch default per variant axis
     builds: Mapping[str, ArchBuild] = field(default_factory=dict)
     ptx: PtxBuild | None = None
 
@@ -111,7 +112,7 @@ class KernelSpec:
         return [variant_symbol(self.name, c) for c in self.variant_choices()]
 
     def resolve_variant(self, given: Mapping[str, Any]) -> dict[str, Any]:
-        """Fill defaults (first value of each axis) and check the given values against the axes."""
+        """Fill defaults (`default`, else the first value of each axis) and check the given values."""
         from .errors import ValidationError
 
         unknown = set(given) - set(self.variants)
@@ -122,9 +123,9 @@ class KernelSpec:
             )
         choice = {}
         for axis, values in self.variants.items():
-            value = given.get(axis, values[0])
+            value = given.get(axis)
             if value is None:
-                value = values[0]
+                value = self.default.get(axis, values[0])
             if value not in values:
                 raise ValidationError(
                     f"{self.name}: {axis}={value!r} is not built; available: {list(values)}"
@@ -205,7 +206,11 @@ def kernel_spec_from_dict(d: Mapping[str, Any], with_builds: bool = True) -> Ker
         technique=str(d.get("technique", "")),
         sass=tuple(d.get("sass", ())),
         tma=d.get("tma"),
+        default=dict(d.get("default", {}) or {}),
     )
+    for axis, value in spec.default.items():
+        if value not in spec.variants.get(axis, ()):
+            raise ManifestError(f"{name}: default {axis}={value!r} is not among its variants {dict(spec.variants)}")
     if spec.threads > 1024:
         raise ManifestError(f"{name}: block {spec.block} has {spec.threads} threads (> 1024)")
     for choice in spec.variant_choices():  # every variant's smem expression must evaluate
