@@ -18,8 +18,9 @@
 //
 // Kernels (see hgemm_sm90.toml):
 //   *_ws_{tn,nn}                       one 128x256 tile per CTA ("tiles" grid), 4 stages, direct stores
-//   *_ws_persistent_{tn,nn}            persistent grid, grouped tile order, 3 stages, stmatrix +
-//                                      TMA-store epilogue that overlaps the next tile's main loop
+//   *_ws_persistent_{tn,nn}            persistent grid, grouped tile order, stmatrix + TMA-store
+//                                      epilogue that overlaps the next tile's main loop; variants
+//                                      stages=3 (whole-tile staging) / 4 (half-tile, two passes)
 //   *_ws_persistent_cluster2_{tn,nn}   + 2-CTA cluster along M: each CTA loads half of the shared B
 //                                      tile and multicasts it to both (B traffic from L2 halved)
 //   *_ws_persistent_cluster2_direct_tn the same with 4 stages and direct stores (no staging buffer)
@@ -52,7 +53,11 @@ struct Cfg {
   static constexpr int kABytes = BM * BK * 2;                 // 16 KB per stage
   static constexpr int kBBytes = BN * BK * 2;                 // 32 KB per stage
   static constexpr int kStageBytes = kABytes + kBBytes;       // TMA bytes each full barrier expects
-  static constexpr int kCBytes = kTmaStore ? BM * BN * 2 : 0; // output staging (64 KB)
+  // Output staging for the TMA-store epilogue. With 3 stages the whole 128 x 256 fp16 tile fits
+  // (64 KB); a 4th stage leaves room for half of it only (32 KB), stored in two passes of 128
+  // columns per consumer.
+  static constexpr int kCStageCols = kStages >= 4 ? BN / 2 : BN;
+  static constexpr int kCBytes = kTmaStore ? BM * kCStageCols * 2 : 0;
   static constexpr int kBarOffset = kStages * kStageBytes + kCBytes;
   static constexpr int kSmemBytes = kBarOffset + 2 * kStages * 8 + 1024;
   // B rows (TN: N rows of 64 K; NN: 64-column chunks) loaded by this CTA; the peer loads the rest.
@@ -131,35 +136,42 @@ __device__ __forceinline__ void epilogue_direct(const float (&d)[128], T* C, int
   }
 }
 
-// TMA store: stmatrix the tile (as fp16) into a 128B-swizzled staging buffer laid out as four
-// 64-row x 64-column boxes (the swizzle makes the 8 rows of each 8x8 matrix hit 8 different 16-byte
-// bank groups: conflict-free), then one thread issues four bulk tensor stores. The store runs
+// TMA store: stmatrix the tile (as fp16) into a 128B-swizzled staging buffer laid out as 64-row x
+// 64-column boxes (the swizzle makes the 8 rows of each 8x8 matrix hit 8 different 16-byte bank
+// groups: conflict-free), then one thread issues the bulk tensor stores. The store runs
 // asynchronously while this warpgroup starts the next tile; the buffer is reused only after the
-// previous store has finished reading it.
-template <typename T>
+// previous store has finished reading it. kCols < BN stages the tile in BN / kCols passes.
+template <typename T, int kCols>
 __device__ __forceinline__ void epilogue_tma(const float (&d)[128], const CUtensorMap* tmC, uint8_t* sCw, int wg,
                                              int row0, int n0) {
+  static_assert(BN % kCols == 0 && kCols % 64 == 0, "passes of whole 64-column boxes");
   const int tid = threadIdx.x % 128;
   const int lane = threadIdx.x % 32;
   const int warp = tid / 32;
-  if (tid == 0) hg90::tma_store_wait_read<0>();
-  hg90::named_bar_sync(1 + wg, 128);
   const uint32_t base = smem_u32(sCw);
-  const int mat = lane / 8;                            // which of the 4 matrices this lane addresses
+  const int mat = lane / 8;                              // which of the 4 matrices this lane addresses
   const int row = warp * 16 + (mat & 1) * 8 + lane % 8;  // 0..63; row % 8 == lane % 8
 #pragma unroll
-  for (int j = 0; j < 32; j += 2) {
-    const int col = 8 * (j + (mat >> 1));               // 0..255
-    const uint32_t addr = base + (col / 64) * (64 * 128) + row * 128 + ((((col % 64) / 8) ^ (row % 8)) << 4);
-    hg90::stmatrix_x4(addr, hg90::pack2<T>(d[4 * j + 0], d[4 * j + 1]), hg90::pack2<T>(d[4 * j + 2], d[4 * j + 3]),
-                      hg90::pack2<T>(d[4 * j + 4], d[4 * j + 5]), hg90::pack2<T>(d[4 * j + 6], d[4 * j + 7]));
-  }
-  hg90::fence_proxy_async_smem();  // stmatrix writes -> visible to the TMA engine
-  hg90::named_bar_sync(1 + wg, 128);
-  if (tid == 0) {
+  for (int pass = 0; pass < BN / kCols; ++pass) {
+    if (tid == 0) hg90::tma_store_wait_read<0>();
+    hg90::named_bar_sync(1 + wg, 128);
 #pragma unroll
-    for (int c = 0; c < BN / 64; ++c) hg90::tma_store_2d(tmC, sCw + c * (64 * 128), n0 + 64 * c, row0);
-    hg90::tma_store_commit();
+    for (int jj = 0; jj < kCols / 8; jj += 2) {
+      const int j = pass * (kCols / 8) + jj;              // 8-column block of the accumulator
+      const int col = 8 * (jj + (mat >> 1));              // column within this pass, 0..kCols-1
+      const uint32_t addr = base + (col / 64) * (64 * 128) + row * 128 + ((((col % 64) / 8) ^ (row % 8)) << 4);
+      hg90::stmatrix_x4(addr, hg90::pack2<T>(d[4 * j + 0], d[4 * j + 1]),
+                        hg90::pack2<T>(d[4 * j + 2], d[4 * j + 3]), hg90::pack2<T>(d[4 * j + 4], d[4 * j + 5]),
+                        hg90::pack2<T>(d[4 * j + 6], d[4 * j + 7]));
+    }
+    hg90::fence_proxy_async_smem();  // stmatrix writes -> visible to the TMA engine
+    hg90::named_bar_sync(1 + wg, 128);
+    if (tid == 0) {
+#pragma unroll
+      for (int c = 0; c < kCols / 64; ++c)
+        hg90::tma_store_2d(tmC, sCw + c * (64 * 128), n0 + pass * kCols + 64 * c, row0);
+      hg90::tma_store_commit();
+    }
   }
 }
 
@@ -289,7 +301,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
       if (prev >= 0) release(prev);
       const int row0 = m0 + cw * kWgRows;
       if constexpr (kTmaStore) {
-        epilogue_tma<T>(d, &cArg, sC + cw * (kWgRows * BN * 2), cw, row0, n0);
+        epilogue_tma<T, C_::kCStageCols>(d, &cArg, sC + cw * (kWgRows * C_::kCStageCols * 2), cw, row0, n0);
       } else {
         epilogue_direct<T>(d, cArg, M, N, row0, n0);
       }
@@ -313,20 +325,24 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
            int N, int K) {                                                                               \
     sm90_gemm<T, NN, STAGES, CLUSTER_M, PERSISTENT, false>(tmA, tmB, C, M, N, K);                        \
   }
-#define HG90_KERNEL_TMAC(NAME, T, NN, STAGES, CLUSTER_M)                                                 \
+#define HG90_KERNEL_TMAC1(NAME, T, NN, STAGES, CLUSTER_M)                                                \
   extern "C" __global__ void __launch_bounds__(kThreads, 1)                                              \
-      NAME(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,             \
-           const __grid_constant__ CUtensorMap tmC, int M, int N, int K) {                               \
+      NAME##__stages##STAGES(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB, \
+                             const __grid_constant__ CUtensorMap tmC, int M, int N, int K) {             \
     sm90_gemm<T, NN, STAGES, CLUSTER_M, true, true>(tmA, tmB, tmC, M, N, K);                             \
   }
+// variants = { stages = [3, 4] }: 3 stages + whole-tile staging, or 4 stages + half-tile staging.
+#define HG90_KERNEL_TMAC(NAME, T, NN, CLUSTER_M) \
+  HG90_KERNEL_TMAC1(NAME, T, NN, 3, CLUSTER_M)   \
+  HG90_KERNEL_TMAC1(NAME, T, NN, 4, CLUSTER_M)
 
 HG90_KERNEL_PTRC(hgemm_sm90_wgmma_tma_ws_tn, __half, false, 4, 1, false)
 HG90_KERNEL_PTRC(hgemm_sm90_wgmma_tma_ws_nn, __half, true, 4, 1, false)
-HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_tn, __half, false, 3, 1)
-HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_nn, __half, true, 3, 1)
-HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_cluster2_tn, __half, false, 3, 2)
-HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_cluster2_nn, __half, true, 3, 2)
+HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_tn, __half, false, 1)
+HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_nn, __half, true, 1)
+HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_cluster2_tn, __half, false, 2)
+HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_cluster2_nn, __half, true, 2)
 // The staging buffer costs the fourth ring stage; this one keeps 4 stages and stores directly.
 HG90_KERNEL_PTRC(hgemm_sm90_wgmma_tma_ws_persistent_cluster2_direct_tn, __half, false, 4, 2, true)
-HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_cluster2_tn_bf16, __nv_bfloat16, false, 3, 2)
-HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_cluster2_nn_bf16, __nv_bfloat16, true, 3, 2)
+HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_cluster2_tn_bf16, __nv_bfloat16, false, 2)
+HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_cluster2_nn_bf16, __nv_bfloat16, true, 2)

@@ -97,15 +97,17 @@ def encode_2d(ptr: int, rows: int, cols: int, row_stride_bytes: int, dtype: str,
             f"{kernel}: tma.{operand}.box inner extent {box[0] * item} B exceeds the {swizzle_bytes} B swizzle span"
         )
     drv = driver()
+    u64, u32 = drv.cuuint64_t, drv.cuuint32_t
     tmap = check(
         drv.cuTensorMapEncodeTiled(
             _data_type(dtype),
             2,
             ptr,
-            [cols, rows],              # globalDim: innermost first
-            [row_stride_bytes],        # globalStrides: bytes, dims 1.. only
-            list(box),                 # boxDim
-            [1, 1],                    # elementStrides: dense boxes
+            # cuda-bindings takes these arrays only as its cuuint64_t / cuuint32_t wrappers
+            [u64(cols), u64(rows)],            # globalDim: innermost first
+            [u64(row_stride_bytes)],           # globalStrides: bytes, dims 1.. only
+            [u32(box[0]), u32(box[1])],        # boxDim
+            [u32(1), u32(1)],                  # elementStrides: dense boxes
             drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
             _swizzle(swizzle_bytes, kernel, operand),
             # 256-byte L2 promotion: the boxes are 128-byte rows read by many CTAs.
