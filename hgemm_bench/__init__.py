@@ -1,0 +1,17 @@
+"""hgemm_bench: the benchmark behind `python bench.py`.
+
+Modules, in the order a run uses them:
+    cli        flags -> Settings (shapes, groups, budgets); no GPU, no runtime import
+    selection  registry entries -> Cases (kernel + variant), groups derived from each entry's `.ladder`
+    devinfo    device header: name, SMs, clocks, driver, fp16 dense peak
+    measure    the GPU part: inputs, the float64 reference, correctness, event timing
+    analysis   pure functions over recorded measurements: error bounds, ratios, best rows, geomeans
+    tables     text tables (per shape, summary, top-k)
+    plot       TFLOPS-vs-shape series and the matplotlib PNG
+    results    JSON / CSV writers, the JSON schema check, loading
+    readme     the README results section (ladder table + plot) from a results JSON
+    progress   the stderr progress bar
+
+Everything after `measure` works on plain dicts loaded from JSON, so it is tested on the CPU with a
+recorded GPU run (tests/data/).
+"""

@@ -1,0 +1,137 @@
+"""Pure functions over measurement records (plain dicts, as stored in the results JSON): error
+bounds, ratios to cuBLAS, the best row, the "+x%" gains, geomeans across a sweep and the top-k.
+
+A record has: name, ladder, step, layout, dtype, acc, out, baseline, label, M, N, K, ms, tflops,
+rel_error (None when C held NaN/Inf), and after `judge`: error_bound, ok, ratio.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable
+
+from hgemm_rt.testing import baseline_acc, baseline_for, error_bound
+
+Record = dict[str, Any]
+
+CLASSES = ("hgemm", "sgemm")
+CLASS_TITLES = {"hgemm": "HGEMM (fp16/bf16 in)", "sgemm": "SGEMM (fp32 in)"}
+
+
+def klass(dtype: str) -> str:
+    """Rows are compared within a class: 16-bit inputs (tensor-core rate) or fp32 inputs."""
+    return "sgemm" if dtype == "f32" else "hgemm"
+
+
+def shape_of(r: Record) -> tuple[int, int, int]:
+    return (r["M"], r["N"], r["K"])
+
+
+def key_of(r: Record) -> tuple[str, str]:
+    return (r["name"], r["label"])
+
+
+def judge(rows: list[Record]) -> None:
+    """Set error_bound and ok on the rows of one shape. The bound is testing.error_bound: never looser
+    than a small factor over cuBLAS with the same layout, dtype and accumulation in this run where
+    that ran, the static floor otherwise. A row that is not ok never counts as best."""
+    cublas_err: dict[tuple, float] = {}
+    for r in rows:
+        if r["baseline"] and r["rel_error"] is not None:
+            cublas_err[(r["name"], r["acc"])] = r["rel_error"]
+    for r in rows:
+        ref = None
+        if not r["baseline"]:
+            base = baseline_for(r["layout"], r["dtype"])
+            if base is not None:
+                ref = cublas_err.get((base, baseline_acc(r["dtype"], r["acc"])))
+        r["error_bound"] = error_bound(r["dtype"], r["acc"], r["out"], r["K"], ref)
+        r["ok"] = r["rel_error"] is not None and r["rel_error"] <= r["error_bound"]
+
+
+def best_cublas(rows: Iterable[Record]) -> dict[str, float]:
+    """Per class, the best cuBLAS TFLOPS among correct rows (bf16 rows compare with fp16 cuBLAS:
+    the same tensor-core rate; cuBLAS bf16 is no baseline here)."""
+    best: dict[str, float] = {}
+    for r in rows:
+        if r["baseline"] and r.get("ok"):
+            c = klass(r["dtype"])
+            best[c] = max(best.get(c, 0.0), r["tflops"])
+    return best
+
+
+def set_ratios(rows: list[Record]) -> None:
+    """ratio = TFLOPS / best cuBLAS of the same class at the same shape (None without cuBLAS)."""
+    best = best_cublas(rows)
+    for r in rows:
+        b = best.get(klass(r["dtype"]))
+        r["ratio"] = r["tflops"] / b if b else None
+
+
+def finish_shape(rows: list[Record]) -> None:
+    judge(rows)
+    set_ratios(rows)
+
+
+def shape_view(rows: list[Record]) -> list[dict[str, Any]]:
+    """Rows of one shape and class in run order, each with `gain` (percent over the best correct row
+    before it, only where it sets a new best: the original's "+x%") and `best` (the fastest correct
+    row of the table)."""
+    view, running = [], 0.0
+    ok = [r for r in rows if r.get("ok")]
+    top = max(ok, key=lambda r: r["tflops"]) if ok else None
+    for r in rows:
+        gain = None
+        if r.get("ok") and r["tflops"] > running:
+            gain = (r["tflops"] / running - 1.0) * 100.0 if running > 0 else None
+            running = r["tflops"]
+        view.append({"row": r, "gain": gain, "best": r is top})
+    return view
+
+
+def geomean(xs: list[float]) -> float:
+    xs = [x for x in xs if x and x > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+def summarize(records: list[Record], shapes: list[tuple[int, int, int]]) -> list[dict[str, Any]]:
+    """Per kernel + variant across the sweep: shapes measured correctly, geomean TFLOPS, geomean ratio
+    to cuBLAS, min/max TFLOPS, total ms. Sorted: complete rows (every shape) first, then by geomean."""
+    groups: dict[tuple[str, str], list[Record]] = {}
+    for r in records:
+        groups.setdefault(key_of(r), []).append(r)
+    out = []
+    for (name, label), rs in groups.items():
+        good = [r for r in rs if r.get("ok")]
+        ratios = [r["ratio"] for r in good if r.get("ratio")]
+        tf = [r["tflops"] for r in good]
+        first = rs[0]
+        out.append({
+            "name": name, "label": label, "ladder": first["ladder"], "step": first["step"],
+            "layout": first["layout"], "dtype": first["dtype"], "class": klass(first["dtype"]),
+            "baseline": first["baseline"], "shapes": len(good), "failed": len(rs) - len(good),
+            "complete": len(good) == len(shapes),
+            "geomean_tflops": geomean(tf), "geomean_ratio": geomean(ratios) if ratios else None,
+            "min_tflops": min(tf) if tf else None, "max_tflops": max(tf) if tf else None,
+            "total_ms": sum(r["ms"] for r in good),
+        })
+    out.sort(key=lambda s: (not s["complete"], -(s["geomean_tflops"] if s["shapes"] else -1.0)))
+    return out
+
+
+def topk(summary: list[dict[str, Any]], k: int, cls: str, include_baselines: bool = False) -> list[dict[str, Any]]:
+    """The k best kernels of a class by geomean TFLOPS, among those correct at every shape."""
+    pool = [s for s in summary if s["class"] == cls and s["complete"] and s["shapes"]
+            and (include_baselines or not s["baseline"])]
+    return sorted(pool, key=lambda s: -s["geomean_tflops"])[:k]
+
+
+def classes_present(records: list[Record]) -> list[str]:
+    present = {klass(r["dtype"]) for r in records}
+    return [c for c in CLASSES if c in present]
+
+
+def shapes_in_order(records: list[Record]) -> list[tuple[int, int, int]]:
+    seen: dict[tuple[int, int, int], None] = {}
+    for r in records:
+        seen.setdefault(shape_of(r), None)
+    return list(seen)

@@ -1,0 +1,188 @@
+"""Command-line flags of `python bench.py`: parsing and the checks that need no GPU."""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+
+DEFAULT_SWEEP = (1024, 2048, 4096, 8192)
+DEFAULT_SEP = 1024
+
+# flag -> (ladders, every variant?). The plain flag runs each kernel of the ladder once in its default
+# variant (first value of every axis, thread-block swizzle where the grid has it); `-all` runs every
+# variant (stages x acc x swizzle off/on). cute/sgemm/hopper have no `-all` twin (as in the original
+# library): their flag already runs every variant.
+GROUP_FLAGS: dict[str, tuple[tuple[str, ...], bool]] = {
+    "cuda": (("cuda",), False),
+    "cuda_all": (("cuda",), True),
+    "wmma": (("wmma",), False),
+    "wmma_all": (("wmma",), True),
+    "mma": (("mma",), False),
+    "mma_all": (("mma",), True),
+    "cute_tn": (("cute",), True),
+    "sgemm": (("sgemm",), True),
+    "hopper": (("hopper",), True),
+}
+
+EPILOG = """\
+selection (the groups come from each kernel's `ladder` in the build manifest, never from a list here):
+  default     the top rung (highest step) of each tensor-core ladder (wmma, mma, cute, hopper) per
+              layout, fp16, in its default variant, plus cuBLAS; --no-default drops it
+  --cuda/--wmma/--mma           every kernel of that ladder, default variant
+  --cuda-all/--wmma-all/--mma-all   every kernel, every variant (stages, acc, swizzle off/on)
+  --cute-tn/--sgemm/--hopper    every kernel of that ladder, every variant
+  --all       every kernel, every variant
+  --kernels P comma-separated globs or substrings: alone it runs exactly the matching kernels (every
+              variant); with group flags it keeps only the matching ones
+  cuBLAS (NN and TN, fp16 and fp32 accumulation; fp32 and TF32 for SGEMM) always runs unless
+  --no-cublas: ratios are to its best variant in the same run.
+
+shapes: --MNK S (one square), --M/--N/--K (missing ones from --MNK), --MMNK MAX [--SEP STEP] (squares
+  STEP, 2*STEP, ... <= MAX); default: squares 1024, 2048, 4096, 8192.
+
+measurement: N(0,1) inputs, one checked run into NaN-filled C (relative error against float64 on
+  sampled rows, NaN anywhere = inf), then warm-up and CUDA-event timings with L2 flushed before each;
+  the median. --budget caps the seconds of timed runs per kernel and shape (slow kernels get fewer
+  iterations, down to one).
+
+outputs: --plot [PNG] (--topk K), --json FILE, --csv FILE. README: `python bench.py --readme RESULTS.json`
+  rewrites the section between <!-- results:start --> and <!-- results:end --> (no GPU needed).
+"""
+
+
+@dataclass
+class Settings:
+    shapes: list[tuple[int, int, int]]
+    groups: dict[str, bool] = field(default_factory=dict)
+    all: bool = False
+    default: bool = True
+    kernels: list[str] = field(default_factory=list)
+    cublas: bool = True
+    warmup: int = 3
+    iters: int = 20
+    budget: float = 0.5
+    check_rows: int = 128
+    topk: int = 5
+    plot: str | None = None
+    json: str | None = None
+    csv: str | None = None
+    seed: int | None = None
+    progress: bool = True
+    list_only: bool = False
+    readme: str | None = None
+    readme_shape: int = 4096
+    readme_file: str = "README.md"
+    readme_plot: str = "docs/bench_tflops.png"
+
+    def settings_record(self) -> dict:
+        """What a results file records about how it was measured."""
+        return {
+            "shapes": [list(s) for s in self.shapes],
+            "groups": sorted(k for k, v in self.groups.items() if v),
+            "all": self.all, "default": self.default, "kernels": self.kernels, "cublas": self.cublas,
+            "warmup": self.warmup, "iters": self.iters, "budget_s": self.budget,
+            "check_rows": self.check_rows, "topk": self.topk, "seed": self.seed,
+            "timing": "CUDA events, median; L2 flushed (memset of 2x L2) before every timed run",
+        }
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="bench.py", description="Benchmark the hgemm kernels against cuBLAS.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sel = ap.add_argument_group("selection")
+    for dest in GROUP_FLAGS:
+        ladders, every = GROUP_FLAGS[dest]
+        what = "every variant" if every else "default variant"
+        sel.add_argument("--" + dest.replace("_", "-"), dest=dest, action="store_true",
+                         help=f"kernels of ladder {'/'.join(ladders)}, {what}")
+    sel.add_argument("--all", action="store_true", help="every kernel, every variant")
+    sel.add_argument("--no-default", action="store_true", help="drop the default set")
+    sel.add_argument("--kernels", metavar="PATTERN", help="comma-separated globs/substrings of kernel names")
+    sel.add_argument("--no-cublas", action="store_true", help="do not run the cuBLAS baselines")
+    sel.add_argument("--list", action="store_true", help="list the kernels, their groups and variants; no GPU")
+
+    shp = ap.add_argument_group("shapes")
+    shp.add_argument("--M", type=int)
+    shp.add_argument("--N", type=int)
+    shp.add_argument("--K", type=int)
+    shp.add_argument("--MNK", type=int, help="one square shape M = N = K")
+    shp.add_argument("--MMNK", type=int, help="square sweep up to this size")
+    shp.add_argument("--SEP", type=int, help=f"step of the --MMNK sweep (default {DEFAULT_SEP})")
+
+    msr = ap.add_argument_group("measurement")
+    msr.add_argument("--warmup", type=int, default=3, help="untimed runs before timing (default 3)")
+    msr.add_argument("--iters", type=int, default=20, help="timed runs per kernel and shape at most (default 20)")
+    msr.add_argument("--budget", type=float, default=0.5,
+                     help="seconds of warm-up + timed runs per kernel and shape at most (default 0.5)")
+    msr.add_argument("--check-rows", type=int, default=128,
+                     help="rows of C checked against float64 (0: all; default 128)")
+    msr.add_argument("--seed", type=int, help="seed of the random inputs (default: fresh)")
+    msr.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+
+    out = ap.add_argument_group("outputs")
+    out.add_argument("--plot", nargs="?", const="bench_tflops.png", metavar="PNG",
+                     help="TFLOPS vs shape for the top-k kernels, cuBLAS and the per-shape best "
+                          "(default file bench_tflops.png; needs matplotlib: pip install -e .[plot])")
+    out.add_argument("--topk", type=int, default=5, help="kernels in the plot and the top list (default 5)")
+    out.add_argument("--json", metavar="FILE", help="every measurement with device, driver, build and settings")
+    out.add_argument("--csv", metavar="FILE", help="one line per measurement")
+
+    rd = ap.add_argument_group("README (no GPU)")
+    rd.add_argument("--readme", metavar="RESULTS_JSON",
+                    help="regenerate the README results section from a results JSON and exit")
+    rd.add_argument("--readme-shape", type=int, default=4096, help="square size of the ladder table (default 4096)")
+    rd.add_argument("--readme-file", default="README.md", help="the README to update (default README.md)")
+    rd.add_argument("--readme-plot", default="docs/bench_tflops.png", help="where the README's plot goes")
+    return ap
+
+
+def shapes_from(args: argparse.Namespace, error) -> list[tuple[int, int, int]]:
+    dims = {"M": args.M, "N": args.N, "K": args.K}
+    sizes = [v for v in (*dims.values(), args.MNK, args.MMNK, args.SEP) if v is not None]
+    if any(v < 1 for v in sizes):
+        error("sizes must be >= 1")
+    if args.MMNK is not None:
+        if args.MNK is not None or any(v is not None for v in dims.values()):
+            error("--MMNK (a square sweep) does not combine with --MNK or --M/--N/--K")
+        sep = args.SEP or DEFAULT_SEP
+        if sep > args.MMNK:
+            error(f"--SEP {sep} is larger than --MMNK {args.MMNK}: the sweep would be empty")
+        return [(s, s, s) for s in range(sep, args.MMNK + 1, sep)]
+    if args.SEP is not None:
+        error("--SEP is the step of an --MMNK sweep")
+    if any(v is not None for v in dims.values()):
+        filled = {d: v if v is not None else args.MNK for d, v in dims.items()}
+        missing = [d for d, v in filled.items() if v is None]
+        if missing:
+            error(f"--{'/--'.join(missing)} missing: give all of --M --N --K, or --MNK for the rest")
+        return [(filled["M"], filled["N"], filled["K"])]
+    if args.MNK is not None:
+        return [(args.MNK,) * 3]
+    return [(s, s, s) for s in DEFAULT_SWEEP]
+
+
+def parse_args(argv: list[str] | None = None) -> Settings:
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    shapes = shapes_from(args, ap.error)
+    if args.iters < 1 or args.warmup < 0:
+        ap.error("--iters must be >= 1 and --warmup >= 0")
+    if args.budget <= 0:
+        ap.error("--budget must be > 0 seconds")
+    if args.topk < 1:
+        ap.error("--topk must be >= 1")
+    if args.check_rows < 0:
+        ap.error("--check-rows must be >= 0")
+    patterns = [p.strip() for p in (args.kernels or "").split(",") if p.strip()]
+    if args.kernels is not None and not patterns:
+        ap.error("--kernels needs at least one pattern")
+    return Settings(
+        shapes=shapes,
+        groups={k: bool(getattr(args, k)) for k in GROUP_FLAGS},
+        all=args.all, default=not args.no_default, kernels=patterns, cublas=not args.no_cublas,
+        warmup=args.warmup, iters=args.iters, budget=args.budget, check_rows=args.check_rows,
+        topk=args.topk, plot=args.plot, json=args.json, csv=args.csv, seed=args.seed,
+        progress=not args.no_progress, list_only=args.list, readme=args.readme,
+        readme_shape=args.readme_shape, readme_file=args.readme_file, readme_plot=args.readme_plot,
+    )

@@ -1,0 +1,156 @@
+"""`python bench.py`: select, measure shape by shape (a table each), then the summary, top-k, plot,
+JSON and CSV. Exit codes: 0 done, 1 no GPU (after listing the build), 2 bad build/flags, 3 some
+kernel failed its correctness check (the tables say which)."""
+from __future__ import annotations
+
+import datetime as _dt
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import analysis as an
+from . import plot as pl
+from . import results, tables
+from .cli import Settings, parse_args
+from .progress import Progress
+from .selection import describe_build, select
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                             text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def err(msg: str) -> None:
+    print(f"bench.py: {msg}", file=sys.stderr)
+
+
+def readme_mode(s: Settings) -> int:
+    try:
+        doc = results.load(s.readme)
+        from .readme import update_readme
+
+        update_readme(doc, s.readme, s.readme_file, s.readme_plot, s.readme_shape)
+    except (OSError, ValueError, RuntimeError) as exc:
+        err(str(exc))
+        return 2
+    print(f"updated the results section of {s.readme_file}" + (f" and {s.readme_plot}" if s.readme_plot else ""))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    s = parse_args(argv)
+    if s.readme:
+        return readme_mode(s)
+    if s.plot and not pl.have_matplotlib():
+        err(pl.MISSING_MATPLOTLIB)  # before any GPU time is spent
+        return 2
+    import hgemm_rt as hg
+
+    try:
+        registry = hg.get_registry()
+    except hg.ManifestError as exc:
+        err(str(exc))
+        return 2
+    entries = registry.kernels()
+    cases = select(entries, s)
+    if s.list_only:
+        print(describe_build(entries))
+        print(f"\nthese flags select {len(cases)} runs per shape, {len(s.shapes)} shape(s)")
+        return 0
+    if not hg.gpu_available():
+        print(describe_build(entries), file=sys.stderr)
+        err(f"no CUDA GPU on this machine: nothing can be timed (the build above holds "
+            f"{sum(not e.is_baseline for e in entries)} kernels; these flags select {len(cases)} runs per shape)")
+        return 1
+    if not cases:
+        err("the flags select nothing to run (see --help: selection)")
+        return 2
+    return run(s, registry, cases, argv)
+
+
+def run(s: Settings, registry: Any, cases: list, argv: list[str] | None) -> int:
+    import hgemm_rt as hg
+    from hgemm_rt.timing import L2Flusher
+
+    from .devinfo import device_record, header_lines
+    from .measure import measure_shape
+
+    dev = hg.get_device()
+    device = device_record(dev)
+    build = {"hash": registry.manifest.build_hash, "nvcc": registry.manifest.nvcc, "git": git_commit()}
+    for line in header_lines(device, build):
+        print(line)
+    print(f"{len(cases)} runs per shape ({sum(c.entry.is_baseline for c in cases)} cuBLAS), "
+          f"{len(s.shapes)} shape(s); warm-up {s.warmup}, up to {s.iters} timed runs, budget {s.budget:g} s "
+          "per kernel and shape; L2 flushed before every timed run", flush=True)
+    peak = device["fp16_dense_peak_tflops"]
+    seed = s.seed if s.seed is not None else int(np.random.SeedSequence().entropy % (2**63))
+    s.seed = seed
+    rng = np.random.default_rng(seed)
+    flusher = L2Flusher()
+    weight = {shape: float(shape[0]) * shape[1] * shape[2] for shape in s.shapes}
+    bar = Progress(sum(weight.values()) * len(cases), enabled=s.progress and len(s.shapes) * len(cases) > 1)
+    records: list[dict] = []
+    skipped: list[dict] = []
+    complete = False
+    t0 = time.perf_counter()
+    try:
+        for i, shape in enumerate(s.shapes):
+            where = f"shape {i + 1}/{len(s.shapes)} {'x'.join(map(str, shape))}"
+            bar.update(where)
+
+            def on_case(case: Any, _dt_s: float, where: str = where, w: float = weight[shape]) -> None:
+                bar.update(f"{where} {case.name} {case.label}", advance=w)
+
+            recs, skips = measure_shape(shape, cases, dev.info.cc, flusher, rng, warmup=s.warmup, iters=s.iters,
+                                        budget_s=s.budget, check_rows=s.check_rows, on_case=on_case)
+            an.finish_shape(recs)
+            records += recs
+            skipped += skips
+            bar.clear()
+            print(tables.shape_report(recs, skips, peak), flush=True)
+        complete = True
+    except KeyboardInterrupt:
+        bar.clear()
+        err("interrupted: the summary and files below hold the shapes finished so far")
+    finally:
+        flusher.close()
+    elapsed = time.perf_counter() - t0
+    if records:
+        print(tables.final_report(records, s.topk))
+    print(f"\n{len(records)} measurements, {len(skipped)} skipped, {elapsed:.0f} s")
+    doc = results.make_doc(
+        device=device, build=build, settings=s.settings_record(),
+        command="python bench.py " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)),
+        created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        records=records, skipped=skipped, complete=complete, elapsed_s=elapsed,
+    )
+    if s.json:
+        results.write_json(doc, s.json)
+        print(f"wrote {s.json}")
+    if s.csv:
+        results.write_csv(doc, s.csv)
+        print(f"wrote {s.csv}")
+    if s.plot and records:
+        data = pl.plot_series(records, s.topk)
+        pl.render(data, device["name"], s.plot, peak)
+        print(f"wrote {s.plot}")
+    failed = [r for r in records if not r["ok"]]
+    if failed:
+        names = sorted({f"{r['name']} ({r['label']})" if r["label"] else r["name"] for r in failed})
+        err(f"{len(failed)} measurement(s) over their error bound: {', '.join(names[:10])}"
+            + (", ..." if len(names) > 10 else ""))
+        return 3
+    return 0 if complete else 130

@@ -1,0 +1,130 @@
+"""Which (kernel, variant) pairs a run measures. Groups come from each registry entry's `.ladder`
+and `.step`, so a kernel added to a `cu/*.toml` shows up here with no edit."""
+from __future__ import annotations
+
+import fnmatch
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+from .cli import GROUP_FLAGS, Settings
+
+# Display order: the ladders as the README tells them, cuBLAS last (as the original printed it);
+# a ladder unknown here sorts after the known ones instead of being dropped.
+LADDER_ORDER = ("cuda", "wmma", "mma", "cute", "hopper", "sgemm", "cublas")
+TENSOR_CORE_LADDERS = ("wmma", "mma", "cute", "hopper")
+NOT_GEMM_LADDERS = ("util",)  # helpers in the manifest that are no GEMM (the GPU tests skip them too)
+
+
+def ladder_rank(ladder: str) -> int:
+    return LADDER_ORDER.index(ladder) if ladder in LADDER_ORDER else len(LADDER_ORDER) - 1
+
+
+@dataclass(frozen=True)
+class Case:
+    """One row of every shape table: a kernel in one variant."""
+
+    entry: Any = field(compare=False, hash=False, repr=False)
+    name: str
+    variant: tuple[tuple[str, Any], ...]  # the kernel's variant axes, e.g. (("stages", 3), ("acc", "f32"))
+    swizzle: str  # "" (no swizzle in this grid), "off", "on", or "auto" (on where N allows it)
+
+    @property
+    def label(self) -> str:
+        parts = [f"{k}={v}" for k, v in self.variant]
+        if self.swizzle:
+            parts.append(f"swizzle={self.swizzle}")
+        return ",".join(parts)
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return dict(self.variant)
+
+
+def has_swizzle(entry: Any) -> bool:
+    spec = getattr(entry, "spec", None)
+    return spec is not None and spec.grid == "tiles+swizzle"
+
+
+def variant_choices(entry: Any) -> list[dict[str, Any]]:
+    axes = list(entry.variants)
+    return [dict(zip(axes, vals)) for vals in itertools.product(*(entry.variants[a] for a in axes))]
+
+
+def expand(entry: Any, every_variant: bool) -> list[Case]:
+    """cuBLAS: every accumulation (the ratio is to the best). Kernels: the default variant, or all."""
+    choices = variant_choices(entry)
+    if not (every_variant or entry.is_baseline):
+        choices = choices[:1]  # first value of every axis: the declared default
+    swizzles = ("off", "on") if every_variant else ("auto",)
+    if not has_swizzle(entry):
+        swizzles = ("",)
+    return [Case(entry, entry.name, tuple(c.items()), s) for c in choices for s in swizzles]
+
+
+def matches(name: str, patterns: list[str]) -> bool:
+    return any(fnmatch.fnmatchcase(name, p) or p in name for p in patterns)
+
+
+def default_set(entries: list[Any]) -> list[Any]:
+    """The top rung of each tensor-core ladder, per layout, fp16: each ladder's latest kernel."""
+    top: dict[tuple[str, str], Any] = {}
+    for e in entries:
+        if e.is_baseline or e.ladder not in TENSOR_CORE_LADDERS or e.dtype != "f16":
+            continue
+        key = (e.ladder, e.layout)
+        if key not in top or (e.step, e.name) > (top[key].step, top[key].name):
+            top[key] = e
+    return list(top.values())
+
+
+def select(entries: list[Any], s: Settings) -> list[Case]:
+    """Cases in display order (ladder, step, name, variant), cuBLAS last."""
+    kernels = [e for e in entries if not e.is_baseline and e.ladder not in NOT_GEMM_LADDERS]
+    mode: dict[str, bool] = {}  # kernel name -> every variant?
+
+    def add(e: Any, every: bool) -> None:
+        mode[e.name] = mode.get(e.name, False) or every
+
+    groups_given = s.all or any(s.groups.values())
+    for flag, on in s.groups.items():
+        if on:
+            ladders, every = GROUP_FLAGS[flag]
+            for e in kernels:
+                if e.ladder in ladders:
+                    add(e, every)
+    if s.all:
+        for e in kernels:
+            add(e, True)
+    if s.kernels and not groups_given:
+        for e in kernels:
+            if matches(e.name, s.kernels):
+                add(e, True)
+    elif s.kernels:
+        mode = {n: m for n, m in mode.items() if matches(n, s.kernels)}
+    if s.default and not s.kernels:
+        for e in default_set(kernels):
+            add(e, False)
+    chosen = [e for e in kernels if e.name in mode]
+    chosen.sort(key=lambda e: (ladder_rank(e.ladder), e.ladder, e.step, e.name))
+    cases = [c for e in chosen for c in expand(e, mode[e.name])]
+    if s.cublas:
+        cases += [c for e in entries if e.is_baseline for c in expand(e, True)]
+    return cases
+
+
+def describe_build(entries: list[Any]) -> str:
+    """The kernels the build holds, per ladder, with their variant axes (for --list and no-GPU runs)."""
+    by_ladder: dict[str, list[Any]] = {}
+    for e in entries:
+        by_ladder.setdefault(e.ladder, []).append(e)
+    lines = []
+    for ladder in sorted(by_ladder, key=lambda x: (ladder_rank(x), x)):
+        group = by_ladder[ladder]
+        lines.append(f"{ladder} ({len(group)}):")
+        for e in sorted(group, key=lambda e: (e.step, e.name)):
+            axes = ", ".join(f"{k}={'/'.join(map(str, v))}" for k, v in e.variants.items())
+            if has_swizzle(e):
+                axes = ", ".join(x for x in (axes, "swizzle=off/on") if x)
+            lines.append(f"  {e.step:>2}  {e.name:<66} {e.layout} {e.dtype:<4} {axes}")
+    return "\n".join(lines)
