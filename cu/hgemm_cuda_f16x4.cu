@@ -19,9 +19,11 @@ using hg::cc::Acc;
 using hg::cc::ALayout;
 using hg::cc::Pipe;
 
+// minB = 2: ptxas fits every rung in 128 registers without spills, so two 256-thread blocks share an
+// SM (step 4 needed 167 registers without the bound: one block per SM, 24 vs 31 TFLOPS of step 3).
 //           symbol                                minB  BM   BN   BK TM TN VEC PACK   A layout              AKV pipeline      acc
-HG_CUDA_RUNG(hgemm_t_8x8_sliced_k_f16x4,           1,   128, 128, 8, 8, 8, 4, false, ALayout::kRowMajor,   1, Pipe::kSingle, Acc::kF32)
-HG_CUDA_RUNG(hgemm_t_8x8_sliced_k_f16x4_pack,      1,   128, 128, 8, 8, 8, 4, true,  ALayout::kRowMajor,   4, Pipe::kSingle, Acc::kF32)
-HG_CUDA_RUNG(hgemm_t_8x8_sliced_k_f16x4_bcf,       1,   128, 128, 8, 8, 8, 4, false, ALayout::kTransposed, 1, Pipe::kSingle, Acc::kF32)
-HG_CUDA_RUNG(hgemm_t_8x8_sliced_k_f16x4_pack_bcf,  1,   128, 128, 8, 8, 8, 4, true,  ALayout::kTransposed, 1, Pipe::kSingle, Acc::kF32)
-HG_CUDA_RUNG(hgemm_t_4x4_sliced_k_f16x4_pack_bcf,  1,   64,  64,  8, 4, 4, 4, true,  ALayout::kTransposed, 1, Pipe::kSingle, Acc::kF32)
+HG_CUDA_RUNG(hgemm_t_8x8_sliced_k_f16x4,           2,   128, 128, 8, 8, 8, 4, false, ALayout::kRowMajor,   1, Pipe::kSingle, Acc::kF32)
+HG_CUDA_RUNG(hgemm_t_8x8_sliced_k_f16x4_pack,      2,   128, 128, 8, 8, 8, 4, true,  ALayout::kRowMajor,   4, Pipe::kSingle, Acc::kF32)
+HG_CUDA_RUNG(hgemm_t_8x8_sliced_k_f16x4_bcf,       2,   128, 128, 8, 8, 8, 4, false, ALayout::kTransposed, 1, Pipe::kSingle, Acc::kF32)
+HG_CUDA_RUNG(hgemm_t_8x8_sliced_k_f16x4_pack_bcf,  2,   128, 128, 8, 8, 8, 4, true,  ALayout::kTransposed, 1, Pipe::kSingle, Acc::kF32)
+HG_CUDA_RUNG(hgemm_t_4x4_sliced_k_f16x4_pack_bcf,  2,   64,  64,  8, 4, 4, 4, true,  ALayout::kTransposed, 1, Pipe::kSingle, Acc::kF32)

@@ -25,17 +25,19 @@ using hg::cc::Acc;
 using hg::cc::ALayout;
 using hg::cc::Pipe;
 
-// Steps 8-9: fp32 accumulation only.
+// Steps 8-9: fp32 accumulation only; minB = 2: two blocks per SM (fits 128 registers, no spills).
 //           symbol                                    minB  BM   BN  BK TM TN VEC PACK  A layout             AKV pipeline     acc
-HG_CUDA_RUNG(hgemm_t_8x8_sliced_k_f16x8_pack_bcf,      1,   128, 128, 8, 8, 8, 8, true, ALayout::kTransposed, 1, Pipe::kSingle, Acc::kF32)
-HG_CUDA_RUNG(hgemm_t_8x8_sliced_k_f16x8_pack_bcf_dbuf, 1,   128, 128, 8, 8, 8, 8, true, ALayout::kTransposed, 1, Pipe::kDbuf,   Acc::kF32)
+HG_CUDA_RUNG(hgemm_t_8x8_sliced_k_f16x8_pack_bcf,      2,   128, 128, 8, 8, 8, 8, true, ALayout::kTransposed, 1, Pipe::kSingle, Acc::kF32)
+HG_CUDA_RUNG(hgemm_t_8x8_sliced_k_f16x8_pack_bcf_dbuf, 2,   128, 128, 8, 8, 8, 8, true, ALayout::kTransposed, 1, Pipe::kDbuf,   Acc::kF32)
 
-// Steps 10-13, each as __accf16 (half2 HFMA2) and __accf32 (FFMA).
-#define RUNG_ACC(SYM, BK, AL, PIPE)                                                            \
-  HG_CUDA_RUNG(SYM##__accf16, 1, 128, 128, BK, 8, 8, 8, true, ALayout::AL, 2, Pipe::PIPE, Acc::kH2) \
-  HG_CUDA_RUNG(SYM##__accf32, 1, 128, 128, BK, 8, 8, 8, true, ALayout::AL, 2, Pipe::PIPE, Acc::kF32)
+// Steps 10-13, each as __accf16 (half2 HFMA2) and __accf32 (FFMA). F32_MINB = 2 asks ptxas for 128
+// registers (two 256-thread blocks per SM) where the FFMA build fits that without spilling; the
+// accf16 builds hold 64 fp32 + 32 half2 accumulators and need ~150-170 (one block per SM).
+#define RUNG_ACC(SYM, BK, AL, PIPE, F32_MINB)                                                          \
+  HG_CUDA_RUNG(SYM##__accf16, 1, 128, 128, BK, 8, 8, 8, true, ALayout::AL, 2, Pipe::PIPE, Acc::kH2)        \
+  HG_CUDA_RUNG(SYM##__accf32, F32_MINB, 128, 128, BK, 8, 8, 8, true, ALayout::AL, 2, Pipe::PIPE, Acc::kF32)
 
-RUNG_ACC(hgemm_t_8x8_sliced_k16_f16x8_pack_dbuf,       16, kTransposed,  kDbuf)
-RUNG_ACC(hgemm_t_8x8_sliced_k16_f16x8_pack_dbuf_async, 16, kInterleaved, kAsync)
-RUNG_ACC(hgemm_t_8x8_sliced_k32_f16x8_pack_dbuf,       32, kTransposed,  kDbuf)
-RUNG_ACC(hgemm_t_8x8_sliced_k32_f16x8_pack_dbuf_async, 32, kInterleaved, kAsync)
+RUNG_ACC(hgemm_t_8x8_sliced_k16_f16x8_pack_dbuf,       16, kTransposed,  kDbuf,  2)
+RUNG_ACC(hgemm_t_8x8_sliced_k16_f16x8_pack_dbuf_async, 16, kInterleaved, kAsync, 2)
+RUNG_ACC(hgemm_t_8x8_sliced_k32_f16x8_pack_dbuf,       32, kTransposed,  kDbuf,  2)
+RUNG_ACC(hgemm_t_8x8_sliced_k32_f16x8_pack_dbuf_async, 32, kInterleaved, kAsync, 1)  // 128 regs would spill
