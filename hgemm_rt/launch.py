@@ -51,13 +51,13 @@ def tile_grid(spec: KernelSpec, p: Problem, swizzle_stride: int | None) -> tuple
     return math.ceil(tiles_n / nz), tiles_m, nz
 
 
-def persistent_grid(spec: KernelSpec, p: Problem, sm_count: int, blocks_per_sm: int) -> tuple[int, int, int]:
+def persistent_grid(spec: KernelSpec, p: Problem, resident_blocks: int) -> tuple[int, int, int]:
+    """One CTA per resident slot (never more than there are tiles), in whole clusters."""
     BM, BN, _ = spec.tile
     tiles = math.ceil(p.M / BM) * math.ceil(p.N / BN)
     csize = spec.cluster[0] * spec.cluster[1] * spec.cluster[2]
-    n = min(tiles, sm_count * max(1, blocks_per_sm))
-    n = max(csize, n // csize * csize)  # whole clusters only
-    return n, 1, 1
+    n = min(math.ceil(tiles / csize) * csize, max(resident_blocks, csize))
+    return n // csize * csize, 1, 1
 
 
 # -- parameters -------------------------------------------------------------------------------------
@@ -142,9 +142,18 @@ class ModuleCache:
 _modules = ModuleCache()
 
 
-def _occupancy(fn: LoadedFunction, spec: KernelSpec, dsmem: int, symbol: str) -> int:
-    return int(check(driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(fn.handle, spec.threads, dsmem),
-                     "cuOccupancyMaxActiveBlocksPerMultiprocessor", symbol))
+def _resident_blocks(fn: LoadedFunction, spec: KernelSpec, dsmem: int, symbol: str, dev: Device) -> int:
+    """How many CTAs of this function fit on the whole GPU at once (clusters counted as a unit)."""
+    drv = driver()
+    if spec.cluster == (1, 1, 1):
+        per_sm = check(drv.cuOccupancyMaxActiveBlocksPerMultiprocessor(fn.handle, spec.threads, dsmem),
+                       "cuOccupancyMaxActiveBlocksPerMultiprocessor", symbol)
+        return int(per_sm) * dev.info.sm_count
+    csize = spec.cluster[0] * spec.cluster[1] * spec.cluster[2]
+    probe = LaunchConfig(symbol, (csize, 1, 1), spec.block, dsmem, spec.cluster)
+    clusters = check(drv.cuOccupancyMaxActiveClusters(fn.handle, _launch_struct(probe, 0)),
+                     "cuOccupancyMaxActiveClusters", symbol)
+    return int(clusters) * csize
 
 
 def prepare(manifest: Manifest, spec: KernelSpec, dev: Device, p: Problem, variant: dict,
@@ -167,7 +176,7 @@ def prepare(manifest: Manifest, spec: KernelSpec, dev: Device, p: Problem, varia
               symbol)
         fn.dsmem_set = dsmem
     if spec.grid == "persistent":
-        grid = persistent_grid(spec, p, dev.info.sm_count, _occupancy(fn, spec, dsmem, symbol))
+        grid = persistent_grid(spec, p, _resident_blocks(fn, spec, dsmem, symbol, dev))
     else:
         stride = None
         if swizzle and spec.grid == "tiles+swizzle":
@@ -182,12 +191,9 @@ def prepare(manifest: Manifest, spec: KernelSpec, dev: Device, p: Problem, varia
     return fn, LaunchConfig(symbol, grid, spec.block, dsmem, spec.cluster)
 
 
-def launch_config(fn: LoadedFunction, cfg: LaunchConfig, params: Any, stream: int) -> None:
+def _launch_struct(cfg: LaunchConfig, stream: int) -> Any:
+    """A CUlaunchConfig with the cluster-dimension attribute."""
     drv = driver()
-    if cfg.cluster == (1, 1, 1):
-        check(drv.cuLaunchKernel(fn.handle, *cfg.grid, *cfg.block, cfg.dsmem, stream, ctypes.addressof(params), 0),
-              "cuLaunchKernel", cfg.symbol)
-        return
     lc = drv.CUlaunchConfig()
     lc.gridDimX, lc.gridDimY, lc.gridDimZ = cfg.grid
     lc.blockDimX, lc.blockDimY, lc.blockDimZ = cfg.block
@@ -198,7 +204,17 @@ def launch_config(fn: LoadedFunction, cfg: LaunchConfig, params: Any, stream: in
     attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = cfg.cluster
     lc.attrs = [attr]
     lc.numAttrs = 1
-    check(drv.cuLaunchKernelEx(lc, ctypes.addressof(params), 0), "cuLaunchKernelEx", cfg.symbol)
+    return lc
+
+
+def launch_config(fn: LoadedFunction, cfg: LaunchConfig, params: Any, stream: int) -> None:
+    drv = driver()
+    if cfg.cluster == (1, 1, 1):
+        check(drv.cuLaunchKernel(fn.handle, *cfg.grid, *cfg.block, cfg.dsmem, stream, ctypes.addressof(params), 0),
+              "cuLaunchKernel", cfg.symbol)
+    else:
+        check(drv.cuLaunchKernelEx(_launch_struct(cfg, stream), fn.handle, ctypes.addressof(params), 0),
+              "cuLaunchKernelEx", cfg.symbol)
 
 
 def launch_spec(manifest: Manifest, spec: KernelSpec, a: Any, b: Any, c: Any, *, stream: Any = None,

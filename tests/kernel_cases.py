@@ -40,9 +40,13 @@ def shapes_for(spec: KernelSpec) -> list[tuple[str, int, int, int]]:
     k_small = d["K"][1] if d["K"][1] > 1 else 7
     if k_small < d["K"][0]:
         cases.append(("k_small", aligned["M"], aligned["N"], k_small))
-    if d["M"][1] == 1 and d["N"][1] == 1:
+    if d["M"][1] == 1:
         cases.append(("m1", 1, ragged["N"], ragged["K"]))
+    if d["N"][1] == 1:
         cases.append(("n1", ragged["M"], 1, ragged["K"]))
+    if spec.grid == "persistent":  # many more tiles than SMs: each CTA loops over several, ragged edges
+        cases.append(("many_tiles", _round_up(15 * d["M"][0] + 7, d["M"][1]),
+                      _round_up(12 * d["N"][0] + 3, d["N"][1]), _round_up(3 * d["K"][0] + 5, d["K"][1])))
     return cases
 
 
