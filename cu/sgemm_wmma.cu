@@ -14,42 +14,47 @@
 namespace sgw {
 using namespace nvcuda;
 
-// BK = 16 keeps 3 stages at 55.5 KB: under the 99 KB per-block limit of sm_86/sm_89 as well.
-constexpr int kBM = 128, kBN = 128, kBK = 16;
+constexpr int kBM = 128, kBN = 128;
 constexpr int kWM = 16, kWN = 16, kWK = 8;       // WMMA TF32 shape m16n16k8
 constexpr int kWarpsM = 4, kWarpsN = 2;          // mma4x2: warps per block along M, N
 constexpr int kFragsM = 2, kFragsN = 4;          // warp2x4: WMMA tiles per warp along M, N
 constexpr int kThreads = 32 * kWarpsM * kWarpsN;
 static_assert(kBM == kWarpsM * kFragsM * kWM && kBN == kWarpsN * kFragsN * kWN, "warps tile the block");
-static_assert(kBK % kWK == 0, "whole WMMA K steps per slice");
 
 // Shared-memory pitches (floats). TF32 fragments are gathered with 32-bit reads: A lanes read rows
-// g = lane/4 at columns t = lane%4, B lanes read K rows t at columns g. A pitch of 20 puts A's eight
-// rows at banks {0, 20, 8, 28, 16, 4, 24, 12} (+ t: 32 distinct banks); a pitch of 136 spreads B's four K rows 8
-// banks apart (t*8 + g: 32 distinct banks). Both stay multiples of 4 floats: rows remain 16-byte
-// aligned for cp.async, and every fragment origin stays 32-byte aligned as WMMA requires.
-constexpr int kLdA = kBK + 4;
+// g = lane/4 at columns t = lane%4, B lanes read K rows t at columns g. A pitch of BK + 4 (20 or 36)
+// puts A's eight rows on eight different 4-bank groups (g*20 or g*36 mod 32), + t: 32 distinct banks;
+// a pitch of 136 spreads B's four K rows 8 banks apart (t*8 + g: 32 distinct banks). Both stay
+// multiples of 4 floats: rows remain 16-byte aligned for cp.async, and every fragment origin stays
+// 32-byte aligned as WMMA requires.
 constexpr int kLdB = kBN + 8;
-constexpr int kStageFloats = kBM * kLdA + kBK * kLdB;
-static_assert((kBM * kLdA * 4) % 32 == 0 && (kStageFloats * 4) % 32 == 0, "stage bases 32-byte aligned");
+template <int BK>
+struct Slice {
+  static_assert(BK % kWK == 0, "whole WMMA K steps per slice");
+  static constexpr int kLdA = BK + 4;
+  static constexpr int kAFloats = kBM * kLdA;             // A stage [BM][BK + 4], then
+  static constexpr int kFloats = kAFloats + BK * kLdB;    // B stage [BK][BN + 8]
+  static_assert((kAFloats * 4) % 32 == 0 && (kFloats * 4) % 32 == 0, "stage bases 32-byte aligned");
+};
 
 // Epilogue scratch: one 16 x 16 accumulator tile per warp at a time, pitch 20 (row starts spread).
 constexpr int kLdC = kWN + 4;
-static_assert(kWarpsM * kWarpsN * kWM * kLdC <= kStageFloats, "scratch fits in the drained pipeline");
 
-// One K slice (A: BM x BK, B: BK x BN) into a stage with 16-byte cp.async, 2 + 2 per thread.
-// A: 4 threads read one 64-byte row segment; B: a warp reads one 512-byte row segment.
+// One K slice (A: BM x BK, B: BK x BN) into a stage with 16-byte cp.async (BK / 8 + BK / 8 per thread).
+// A: BK / 4 threads read one row segment; B: a warp reads one 512-byte row segment.
 // Out-of-range chunks are zero-filled (they add nothing to the dot products).
+template <int BK>
 __device__ __forceinline__ void load_slice(float* stage, const float* A, const float* B, int M, int N, int K, int m0,
                                            int n0, int k0, int tid) {
+  constexpr int kLdA = Slice<BK>::kLdA;
   float* sA = stage;
-  float* sB = stage + kBM * kLdA;
-  constexpr int kAChunks = kBM * kBK / 4 / kThreads;
-  constexpr int kBChunks = kBK * kBN / 4 / kThreads;
+  float* sB = stage + Slice<BK>::kAFloats;
+  constexpr int kAChunks = kBM * BK / 4 / kThreads;
+  constexpr int kBChunks = BK * kBN / 4 / kThreads;
 #pragma unroll
   for (int i = 0; i < kAChunks; ++i) {
-    const int r = tid / (kBK / 4) + i * (kThreads / (kBK / 4));
-    const int c = (tid % (kBK / 4)) * 4;
+    const int r = tid / (BK / 4) + i * (kThreads / (BK / 4));
+    const int c = (tid % (BK / 4)) * 4;
     const int gm = m0 + r, gk = k0 + c;
     const bool ok = gm < M && gk < K;
     hg::cp_async_16_zfill(sA + r * kLdA + c, ok ? A + (size_t)gm * K + gk : A, ok ? 16 : 0);
@@ -105,10 +110,12 @@ __device__ __forceinline__ void round_to_tf32(Frag& f) {
   for (int t = 0; t < f.num_elements; ++t) f.x[t] = wmma::__float_to_tf32(f.x[t]);
 }
 
-template <int kStages>
+template <int BK, int kStages>
 __device__ __forceinline__ void sgemm_wmma_tf32_stages(const float* __restrict__ A, const float* __restrict__ B,
                                                        float* __restrict__ C, int M, int N, int K) {
   static_assert(kStages >= 2, "a pipeline needs at least two stages");
+  constexpr int kLdA = Slice<BK>::kLdA, kStageFloats = Slice<BK>::kFloats;
+  static_assert(kWarpsM * kWarpsN * kWM * kLdC <= kStageFloats, "scratch fits in the drained pipeline");
   extern __shared__ __align__(128) float smem[];
 
   // Block swizzle (contract grid policy "tiles+swizzle"): column tile from grid.z strips.
@@ -117,7 +124,7 @@ __device__ __forceinline__ void sgemm_wmma_tf32_stages(const float* __restrict__
   const int m0 = blockIdx.y * kBM, n0 = bx * kBN;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int wm = warp / kWarpsN, wn = warp % kWarpsN;
-  const int k_tiles = (K + kBK - 1) / kBK;
+  const int k_tiles = (K + BK - 1) / BK;
 
   wmma::fragment<wmma::accumulator, kWM, kWN, kWK, float> acc[kFragsM][kFragsN];
 #pragma unroll
@@ -129,7 +136,7 @@ __device__ __forceinline__ void sgemm_wmma_tf32_stages(const float* __restrict__
   // the group count, and so the wait below, uniform).
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < k_tiles) load_slice(smem + s * kStageFloats, A, B, M, N, K, m0, n0, s * kBK, tid);
+    if (s < k_tiles) load_slice<BK>(smem + s * kStageFloats, A, B, M, N, K, m0, n0, s * BK, tid);
     hg::cp_async_commit();
   }
 
@@ -138,13 +145,13 @@ __device__ __forceinline__ void sgemm_wmma_tf32_stages(const float* __restrict__
     __syncthreads();                   // ... everyone's too, and everyone has finished slice t-1
     // Refill the stage slice t-1 used: safe after the barrier above (the only one per slice).
     const int pre = t + kStages - 1;
-    if (pre < k_tiles) load_slice(smem + (pre % kStages) * kStageFloats, A, B, M, N, K, m0, n0, pre * kBK, tid);
+    if (pre < k_tiles) load_slice<BK>(smem + (pre % kStages) * kStageFloats, A, B, M, N, K, m0, n0, pre * BK, tid);
     hg::cp_async_commit();
 
     const float* sA = smem + (t % kStages) * kStageFloats;
-    const float* sB = sA + kBM * kLdA;
+    const float* sB = sA + Slice<BK>::kAFloats;
 #pragma unroll
-    for (int kk = 0; kk < kBK; kk += kWK) {
+    for (int kk = 0; kk < BK; kk += kWK) {
       wmma::fragment<wmma::matrix_a, kWM, kWN, kWK, wmma::precision::tf32, wmma::row_major> fa[kFragsM];
       wmma::fragment<wmma::matrix_b, kWM, kWN, kWK, wmma::precision::tf32, wmma::row_major> fb[kFragsN];
 #pragma unroll
@@ -191,12 +198,12 @@ __device__ __forceinline__ void sgemm_wmma_tf32_stages(const float* __restrict__
 }  // namespace sgw
 
 // 2 blocks per SM: 128 registers per thread at most (64 accumulator floats + fragments).
-#define SGEMM_WMMA_STAGES(stages)                                                                      \
+// BK = 16 keeps 3 stages at 55.5 KB: under the 99 KB per-block limit of sm_86/sm_89 as well.
+#define SGEMM_WMMA_STAGES(symbol, BK, stages)                                                          \
   extern "C" __global__ void __launch_bounds__(sgw::kThreads, 2)                                     \
-      sgemm_wmma_m16n16k8_mma4x2_warp2x4_stages__stages##stages(const float* A, const float* B, float* C, \
-                                                                int M, int N, int K) {               \
-    sgw::sgemm_wmma_tf32_stages<stages>(A, B, C, M, N, K);                                            \
+      symbol(const float* A, const float* B, float* C, int M, int N, int K) {                        \
+    sgw::sgemm_wmma_tf32_stages<BK, stages>(A, B, C, M, N, K);                                        \
   }
 
-SGEMM_WMMA_STAGES(2)
-SGEMM_WMMA_STAGES(3)
+SGEMM_WMMA_STAGES(sgemm_wmma_m16n16k8_mma4x2_warp2x4_stages__stages2, 16, 2)
+SGEMM_WMMA_STAGES(sgemm_wmma_m16n16k8_mma4x2_warp2x4_stages__stages3, 16, 3)
