@@ -57,7 +57,9 @@ def child(pattern: str | None) -> int:
     return 1 if bad else 0
 
 
-_SUMMARY = re.compile(r"ERROR SUMMARY: (\d+) error")
+# memcheck/synccheck/initcheck end with "ERROR SUMMARY: N errors"; racecheck with
+# "RACECHECK SUMMARY: H hazards displayed (E errors, W warnings)".
+_SUMMARY = re.compile(r"(?:ERROR SUMMARY: (\d+) error|RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) error)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         args.log_dir.mkdir(parents=True, exist_ok=True)
         (args.log_dir / f"sanitize_{tool}.log").write_text(log)
         m = _SUMMARY.search(log)
-        errors = int(m.group(1)) if m else -1
+        errors = int(m.group(1) or m.group(2)) if m else -1
         wrong = log.count("\nBAD ")
         launched = log.count("\nok ") + wrong
         status = "clean" if errors == 0 and wrong == 0 and proc.returncode == 0 else "FAILED"
