@@ -118,11 +118,19 @@ def summarize(records: list[Record], shapes: list[tuple[int, int, int]]) -> list
     return out
 
 
-def topk(summary: list[dict[str, Any]], k: int, cls: str, include_baselines: bool = False) -> list[dict[str, Any]]:
-    """The k best kernels of a class by geomean TFLOPS, among those correct at every shape."""
+def topk(summary: list[dict[str, Any]], k: int, cls: str, include_baselines: bool = False,
+         distinct: bool = True) -> list[dict[str, Any]]:
+    """The k best kernels of a class by geomean TFLOPS, among those correct at every shape; with
+    `distinct`, each kernel once (its best variant), so that one kernel's stage counts do not fill it."""
     pool = [s for s in summary if s["class"] == cls and s["complete"] and s["shapes"]
             and (include_baselines or not s["baseline"])]
-    return sorted(pool, key=lambda s: -s["geomean_tflops"])[:k]
+    out, seen = [], set()
+    for s in sorted(pool, key=lambda s: -s["geomean_tflops"]):
+        if distinct and s["name"] in seen:
+            continue
+        seen.add(s["name"])
+        out.append(s)
+    return out[:k]
 
 
 def classes_present(records: list[Record]) -> list[str]:

@@ -53,6 +53,16 @@ def nvidia_smi(ordinal: int = 0) -> dict[str, Any]:
     return rec
 
 
+CLOCK_FIELDS = ("clocks.sm", "clocks.max.sm", "clocks.mem", "clocks.max.mem", "power.limit", "pstate",
+                "temperature.gpu")
+
+
+def clocks(ordinal: int = 0) -> dict[str, Any]:
+    """Clocks, power limit, P-state and temperature now (compare start and end of a run for throttling)."""
+    smi = nvidia_smi(ordinal)
+    return {k: smi[k] for k in CLOCK_FIELDS if k in smi}
+
+
 def device_record(dev: Any) -> dict[str, Any]:
     i = dev.info
     smi = nvidia_smi(i.ordinal)
@@ -62,8 +72,7 @@ def device_record(dev: Any) -> dict[str, Any]:
         "sm_count": i.sm_count,
         "l2_bytes": i.l2_bytes,
         "max_clock_mhz": i.clock_khz / 1000.0,
-        "clocks_at_start": {k: smi[k] for k in ("clocks.sm", "clocks.max.sm", "clocks.mem", "clocks.max.mem",
-                                                 "power.limit", "pstate", "temperature.gpu") if k in smi},
+        "clocks_at_start": {k: smi[k] for k in CLOCK_FIELDS if k in smi},
         "fp16_dense_peak_tflops": fp16_peak_tflops(i.name),
         "driver": {"cuda": f"{i.driver_version // 1000}.{i.driver_version % 1000 // 10}",
                    "nvidia": smi.get("driver_version")},

@@ -84,7 +84,7 @@ def run(s: Settings, registry: Any, cases: list, argv: list[str] | None) -> int:
     import hgemm_rt as hg
     from hgemm_rt.timing import L2Flusher
 
-    from .devinfo import device_record, header_lines
+    from .devinfo import clocks, device_record, header_lines
     from .measure import measure_shape
 
     dev = hg.get_device()
@@ -128,6 +128,10 @@ def run(s: Settings, registry: Any, cases: list, argv: list[str] | None) -> int:
     finally:
         flusher.close()
     elapsed = time.perf_counter() - t0
+    device["clocks_at_end"] = clocks(dev.info.ordinal)
+    if "clocks.sm" in device["clocks_at_end"]:
+        end = device["clocks_at_end"]
+        print(f"\nat the end: SM clock {end['clocks.sm']:.0f} MHz, {end.get('temperature.gpu', '?')} C")
     if records:
         print(tables.final_report(records, s.topk))
     print(f"\n{len(records)} measurements, {len(skipped)} skipped, {elapsed:.0f} s")

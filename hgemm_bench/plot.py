@@ -87,7 +87,8 @@ def render(data: dict[str, Any], device_name: str, path: str, peak: float | None
     ax.set_xticklabels(data["x"], rotation=0 if data["square"] else 30)
     ax.set_xlabel("M = N = K" if data["square"] else "M x N x K")
     ax.set_ylabel("TFLOPS")
-    ax.set_ylim(bottom=0)
+    top = max([v for s in data["series"] for v in s["y"] if v is not None] + [peak or 0.0, 1.0])
+    ax.set_ylim(0, top * 1.08)
     ax.grid(True, alpha=0.3)
     what = an.CLASS_TITLES[data["class"]]
     ax.set_title(f"{device_name}: {what}, top {sum(s['kind'] == 'kernel' for s in data['series'])} kernels "

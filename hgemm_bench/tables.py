@@ -7,7 +7,7 @@ from tabulate import tabulate
 
 from . import analysis as an
 
-SHAPE_HEADERS = ["", "kernel", "variant", "layout", "ms", "TFLOPS", "%peak", "x cuBLAS", "rel err", "gain"]
+SHAPE_HEADERS = ["", "kernel", "variant", "in", "ms", "TFLOPS", "%peak", "x cuBLAS", "rel err", "gain"]
 
 
 def shape_title(M: int, N: int, K: int) -> str:
@@ -29,7 +29,7 @@ def shape_table(rows: list[dict[str, Any]], peak: float | None) -> str:
         mark = "*" if v["best"] else ("!" if not r.get("ok") else "")
         pct = f"{100 * r['tflops'] / peak:.1f}" if peak and an.klass(r["dtype"]) == "hgemm" else "-"
         body.append([
-            mark, r["name"], r["label"] or "-", r["layout"], f"{r['ms']:.4f}", f"{r['tflops']:.1f}", pct,
+            mark, r["name"], r["label"] or "-", f"{r['layout']} {r['dtype']}", f"{r['ms']:.4f}", f"{r['tflops']:.1f}", pct,
             f"{r['ratio']:.2f}x" if r.get("ratio") else "-", fmt_err(r),
             f"+{v['gain']:.1f}%" if v["gain"] is not None else "",
         ])
@@ -71,13 +71,13 @@ def summary_table(summary: list[dict[str, Any]], cls: str, nshapes: int) -> str:
     body = []
     for s in (x for x in summary if x["class"] == cls):
         body.append([
-            s["name"], s["label"] or "-", s["layout"], f"{s['shapes']}/{nshapes}" + (f" ({s['failed']} failed)" if s["failed"] else ""),
+            s["name"], s["label"] or "-", f"{s['layout']} {s['dtype']}", f"{s['shapes']}/{nshapes}" + (f" ({s['failed']} failed)" if s["failed"] else ""),
             f"{s['geomean_tflops']:.1f}" if s["shapes"] else "-",
             f"{s['geomean_ratio']:.2f}x" if s["geomean_ratio"] else "-",
             f"{s['min_tflops']:.1f}" if s["shapes"] else "-", f"{s['max_tflops']:.1f}" if s["shapes"] else "-",
             f"{s['total_ms']:.2f}",
         ])
-    return tabulate(body, headers=["kernel", "variant", "layout", "shapes ok", "geomean TFLOPS", "geomean x cuBLAS",
+    return tabulate(body, headers=["kernel", "variant", "in", "shapes ok", "geomean TFLOPS", "geomean x cuBLAS",
                                    "min", "max", "total ms"], disable_numparse=True)
 
 
@@ -85,10 +85,10 @@ def topk_lines(summary: list[dict[str, Any]], cls: str, k: int, nshapes: int) ->
     best = an.topk(summary, k, cls)
     if not best:
         return [f"top {k}: no kernel of this class was correct at every shape"]
-    lines = [f"top {len(best)} by geomean TFLOPS over {nshapes} shape(s):"]
+    lines = [f"top {len(best)} kernels (best variant each) by geomean TFLOPS over {nshapes} shape(s):"]
     for i, s in enumerate(best, 1):
         ratio = f", {s['geomean_ratio']:.2f}x cuBLAS" if s["geomean_ratio"] else ""
-        lines.append(f"  {i}. {s['name']}{' (' + s['label'] + ')' if s['label'] else ''}: "
+        lines.append(f"  {i}. {s['name']}{' (' + s['label'] + ')' if s['label'] else ''}, {s['layout']} {s['dtype']}: "
                      f"{s['geomean_tflops']:.1f} TFLOPS{ratio}")
     return lines
 
