@@ -27,6 +27,8 @@ from .errors import (
 from .manifest import KernelSpec, Manifest
 from .memory import DeviceArray, as_device_array, empty, to_device
 from .registry import CubinKernel, CublasKernel, Registry, get_registry
+from .matmul import explain, matmul  # any shape, layout, alignment (issue 7)
+from .autotune import autotune
 
 __all__ = [
     "CubinKernel", "CublasKernel", "Device", "DeviceArray", "DriverError", "Event", "HgemmError", "KernelSpec",

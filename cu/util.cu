@@ -1,0 +1,421 @@
+// Family "util": the helper kernels behind hgemm_rt.matmul (ladder "util": not catalogue GEMMs, so
+// the generic GEMM tests and bench.py skip them; tests/test_matmul.py checks them through matmul).
+// Every stride is in elements and may be any value (transposing views included); alpha and beta
+// arrive as the bit patterns of fp32 values in i32 parameters (the kernel ABI has only i32 scalars).
+//
+// util_copy2d_{f16,bf16,f32}: the memory-bound glue of the padding path.
+//   dst[r*drs + c*dcs] = alpha * S(r, c) (+ beta * dst[...] when beta != 0), r < M, c < N, where
+//   S(r, c) = src[r*srs + c*scs] inside src_rows x src_cols and 0 outside (zero padding).
+//   256 threads, 64 x 64 tile through shared memory: the read walks the source's contiguous
+//   dimension and the write the destination's, so a transposing copy is as coalesced as a plain one.
+//   Any M, N >= 1, any alignment; sm_80+.
+//
+// util_gemm_mma_{f16,bf16}_m{16,32,64,128} (variants b = row | col):
+//   C = alpha * A.B + beta * C. A: M x K row-major with leading dimension lda. B: K x N row-major
+//   (b=row, "NN") or N x K row-major (b=col, "TN") with ldb. C: any strides, any alignment.
+//   fp32 accumulation with mma.sync m16n8k16 fed by ldmatrix from XOR-swizzled shared memory,
+//   multi-stage cp.async pipeline, BN = 128, BK = 64, BM = 16..128 (the small-M / decode shapes
+//   get a tile that wastes no tensor-core rows).
+//   Needs A and B 16-byte aligned and lda, ldb multiples of 8 (16-byte cp.async chunks); any M, N,
+//   K >= 1: chunks past an edge are zero-filled (cp.async src-size).
+//   Split-K: the launch may set grid.z = cluster.z = S in {1, 2, 4, 8} (sm_90). Each CTA of the
+//   cluster sums one K slice into an fp32 tile kept in its shared memory; after a cluster barrier CTA r
+//   adds rows [r*BM/S, (r+1)*BM/S) of all S tiles through distributed shared memory and applies the
+//   epilogue. No workspace, no second launch, no atomics. Without a cluster (S = 1, and always on
+//   sm_80..89) the CTA reads back its own tile.
+//   Smem: stages * (BM + BN) * BK * 2 bytes (the fp32 tile reuses the pipeline buffers).
+//
+// util_gemm_simt_{f16,bf16,f32}: C = alpha * A.B + beta * C with any strides for A, B and C and any
+//   alignment, fp32 FMA, 256 threads, 64 x 64 tile, 4 x 4 outputs per thread. The correctness fallback
+//   (dtypes/arches without a tensor-core kernel) and the one-launch path for tiny problems.
+#include "common/matmul_util.cuh"
+
+namespace {
+
+using hgu::from_f32;
+using hgu::to_f32;
+
+// ================================================================================================
+// copy2d
+// ================================================================================================
+constexpr int kCopyTile = 64;
+constexpr int kCopyThreads = 256;
+
+template <typename T>
+__device__ __forceinline__ void copy2d(const T* __restrict__ src, T* __restrict__ dst, int M, int N,
+                                       int src_rows, int src_cols, int srs, int scs, int drs, int dcs,
+                                       int alpha_bits, int beta_bits) {
+  // +1 column: the transposed walk (consecutive rows) hits consecutive banks
+  __shared__ float tile[kCopyTile][kCopyTile + 1];
+  const int r0 = blockIdx.y * kCopyTile, c0 = blockIdx.x * kCopyTile;
+  // Which index is the fast one for each side: the one with the smaller |stride| (contiguous).
+  const bool src_cfast = (scs < 0 ? -(long long)scs : scs) <= (srs < 0 ? -(long long)srs : srs);
+  const bool dst_cfast = (dcs < 0 ? -(long long)dcs : dcs) <= (drs < 0 ? -(long long)drs : drs);
+  const float alpha = __int_as_float(alpha_bits), beta = __int_as_float(beta_bits);
+  constexpr int kPerThread = kCopyTile * kCopyTile / kCopyThreads;
+#pragma unroll
+  for (int i = 0; i < kPerThread; ++i) {
+    const int e = threadIdx.x + i * kCopyThreads;
+    const int fast = e % kCopyTile, slow = e / kCopyTile;
+    const int r = src_cfast ? slow : fast, c = src_cfast ? fast : slow;
+    const int gr = r0 + r, gc = c0 + c;
+    float v = 0.f;  // outside the source: the zero padding
+    if (gr < src_rows && gc < src_cols) v = to_f32(src[(long long)gr * srs + (long long)gc * scs]);
+    tile[r][c] = v;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < kPerThread; ++i) {
+    const int e = threadIdx.x + i * kCopyThreads;
+    const int fast = e % kCopyTile, slow = e / kCopyTile;
+    const int r = dst_cfast ? slow : fast, c = dst_cfast ? fast : slow;
+    const int gr = r0 + r, gc = c0 + c;
+    if (gr < M && gc < N) {
+      T* p = dst + (long long)gr * drs + (long long)gc * dcs;
+      float v = alpha * tile[r][c];
+      if (beta != 0.f) v += beta * to_f32(*p);  // BLAS convention: beta == 0 never reads C
+      *p = from_f32<T>(v);
+    }
+  }
+}
+
+// ================================================================================================
+// mma.sync GEMM with cluster split-K
+// ================================================================================================
+template <typename T, int BM_, int WARPS_M, int WARPS_N, int STAGES, bool B_ROW>
+struct MmaCfg {
+  using Elem = T;
+  static constexpr int BM = BM_, BN = 128, BK = 64;
+  static constexpr int kStages = STAGES;
+  static constexpr bool kBRow = B_ROW;
+  static constexpr int kWarpsM = WARPS_M, kWarpsN = WARPS_N;
+  static constexpr int kThreads = WARPS_M * WARPS_N * 32;
+  static constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N;  // warp tile
+  static constexpr int MF = WM / 16, NF = WN / 8;                // mma fragments per warp
+  static constexpr int kABytes = BM * BK * 2, kBBytes = BN * BK * 2;
+  static constexpr int kStageBytes = kABytes + kBBytes;
+  static constexpr int kSmemBytes = STAGES * kStageBytes;
+  static constexpr int kRedStride = BN + 8;  // floats; +8 makes the float2 fragment stores conflict-free
+  static_assert(sizeof(T) == 2, "16-bit inputs only");
+  static_assert(WM % 16 == 0 && WN % 16 == 0, "warp tile: whole m16 fragments, pairs of n8 fragments");
+  static_assert(BM * kRedStride * 4 <= kSmemBytes, "the fp32 partial tile must fit in the pipeline buffers");
+  static_assert((BM * BK / 8) % kThreads == 0 && (BN * BK / 8) % kThreads == 0, "whole chunks per thread");
+  static_assert(BM % 8 == 0, "split-K row slices: BM must divide by every cluster size up to 8");
+  static_assert(kWarpsM * WM == BM, "warps along M cover the tile");
+};
+
+// Byte offset of 16-byte chunk `c` of row `r` in a tile whose rows are `row_chunks` chunks long:
+// the chunk index is XORed with the row (low 3 bits), so the 8 rows an ldmatrix phase reads at the
+// same logical chunk land in 8 different bank groups.
+template <int kRowChunks>
+__device__ __forceinline__ uint32_t swz(int r, int c) {
+  return static_cast<uint32_t>(r * kRowChunks * 16 + (((c & ~7) | ((c ^ r) & 7)) << 4));
+}
+
+__device__ __forceinline__ int clamp_bytes(int elems_left) {
+  return elems_left >= 8 ? 16 : (elems_left > 0 ? elems_left * 2 : 0);
+}
+
+template <class C>
+__device__ __forceinline__ void mma_load_stage(uint32_t sA, uint32_t sB, const typename C::Elem* A,
+                                               const typename C::Elem* B, int M, int N, int K, int lda, int ldb,
+                                               int m0, int n0, int k0) {
+  const int tid = threadIdx.x;
+  // A tile: BM rows of 8 chunks (64 k)
+#pragma unroll
+  for (int i = 0; i < C::BM * 8 / C::kThreads; ++i) {
+    const int e = tid + i * C::kThreads, r = e >> 3, c = e & 7;
+    const int gm = m0 + r, gk = k0 + c * 8;
+    const int bytes = gm < M ? clamp_bytes(K - gk) : 0;
+    const auto* src = bytes ? A + (long long)gm * lda + gk : A;  // no byte is read when bytes == 0
+    hgu::cp_async_16_zfill(sA + swz<8>(r, c), src, bytes);
+  }
+  if constexpr (!C::kBRow) {  // B given N x K: BN rows (n) of 8 chunks (k)
+#pragma unroll
+    for (int i = 0; i < C::BN * 8 / C::kThreads; ++i) {
+      const int e = tid + i * C::kThreads, r = e >> 3, c = e & 7;
+      const int gn = n0 + r, gk = k0 + c * 8;
+      const int bytes = gn < N ? clamp_bytes(K - gk) : 0;
+      const auto* src = bytes ? B + (long long)gn * ldb + gk : B;
+      hgu::cp_async_16_zfill(sB + swz<8>(r, c), src, bytes);
+    }
+  } else {  // B given K x N: BK rows (k) of BN/8 chunks (n)
+    constexpr int kRowChunks = C::BN / 8;
+#pragma unroll
+    for (int i = 0; i < C::BK * kRowChunks / C::kThreads; ++i) {
+      const int e = tid + i * C::kThreads, r = e / kRowChunks, c = e % kRowChunks;
+      const int gk = k0 + r, gn = n0 + c * 8;
+      const int bytes = gk < K ? clamp_bytes(N - gn) : 0;
+      const auto* src = bytes ? B + (long long)gk * ldb + gn : B;
+      hgu::cp_async_16_zfill(sB + swz<kRowChunks>(r, c), src, bytes);
+    }
+  }
+}
+
+template <class C>
+__device__ __forceinline__ void mma_compute_stage(uint32_t sA, uint32_t sB, int wm0, int wn0, int lane,
+                                                  float (&acc)[C::MF][C::NF][4]) {
+#pragma unroll
+  for (int kk = 0; kk < C::BK / 16; ++kk) {
+    uint32_t af[C::MF][4], bf[C::NF][2];
+#pragma unroll
+    for (int mi = 0; mi < C::MF; ++mi) {
+      // lanes 0-15 address rows 0-15 at k chunk 2kk, lanes 16-31 the same rows at chunk 2kk+1:
+      // registers come back as a0..a3 of the m16n8k16 A fragment
+      const int r = wm0 + mi * 16 + (lane & 15), c = kk * 2 + (lane >> 4);
+      hg::ldmatrix_x4(af[mi][0], af[mi][1], af[mi][2], af[mi][3], sA + swz<8>(r, c));
+    }
+#pragma unroll
+    for (int nj = 0; nj < C::NF / 2; ++nj) {
+      if constexpr (!C::kBRow) {
+        // rows are n: lanes 0-7 / 8-15 give b0 / b1 of fragment 2nj, lanes 16-31 those of 2nj+1
+        const int r = wn0 + nj * 16 + (lane & 7) + ((lane >> 4) << 3), c = kk * 2 + ((lane >> 3) & 1);
+        hg::ldmatrix_x4(bf[2 * nj][0], bf[2 * nj][1], bf[2 * nj + 1][0], bf[2 * nj + 1][1], sB + swz<8>(r, c));
+      } else {
+        // rows are k: the transposing ldmatrix turns the k-major 8x8 blocks into B fragments
+        const int r = kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
+        const int c = (wn0 + nj * 16) / 8 + (lane >> 4);
+        hg::ldmatrix_x4_trans(bf[2 * nj][0], bf[2 * nj][1], bf[2 * nj + 1][0], bf[2 * nj + 1][1],
+                              sB + swz<C::BN / 8>(r, c));
+      }
+    }
+#pragma unroll
+    for (int mi = 0; mi < C::MF; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < C::NF; ++ni) hgu::mma_f32<typename C::Elem>(acc[mi][ni], af[mi], bf[ni]);
+  }
+}
+
+// Four consecutive output columns of one row: alpha * v (+ beta * C), vector store where C's row is
+// contiguous and 8-byte aligned, element stores otherwise (any strides, ragged edges).
+template <typename T>
+__device__ __forceinline__ void store4(T* C, long long off, int ldc_c, int cols_left, float4 v, float alpha,
+                                       float beta) {
+  float x[4] = {v.x * alpha, v.y * alpha, v.z * alpha, v.w * alpha};
+  T* p = C + off;
+  if (ldc_c == 1 && cols_left >= 4 && (reinterpret_cast<uintptr_t>(p) & 7) == 0) {
+    uint2* q = reinterpret_cast<uint2*>(p);
+    if (beta != 0.f) {
+      const uint2 old = *q;
+      const T* o = reinterpret_cast<const T*>(&old);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) x[j] += beta * to_f32(o[j]);
+    }
+    *q = make_uint2(hgu::pack2<T>(x[0], x[1]), hgu::pack2<T>(x[2], x[3]));
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    if (j < cols_left) {
+      T* e = p + (long long)j * ldc_c;
+      float y = x[j];
+      if (beta != 0.f) y += beta * to_f32(*e);
+      *e = from_f32<T>(y);
+    }
+  }
+}
+
+template <class C>
+__device__ __forceinline__ void gemm_mma(const typename C::Elem* __restrict__ A, const typename C::Elem* __restrict__ B,
+                                         typename C::Elem* __restrict__ Cout, int M, int N, int K, int lda, int ldb,
+                                         int ldc_r, int ldc_c, int alpha_bits, int beta_bits) {
+  using T = typename C::Elem;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t s0 = hg::smem_u32(smem);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int m0 = blockIdx.y * C::BM, n0 = blockIdx.x * C::BN;
+  const int wm0 = (warp / C::kWarpsN) * C::WM, wn0 = (warp % C::kWarpsN) * C::WN;
+
+  // This CTA's K slice, in whole BK tiles (slices never share a tile, so each K element is summed once).
+  const int splits = gridDim.z;
+  const int k_tiles = (K + C::BK - 1) / C::BK;
+  const int per = (k_tiles + splits - 1) / splits;
+  const int kt0 = min(k_tiles, static_cast<int>(blockIdx.z) * per);
+  const int nk = min(k_tiles, kt0 + per) - kt0;
+
+  float acc[C::MF][C::NF][4];
+#pragma unroll
+  for (int mi = 0; mi < C::MF; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < C::NF; ++ni)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc[mi][ni][j] = 0.f;
+
+  auto stage_a = [&](int s) { return s0 + s * C::kStageBytes; };
+  auto stage_b = [&](int s) { return s0 + s * C::kStageBytes + C::kABytes; };
+#pragma unroll
+  for (int s = 0; s < C::kStages - 1; ++s) {
+    if (s < nk) mma_load_stage<C>(stage_a(s), stage_b(s), A, B, M, N, K, lda, ldb, m0, n0, (kt0 + s) * C::BK);
+    hg::cp_async_commit();  // an empty group keeps the wait_group count uniform
+  }
+  for (int t = 0; t < nk; ++t) {
+    hg::cp_async_wait<C::kStages - 2>();
+    // tile t has landed for every thread, and every warp is done reading the slot refilled below
+    __syncthreads();
+    const int nt = t + C::kStages - 1;
+    if (nt < nk) {
+      const int s = nt % C::kStages;
+      mma_load_stage<C>(stage_a(s), stage_b(s), A, B, M, N, K, lda, ldb, m0, n0, (kt0 + nt) * C::BK);
+    }
+    hg::cp_async_commit();
+    const int s = t % C::kStages;
+    mma_compute_stage<C>(stage_a(s), stage_b(s), wm0, wn0, lane, acc);
+  }
+  hg::cp_async_wait<0>();
+  __syncthreads();  // the pipeline buffers become the fp32 partial tile
+
+  float* red = reinterpret_cast<float*>(smem);
+  {
+    const int g = lane >> 2, q = lane & 3;
+#pragma unroll
+    for (int mi = 0; mi < C::MF; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < C::NF; ++ni) {
+        const int r = wm0 + mi * 16 + g, c = wn0 + ni * 8 + 2 * q;
+        *reinterpret_cast<float2*>(red + r * C::kRedStride + c) = make_float2(acc[mi][ni][0], acc[mi][ni][1]);
+        *reinterpret_cast<float2*>(red + (r + 8) * C::kRedStride + c) =
+            make_float2(acc[mi][ni][2], acc[mi][ni][3]);
+      }
+  }
+  uint32_t rank = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (splits > 1) {
+    rank = hgu::cluster_ctarank();
+    hgu::cluster_sync();
+  } else {
+    __syncthreads();
+  }
+#else
+  __syncthreads();  // no clusters before sm_90: the runtime launches S = 1 only
+#endif
+  const float alpha = __int_as_float(alpha_bits), beta = __int_as_float(beta_bits);
+  const int rows = C::BM / splits;  // this CTA's row slice of the tile
+  constexpr int kQuads = C::BN / 4;
+  for (int e = tid; e < rows * kQuads; e += C::kThreads) {
+    const int r = rank * rows + e / kQuads, c = (e % kQuads) * 4;
+    const uint32_t off = static_cast<uint32_t>((r * C::kRedStride + c) * 4);
+    float4 v;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (splits > 1) {
+      v = make_float4(0.f, 0.f, 0.f, 0.f);
+      for (int p = 0; p < splits; ++p) {
+        const float4 w = hgu::ld_dsmem_f4(s0 + off, p);
+        v.x += w.x; v.y += w.y; v.z += w.z; v.w += w.w;
+      }
+    } else {
+      v = *reinterpret_cast<const float4*>(smem + off);
+    }
+#else
+    v = *reinterpret_cast<const float4*>(smem + off);
+#endif
+    const int gm = m0 + r, gn = n0 + c;
+    if (gm < M && gn < N)
+      store4<T>(Cout, (long long)gm * ldc_r + (long long)gn * ldc_c, ldc_c, N - gn, v, alpha, beta);
+  }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (splits > 1) hgu::cluster_sync();  // peers may still be reading this CTA's tile
+#endif
+}
+
+// ================================================================================================
+// SIMT fallback
+// ================================================================================================
+constexpr int kSimtTile = 64, kSimtBK = 16, kSimtThreads = 256;
+
+template <typename T>
+__device__ __forceinline__ void gemm_simt(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
+                                          int M, int N, int K, int ars, int acs, int brs, int bcs, int crs,
+                                          int ccs, int alpha_bits, int beta_bits) {
+  __shared__ float As[kSimtBK][kSimtTile + 4];  // As[k][m]
+  __shared__ float Bs[kSimtBK][kSimtTile + 4];  // Bs[k][n]
+  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+  const int m0 = blockIdx.y * kSimtTile, n0 = blockIdx.x * kSimtTile;
+  // a warp walks the operand's contiguous index where it has one
+  const bool a_kfast = (acs < 0 ? -(long long)acs : acs) <= (ars < 0 ? -(long long)ars : ars);
+  const bool b_nfast = (bcs < 0 ? -(long long)bcs : bcs) <= (brs < 0 ? -(long long)brs : brs);
+  float acc[4][4] = {};
+  for (int k0 = 0; k0 < K; k0 += kSimtBK) {
+#pragma unroll
+    for (int i = 0; i < kSimtTile * kSimtBK / kSimtThreads; ++i) {
+      const int e = tid + i * kSimtThreads;
+      const int m = a_kfast ? e / kSimtBK : e % kSimtTile, k = a_kfast ? e % kSimtBK : e / kSimtTile;
+      const int gm = m0 + m, gk = k0 + k;
+      As[k][m] = (gm < M && gk < K) ? to_f32(A[(long long)gm * ars + (long long)gk * acs]) : 0.f;
+      const int n = b_nfast ? e % kSimtTile : e / kSimtBK, kb = b_nfast ? e / kSimtTile : e % kSimtBK;
+      const int gn = n0 + n, gkb = k0 + kb;
+      Bs[kb][n] = (gn < N && gkb < K) ? to_f32(B[(long long)gkb * brs + (long long)gn * bcs]) : 0.f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < kSimtBK; ++k) {
+      float a[4], b[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) a[i] = As[k][ty + 16 * i];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) b[j] = Bs[k][tx + 16 * j];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+    }
+    __syncthreads();
+  }
+  const float alpha = __int_as_float(alpha_bits), beta = __int_as_float(beta_bits);
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int gm = m0 + ty + 16 * i, gn = n0 + tx + 16 * j;
+      if (gm < M && gn < N) {
+        T* p = C + (long long)gm * crs + (long long)gn * ccs;
+        float v = alpha * acc[i][j];
+        if (beta != 0.f) v += beta * to_f32(*p);
+        *p = from_f32<T>(v);
+      }
+    }
+}
+
+}  // namespace
+
+// ---- extern "C" entry points (one per declared symbol, see util.toml) ----
+#define UTIL_COPY2D(NAME, T)                                                                             \
+  extern "C" __global__ void __launch_bounds__(kCopyThreads)                                             \
+      NAME(const T* src, T* dst, int M, int N, int src_rows, int src_cols, int srs, int scs, int drs,    \
+           int dcs, int alpha_bits, int beta_bits) {                                                     \
+    copy2d<T>(src, dst, M, N, src_rows, src_cols, srs, scs, drs, dcs, alpha_bits, beta_bits);            \
+  }
+UTIL_COPY2D(util_copy2d_f16, __half)
+UTIL_COPY2D(util_copy2d_bf16, __nv_bfloat16)
+UTIL_COPY2D(util_copy2d_f32, float)
+
+#define UTIL_MMA_ONE(NAME, SUFFIX, T, BM, WMW, WNW, ST, BROW)                                             \
+  extern "C" __global__ void __launch_bounds__(WMW * WNW * 32, 1)                                        \
+      NAME##SUFFIX(const T* A, const T* B, T* C, int M, int N, int K, int lda, int ldb, int ldc_r,       \
+                   int ldc_c, int alpha_bits, int beta_bits) {                                           \
+    gemm_mma<MmaCfg<T, BM, WMW, WNW, ST, BROW>>(A, B, C, M, N, K, lda, ldb, ldc_r, ldc_c, alpha_bits,    \
+                                                beta_bits);                                              \
+  }
+// BM, warps along M x N, stages: 16 and 32 rows keep every warp on the full tile height (4 warps
+// along N); 64 and 128 use 2 x 4 warps. Deeper pipelines where the stage is small (memory-bound
+// skinny shapes want more bytes in flight per SM).
+#define UTIL_MMA(NAME, T, BM, WMW, WNW, ST)          \
+  UTIL_MMA_ONE(NAME, __brow, T, BM, WMW, WNW, ST, true) \
+  UTIL_MMA_ONE(NAME, __bcol, T, BM, WMW, WNW, ST, false)
+UTIL_MMA(util_gemm_mma_f16_m16, __half, 16, 1, 4, 6)
+UTIL_MMA(util_gemm_mma_f16_m32, __half, 32, 1, 4, 6)
+UTIL_MMA(util_gemm_mma_f16_m64, __half, 64, 2, 4, 5)
+UTIL_MMA(util_gemm_mma_f16_m128, __half, 128, 2, 4, 4)
+UTIL_MMA(util_gemm_mma_bf16_m16, __nv_bfloat16, 16, 1, 4, 6)
+UTIL_MMA(util_gemm_mma_bf16_m32, __nv_bfloat16, 32, 1, 4, 6)
+UTIL_MMA(util_gemm_mma_bf16_m64, __nv_bfloat16, 64, 2, 4, 5)
+UTIL_MMA(util_gemm_mma_bf16_m128, __nv_bfloat16, 128, 2, 4, 4)
+
+#define UTIL_SIMT(NAME, T)                                                                                \
+  extern "C" __global__ void __launch_bounds__(kSimtThreads)                                              \
+      NAME(const T* A, const T* B, T* C, int M, int N, int K, int ars, int acs, int brs, int bcs, int crs, \
+           int ccs, int alpha_bits, int beta_bits) {                                                      \
+    gemm_simt<T>(A, B, C, M, N, K, ars, acs, brs, bcs, crs, ccs, alpha_bits, beta_bits);                  \
+  }
+UTIL_SIMT(util_gemm_simt_f16, __half)
+UTIL_SIMT(util_gemm_simt_bf16, __nv_bfloat16)
+UTIL_SIMT(util_gemm_simt_f32, float)

@@ -1,0 +1,509 @@
+"""hgemm_rt.matmul: argument errors, planning and the autotune cache on the CPU; on the GPU a
+hypothesis fuzz over shapes (1, primes, ragged), dtypes, layouts, strides, misaligned pointers and
+alpha/beta against a float64 reference, every route forced once, the small-M and padding paths,
+torch/DLPack zero-copy interop, numpy in/out and CUDA-graph capture.
+
+Operands are built as views into larger buffers whose surroundings hold NaN bit patterns: a kernel
+that reads outside its view poisons the result, and the bytes around `out` are checked unchanged.
+"""
+from __future__ import annotations
+
+import json
+import math
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import hgemm_rt as hg
+from hgemm_rt import DeviceArray, dispatch
+from hgemm_rt.errors import UnknownKernelError, ValidationError
+from hgemm_rt.testing import error_floor
+from kernel_cases import load_manifest_or_none
+
+MANIFEST = load_manifest_or_none()
+needs_manifest = pytest.mark.skipif(MANIFEST is None, reason="no build manifest (python build_kernels.py)")
+NP = {"f16": np.float16, "f32": np.float32}
+# the compute capabilities this build can serve (the SIMT fallback is built for each of them)
+CCS = sorted({(int(a[0]), int(a[1])) for a in MANIFEST.kernels["util_gemm_simt_f16"].builds if not a.endswith("a")}) \
+    if MANIFEST and "util_gemm_simt_f16" in MANIFEST.kernels else [(9, 0)]
+ISZ = dispatch.ITEMSIZE
+
+
+# ---------------------------------------------------------------------------------------------------
+# CPU: argument errors, before anything touches a GPU
+# ---------------------------------------------------------------------------------------------------
+
+def _fake(ptr, shape, dtype="f16", **kw):
+    """A DeviceArray that was never allocated: validation must refuse it without any driver call."""
+    return DeviceArray(ptr, shape, dtype, **kw)
+
+
+H16 = lambda *s: np.zeros(s, np.float16)  # noqa: E731
+
+ERRORS = [
+    ("dtype mismatch", lambda: hg.matmul(H16(3, 4), np.zeros((4, 5), np.float32))),
+    ("inner dimensions differ", lambda: hg.matmul(H16(3, 4), H16(5, 5))),
+    ("must be 2-D", lambda: hg.matmul(H16(3, 4, 1), H16(4, 5))),
+    ("must be 2-D", lambda: hg.matmul(H16(3, 4), H16(4))),
+    ("unsupported dtype", lambda: hg.matmul(np.zeros((3, 4)), np.zeros((4, 5)))),
+    ("different GPUs", lambda: hg.matmul(_fake(0x10000, (3, 4)), _fake(0x20000, (4, 5), device=1))),
+    ("read-only", lambda: hg.matmul(_fake(0x10000, (3, 4)), _fake(0x20000, (4, 5)),
+                                    _fake(0x30000, (3, 5), readonly=True))),
+    ("overlaps A", lambda: hg.matmul(_fake(0x10000, (3, 4)), _fake(0x20000, (4, 5)), _fake(0x10004, (3, 5)))),
+    ("overlaps B", lambda: hg.matmul(_fake(0x10000, (3, 4)), _fake(0x20000, (4, 5)),
+                                     _fake(0x1fff0, (3, 5), strides=(2, 6)))),
+    ("share memory", lambda: hg.matmul(_fake(0x10000, (3, 4)), _fake(0x20000, (4, 5)),
+                                       _fake(0x30000, (3, 5), strides=(0, 2)))),
+    ("out has shape", lambda: hg.matmul(_fake(0x10000, (3, 4)), _fake(0x20000, (4, 5)), _fake(0x30000, (3, 6)))),
+    ("out has dtype", lambda: hg.matmul(_fake(0x10000, (3, 4)), _fake(0x20000, (4, 5)),
+                                        _fake(0x30000, (3, 5), "f32"))),
+    ("accumulate='tf32'", lambda: hg.matmul(_fake(0x10000, (3, 4)), _fake(0x20000, (4, 5)), accumulate="tf32")),
+    ("accumulate='f16'", lambda: hg.matmul(_fake(0x10000, (3, 4), "f32"), _fake(0x20000, (4, 5), "f32"),
+                                           accumulate="f16")),
+    ("M, N, K must be >= 1", lambda: hg.matmul(_fake(0x10000, (3, 0)), _fake(0x20000, (0, 5)))),
+    ("whole", lambda: hg.matmul(_fake(0x10000, (3, 4), strides=(8, 3)), _fake(0x20000, (4, 5)))),
+    ("alpha and beta", lambda: hg.matmul(_fake(0x10000, (3, 4)), _fake(0x20000, (4, 5)), alpha="x")),
+    ("read-only", lambda: hg.matmul(H16(3, 4), H16(4, 5), out=_readonly(np.zeros((3, 5), np.float16)))),
+]
+
+
+def _readonly(x):
+    x.flags.writeable = False
+    return x
+
+
+@pytest.mark.parametrize("match,fn", ERRORS, ids=[f"{i}-{m}" for i, (m, _) in enumerate(ERRORS)])
+def test_bad_arguments_are_refused_before_any_gpu_work(match, fn):
+    with pytest.raises(ValidationError, match=match.replace("(", r"\(").replace("'", "'")):
+        fn()
+
+
+def test_numpy_out_aliasing_an_input_is_refused():
+    x = np.zeros((4, 4), np.float16)
+    with pytest.raises(ValidationError, match="overlaps A"):
+        hg.matmul(x, np.ones((4, 4), np.float16), out=x)
+
+
+@needs_manifest
+def test_unknown_kernel_names_close_matches():
+    with pytest.raises(UnknownKernelError, match="did you mean"):
+        hg.matmul(_fake(0x10000, (3, 4)), _fake(0x20000, (4, 5)), kernel="util_gemm_simt_f1")
+
+
+# ---------------------------------------------------------------------------------------------------
+# CPU: plans honour every kernel's contract
+# ---------------------------------------------------------------------------------------------------
+
+def _view(base, rows, cols, order, pad=0, align=256):
+    if order == "row":
+        return dispatch.View.make(base, rows, cols, cols + pad, 1, align)
+    if order == "col":
+        return dispatch.View.make(base, rows, cols, 1, rows + pad, align)
+    return dispatch.View.make(base, rows, cols, 2 * cols + pad, 2, align)  # neither stride is 1
+
+
+def _problem(M, N, K, dtype="f16", acc=None, orders=("row", "row", "row"), pads=(0, 0, 0), aligns=(256,) * 3,
+             plain=True):
+    acc = acc or dispatch.ACCUMULATE[dtype][0]
+    a = _view("A", M, K, orders[0], pads[0], aligns[0])
+    b = _view("B", K, N, orders[1], pads[1], aligns[1])
+    c = _view("C", M, N, orders[2], pads[2], aligns[2])
+    return dispatch.Problem(dtype, acc, a, b, c, plain=plain, beta_zero=plain)
+
+
+def _check_plan_contract(plan, prob, manifest):
+    """Every catalogue GEMM step gets shapes its `require` takes and operands that fit its ABI; every
+    copy stays inside its source; the last step writes C."""
+    temps = {t.name: t for t in plan.temps}
+    for step in plan.steps:
+        if isinstance(step, dispatch.Copy):
+            assert step.src_rows <= step.dst.rows and step.src_cols <= step.dst.cols or step.epilogue
+            continue
+        spec = manifest.kernels[step.kernel]
+        if step.kind == "catalog":
+            for dim, v in (("M", step.M), ("N", step.N), ("K", step.K)):
+                assert v % spec.require.get(dim, 1) == 0, (step, dim)
+            tm = dispatch._tmap_operands(spec)
+            b_dims = (step.K, step.N) if spec.layout == "NN" else (step.N, step.K)
+            for name, v, dims in (("A", step.a, (step.M, step.K)), ("B", step.b, b_dims), ("C", step.c, (step.M, step.N))):
+                assert dispatch.fits(v, *dims, tma=name in tm, align=spec.align, itemsize=ISZ[prob.dtype]), (step, name)
+                if v.base in temps:
+                    assert (temps[v.base].rows, temps[v.base].cols) == dims
+        elif step.kind == "mma":
+            assert step.a.cs == 1 and (step.M == 1 or step.a.rs % 8 == 0) and step.a.align >= 16
+            lay = dict(step.variant)["b"]
+            ld = step.b.rs if lay == "row" else step.b.cs
+            assert (step.b.cs if lay == "row" else step.b.rs) == 1 and step.b.align >= 16
+            assert ld % 8 == 0 or (step.K == 1 if lay == "row" else step.N == 1)
+            assert step.splits in dispatch.SPLITS
+    last = plan.steps[-1]
+    assert (last.dst.base if isinstance(last, dispatch.Copy) else last.c.base) == "C"
+
+
+@needs_manifest
+@settings(max_examples=150, deadline=None)
+@given(M=st.integers(1, 5000), N=st.integers(1, 5000), K=st.integers(1, 5000),
+       dtype=st.sampled_from(["f16", "bf16", "f32"]),
+       orders=st.tuples(*[st.sampled_from(["row", "col", "gen"])] * 3),
+       pads=st.tuples(*[st.integers(0, 9)] * 3), aligns=st.tuples(*[st.sampled_from([2, 4, 8, 16, 256])] * 3),
+       plain=st.booleans(), cc=st.sampled_from(CCS))
+def test_every_plan_respects_the_kernel_contracts(M, N, K, dtype, orders, pads, aligns, plain, cc):
+    prob = _problem(M, N, K, dtype, orders=orders, pads=pads, aligns=aligns, plain=plain)
+    ranked = dispatch.ranked_plans(prob, MANIFEST, cc, 132)
+    assert ranked, "no route at all: the SIMT fallback must always be there"
+    for _, plan in ranked:
+        _check_plan_contract(plan, prob.transposed() if plan.route.transpose else prob, MANIFEST)
+
+
+@needs_manifest
+def test_heuristic_picks_the_fast_paths_on_hopper():
+    h = lambda *a, **k: dispatch.heuristic_plan(_problem(*a, **k), MANIFEST, (9, 0), 132)  # noqa: E731
+    if not any(s.ladder == "hopper" for s in MANIFEST.kernels.values()):
+        pytest.skip("no Hopper kernels in this build")
+    p = h(4096, 4096, 4096)
+    assert MANIFEST.kernels[p.route.kernel].ladder == "hopper" and len(p.steps) == 1  # no copies
+    p = h(4095, 4095, 4095)  # unaligned: padded copies, then the Hopper kernel
+    assert MANIFEST.kernels[p.route.kernel].ladder == "hopper" and len(p.steps) >= 2
+    assert h(16, 4096, 4096).route.kernel.startswith("util_gemm_mma_f16_m")
+    assert h(4096, 16, 4096).route.kernel.startswith("util_gemm_mma_f16_m")
+
+
+def test_route_json_roundtrip_and_rejects_junk():
+    r = dispatch.Route("util_gemm_mma_f16_m16", True, (("splits", 4),))
+    assert dispatch.Route.from_json(json.loads(json.dumps(r.to_json()))) == r
+    for bad in ({"kernel": 3, "transpose": False}, {"kernel": "k", "transpose": "no"},
+                {"kernel": "k", "transpose": False, "options": {"x": [1]}}):
+        with pytest.raises(ValueError):
+            dispatch.Route.from_json(bad)
+
+
+# ---------------------------------------------------------------------------------------------------
+# CPU: the autotune cache
+# ---------------------------------------------------------------------------------------------------
+
+@needs_manifest
+def test_autotune_cache_roundtrip_and_corruption_is_never_trusted(tmp_path, monkeypatch):
+    import sys  # (the attribute hgemm_rt.autotune is the function; the module is in sys.modules)
+
+    at = sys.modules["hgemm_rt.autotune"]
+    monkeypatch.setenv("HGEMM_CACHE_DIR", str(tmp_path))
+    name, h = "NVIDIA H100 80GB HBM3", MANIFEST.build_hash
+    route = dispatch.Route("util_gemm_mma_f16_m16", False, (("splits", 2),))
+    path = at.save({"k1": {"route": route, "us": 12.5}}, name, h)
+    assert path.parent == tmp_path and "H100" in path.name
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert at.load(name, h, MANIFEST)["k1"]["route"] == route
+    good = path.read_text()
+    corruptions = {
+        "garbage": "{not json",
+        "truncated": good[: len(good) // 2],
+        "edited": good.replace("12.5", "1.5"),
+        "other device": good.replace(name, "NVIDIA A100"),
+        "unknown kernel": None,
+    }
+    for what, text in corruptions.items():
+        if text is None:
+            at.save({"k1": {"route": dispatch.Route("no_such_kernel"), "us": 1.0}}, name, h)
+        else:
+            path.write_text(text)
+        with pytest.warns(RuntimeWarning, match="not trusted"):
+            assert at.load(name, h, MANIFEST) == {}, what
+    # a different build never reads another build's file
+    assert at.cache_path(name, h) != at.cache_path(name, "0" * 16)
+    at.save({"k1": {"route": route, "us": 12.5}}, name, h)  # rebuilt
+    assert at.load(name, h, MANIFEST)["k1"]["us"] == 12.5
+
+
+# ---------------------------------------------------------------------------------------------------
+# GPU helpers: operands as strided views inside NaN-filled buffers
+# ---------------------------------------------------------------------------------------------------
+
+def _to_bits(x: np.ndarray, dtype: str) -> np.ndarray:
+    """Round float64/32 values to `dtype` and return (storage array, exact float64 values)."""
+    x32 = np.asarray(x, np.float32)
+    if dtype == "bf16":  # round to nearest even on the top 16 bits (numpy has no bfloat16)
+        u = x32.view(np.uint32).astype(np.uint64)
+        bits = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+        return bits, (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    v = x32.astype(NP[dtype])
+    return v, v.astype(np.float64)
+
+
+def _from_bits(s: np.ndarray, dtype: str) -> np.ndarray:
+    if dtype == "bf16":
+        return (s.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    return s.astype(np.float64)
+
+
+def _storage(dtype):
+    return np.uint16 if dtype == "bf16" else NP[dtype]
+
+
+class Strided:
+    """rows x cols values placed in a NaN-filled device buffer at `offset` elements with the strides
+    of `order` (row / col / gen: neither stride 1) and `pad` extra elements per leading dimension."""
+
+    def __init__(self, values, dtype, order, offset, pad):
+        rows, cols = values.shape
+        if order == "row":
+            rs, cs = cols + pad, 1
+        elif order == "col":
+            rs, cs = 1, rows + pad
+        else:
+            rs, cs = 2 * cols + pad, 2
+        n = offset + (rows - 1) * rs + (cols - 1) * cs + 1 + 8
+        self.dtype, self.rows, self.cols, self.rs, self.cs, self.offset = dtype, rows, cols, rs, cs, offset
+        store, self.exact = _to_bits(values, dtype)
+        self.host = np.full(n, np.nan, np.float32).astype(NP.get(dtype, np.float32)) if dtype != "bf16" \
+            else np.full(n, 0x7FC1, np.uint16)  # NaN bit patterns around (and under) the view
+        idx = offset + np.arange(rows)[:, None] * rs + np.arange(cols)[None, :] * cs
+        self.host[idx] = store
+        self.buf = DeviceArray.empty((n,), dtype)
+        _upload(self.buf, self.host)
+        isz = ISZ[dtype]
+        self.view = DeviceArray(self.buf.ptr + offset * isz, (rows, cols), dtype, (rs * isz, cs * isz),
+                                owner=self.buf)
+        self._idx = idx
+
+    def read(self):
+        return _from_bits(_download(self.buf, self.host)[self._idx], self.dtype)
+
+    def outside_untouched(self):
+        now = _download(self.buf, self.host)
+        mask = np.ones(now.shape, bool)
+        mask[self._idx] = False
+        return np.array_equal(now[mask].view(np.uint8), self.host[mask].view(np.uint8))
+
+
+def _upload(buf, host):
+    from hgemm_rt._driver import check, driver
+
+    hg.get_device()
+    check(driver().cuMemcpyHtoD(buf.ptr, host.ctypes.data, host.nbytes), "cuMemcpyHtoD")
+
+
+def _download(buf, like):
+    from hgemm_rt._driver import check, driver
+
+    out = np.empty_like(like)
+    hg.get_device().synchronize()
+    check(driver().cuMemcpyDtoH(out.ctypes.data, buf.ptr, out.nbytes), "cuMemcpyDtoH")
+    return out
+
+
+def _bound(dtype, acc, K):
+    return error_floor(dtype, acc, dtype, K)
+
+
+def _rel(got, ref):
+    if not np.isfinite(got).all():
+        return float("inf")
+    return float(np.linalg.norm(got - ref) / max(np.linalg.norm(ref), 1e-30))
+
+
+def _case(M, N, K, dtype, orders, offsets, pads, alpha, beta, acc, rng, out_given=True):
+    a = Strided(rng.standard_normal((M, K)), dtype, orders[0], offsets[0], pads[0])
+    b = Strided(rng.standard_normal((K, N)), dtype, orders[1], offsets[1], pads[1])
+    c0 = rng.standard_normal((M, N)) if beta else np.full((M, N), np.nan)
+    c = Strided(c0, dtype, orders[2], offsets[2], pads[2]) if out_given else None
+    ref = alpha * (a.exact @ b.exact) + (beta * c.exact if (beta and c is not None) else 0.0)
+    res = hg.matmul(a.view, b.view, c.view if c else None, alpha=alpha, beta=beta if c else 0.0, accumulate=acc)
+    hg.get_device().synchronize()
+    if c is not None:
+        assert res is c.view
+        assert c.outside_untouched(), "matmul wrote outside out's view"
+        got = c.read()
+    else:
+        assert isinstance(res, DeviceArray) and res.shape == (M, N) and res.is_c_contiguous
+        got = _from_bits(_download(res, np.empty((M, N), _storage(dtype))), dtype)
+    return _rel(got, ref), _bound(dtype, acc or dispatch.ACCUMULATE[dtype][0], K)
+
+
+PRIMES = [1, 2, 3, 5, 7, 13, 17, 31, 61, 127, 251, 509, 1021]
+DIMS = st.one_of(st.sampled_from(PRIMES + [8, 16, 64, 128, 129, 256, 257, 640]), st.integers(1, 700))
+
+
+@pytest.mark.gpu
+@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+@given(M=DIMS, N=DIMS, K=DIMS, dtype=st.sampled_from(["f16", "bf16", "f32"]),
+       orders=st.tuples(*[st.sampled_from(["row", "col", "gen"])] * 3),
+       offsets=st.tuples(*[st.integers(0, 9)] * 3), pads=st.tuples(*[st.integers(0, 9)] * 3),
+       ab=st.sampled_from([(1.0, 0.0), (0.5, 0.0), (1.0, 1.0), (-2.0, 0.25)]),
+       loose=st.booleans(), out_given=st.booleans(), seed=st.integers(0, 2**32 - 1))
+def test_fuzz_matmul_matches_float64(M, N, K, dtype, orders, offsets, pads, ab, loose, out_given, seed):
+    acc = {"f16": "f16", "f32": "tf32", "bf16": None}[dtype] if loose else None
+    err, bound = _case(M, N, K, dtype, orders, offsets, pads, *ab, acc, np.random.default_rng(seed), out_given)
+    assert err <= bound, f"rel err {err:.2e} > {bound:.2e}"
+
+
+# ---------------------------------------------------------------------------------------------------
+# GPU: every route once, the big ragged shapes, small M
+# ---------------------------------------------------------------------------------------------------
+
+ROUTE_CASES = [
+    ("f16", 200, 136, 120, ("row", "row", "row"), (0, 0, 0)),
+    ("f16", 131, 77, 261, ("col", "row", "row"), (1, 3, 0)),
+    ("f16", 64, 256, 96, ("row", "col", "col"), (0, 0, 5)),
+    ("bf16", 150, 260, 70, ("row", "col", "row"), (0, 0, 0)),
+    ("f32", 97, 141, 100, ("row", "row", "row"), (0, 0, 0)),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,M,N,K,orders,offsets", ROUTE_CASES)
+def test_every_route_is_correct(dtype, M, N, K, orders, offsets, rng):
+    from hgemm_rt.matmul import problem_of, run_plan
+
+    dev = hg.get_device()
+    manifest = hg.get_registry().manifest
+    a = Strided(rng.standard_normal((M, K)), dtype, orders[0], offsets[0], 0)
+    b = Strided(rng.standard_normal((K, N)), dtype, orders[1], offsets[1], 0)
+    c = Strided(rng.standard_normal((M, N)), dtype, orders[2], offsets[2], 0)
+    ref = 0.5 * (a.exact @ b.exact) + 2.0 * c.exact
+    tested, bad = 0, []
+    for alpha, beta, want in ((1.0, 0.0, a.exact @ b.exact), (0.5, 2.0, ref)):
+        prob = problem_of(a.view, b.view, c.view, "f16" if dtype == "f16" else dispatch.ACCUMULATE[dtype][-1],
+                          alpha, beta)
+        for est, plan in dispatch.ranked_plans(prob, manifest, dev.info.cc, dev.info.sm_count):
+            _upload(c.buf, c.host)  # C back to its initial values
+            run_plan(plan, a.view, b.view, c.view, prob, alpha, beta, 0)
+            dev.synchronize()
+            err, bound = _rel(c.read(), want), _bound(dtype, prob.acc, K)
+            tested += 1
+            if not err <= bound or not c.outside_untouched():
+                bad.append(f"{plan.route}: {err:.2e} > {bound:.2e}")
+    assert tested > 4 and not bad, "\n".join(bad)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M", [1, 16, 77, 128])
+@pytest.mark.parametrize("b_order", ["row", "col"])
+def test_small_m_decode_shapes(M, b_order, rng):
+    err, bound = _case(M, 4096, 4096, "f16", ("row", b_order, "row"), (0, 0, 0), (0, 0, 0), 1.0, 0.0, None, rng)
+    assert err <= bound
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("S", [4095, 4100])
+def test_unaligned_big_squares_take_the_padding_path(S, rng):
+    a = rng.standard_normal((S, S)).astype(np.float16)
+    b = rng.standard_normal((S, S)).astype(np.float16)
+    A, B, C = hg.to_device(a), hg.to_device(b), hg.empty((S, S), "f16")
+    C.fill_bytes(0xFF)
+    hg.matmul(A, B, out=C)
+    rows = rng.choice(S, 64, replace=False)
+    ref = a[rows].astype(np.float64) @ b.astype(np.float64)
+    assert _rel(C.to_numpy()[rows].astype(np.float64), ref) < 1e-3
+    assert np.isfinite(C.to_numpy()).all()
+
+
+# ---------------------------------------------------------------------------------------------------
+# GPU: interop, numpy, graphs, autotune
+# ---------------------------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+def test_numpy_in_numpy_out(rng):
+    a = rng.standard_normal((33, 65)).astype(np.float32)
+    b = rng.standard_normal((65, 17)).astype(np.float32)
+    c = hg.matmul(a, b)
+    assert isinstance(c, np.ndarray) and c.dtype == np.float32
+    assert _rel(c.astype(np.float64), a.astype(np.float64) @ b) < 1e-5
+    out = np.ones((33, 17), np.float32)
+    assert hg.matmul(a, b.T.copy().T, out=out, beta=1.0) is out
+    assert _rel(out.astype(np.float64), a.astype(np.float64) @ b + 1.0) < 1e-5
+
+
+@pytest.mark.gpu
+def test_torch_tensors_and_transposed_views_zero_copy(rng):
+    torch = pytest.importorskip("torch")
+    for dt in (torch.float16, torch.bfloat16, torch.float32):
+        a = torch.randn(300, 200, device="cuda", dtype=dt)
+        w = torch.randn(150, 200, device="cuda", dtype=dt)  # a Linear weight: a @ w.T (TN)
+        out = torch.full((150, 300), float("nan"), device="cuda", dtype=dt).t()  # column-major out
+        ptr = out.data_ptr()
+        res = hg.matmul(a, w.t(), out, stream=torch.cuda.current_stream())
+        torch.cuda.synchronize()
+        assert res is out and out.data_ptr() == ptr  # written in place, no copy
+        ref = a.double() @ w.double().t()
+        err = ((out.double() - ref).norm() / ref.norm()).item()
+        assert err < {torch.float16: 1e-3, torch.bfloat16: 8e-3, torch.float32: 1e-5}[dt], (dt, err)
+
+
+@pytest.mark.gpu
+def test_dlpack_only_producer_zero_copy(rng):
+    torch = pytest.importorskip("torch")
+
+    class OnlyDlpack:  # hides __cuda_array_interface__: the DLPack path is taken
+        def __init__(self, x):
+            self.x = x
+
+        def __dlpack__(self, **kw):
+            return self.x.__dlpack__(**kw)
+
+        def __dlpack_device__(self):
+            return self.x.__dlpack_device__()
+
+    a = torch.randn(64, 96, device="cuda", dtype=torch.float16)
+    b = torch.randn(96, 40, device="cuda", dtype=torch.float16)
+    out = torch.zeros(64, 40, device="cuda", dtype=torch.float16)
+    hg.matmul(OnlyDlpack(a), OnlyDlpack(b), OnlyDlpack(out))
+    torch.cuda.synchronize()
+    ref = a.double() @ b.double()
+    assert ((out.double() - ref).norm() / ref.norm()).item() < 1e-3
+
+
+@pytest.mark.gpu
+def test_cuda_graph_capture_replays_matmul(rng):
+    from hgemm_rt._driver import check, driver
+
+    drv = driver()
+    M, N, K = 257, 129, 300  # ragged: the plan has copies and temporaries
+    a = rng.standard_normal((M, K)).astype(np.float16)
+    b = rng.standard_normal((K, N)).astype(np.float16)
+    A, B, C = hg.to_device(a), hg.to_device(b), hg.empty((M, N), "f16")
+    with hg.Stream() as s:
+        hg.matmul(A, B, out=C, stream=s)  # builds the plan outside the capture
+        s.synchronize()
+        C.fill_bytes(0xFF, s)
+        s.synchronize()
+        check(drv.cuStreamBeginCapture(s.handle, drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_GLOBAL),
+              "cuStreamBeginCapture")
+        hg.matmul(A, B, out=C, stream=s)
+        graph = check(drv.cuStreamEndCapture(s.handle), "cuStreamEndCapture")
+        exe = check(drv.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+        check(drv.cuGraphLaunch(exe, s.handle), "cuGraphLaunch")
+        s.synchronize()
+        check(drv.cuGraphExecDestroy(exe), "cuGraphExecDestroy")
+        check(drv.cuGraphDestroy(graph), "cuGraphDestroy")
+    assert _rel(C.to_numpy().astype(np.float64), a.astype(np.float64) @ b) < 1e-3
+
+
+@pytest.mark.gpu
+def test_autotune_writes_a_cache_that_matmul_then_uses(tmp_path, monkeypatch, rng):
+    import sys
+
+    at, mm = sys.modules["hgemm_rt.autotune"], sys.modules["hgemm_rt.matmul"]
+    monkeypatch.setenv("HGEMM_CACHE_DIR", str(tmp_path))
+    at.forget()
+    mm.clear_plans()
+    a = rng.standard_normal((96, 513)).astype(np.float16)
+    b = rng.standard_normal((513, 200)).astype(np.float16)
+    A, B, C = hg.to_device(a), hg.to_device(b), hg.empty((96, 200), "f16")
+    try:
+        results = hg.autotune(A, B, C, candidates=4, iters=3)
+        assert results and math.isfinite(results[0]["us"])
+        files = list(tmp_path.glob("autotune-*.json"))
+        assert len(files) == 1
+        entry = next(iter(json.loads(files[0].read_text())["entries"].values()))
+        assert entry["route"]["kernel"] == results[0]["route"].kernel
+        prob = mm.problem_of(A, B, C, "f32", 1.0, 0.0)
+        assert mm.plan_for(prob).route == results[0]["route"]
+        hg.matmul(A, B, out=C)
+        assert _rel(C.to_numpy().astype(np.float64), a.astype(np.float64) @ b) < 1e-3
+    finally:
+        at.forget()
+        mm.clear_plans()
