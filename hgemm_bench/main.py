@@ -4,6 +4,7 @@ kernel failed its correctness check (the tables say which)."""
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import shlex
 import subprocess
 import sys
@@ -24,6 +25,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def git_commit() -> str | None:
+    """HEAD of the checkout, or $HGEMM_GIT_COMMIT where the tree was copied without .git (a lent GPU)."""
+    if os.environ.get("HGEMM_GIT_COMMIT"):
+        return os.environ["HGEMM_GIT_COMMIT"]
     try:
         out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"], capture_output=True,
                              text=True, timeout=10)

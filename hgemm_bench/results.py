@@ -104,10 +104,24 @@ def _finite(x: Any) -> Any:
     return x
 
 
+def dumps(doc: dict) -> str:
+    """Strict JSON, one measurement / skip / summary record per line (compact, and diffs read well)."""
+    doc = _finite(doc)
+    rows = ("measurements", "skipped", "summary")
+    head = {k: v for k, v in doc.items() if k not in rows}
+    parts = [json.dumps(head, indent=1, allow_nan=False)[:-2]]
+    for k in rows:
+        if k not in doc:
+            continue
+        items = ",\n".join("  " + json.dumps(x, allow_nan=False) for x in doc[k])
+        parts.append(f',\n "{k}": [\n{items}\n ]' if items else f',\n "{k}": []')
+    return "".join(parts) + "\n}\n"
+
+
 def write_json(doc: dict, path: str) -> None:
+    text = dumps(doc)
     with open(path, "w") as f:
-        json.dump(_finite(doc), f, indent=1, allow_nan=False)
-        f.write("\n")
+        f.write(text)
 
 
 def write_csv(doc: dict, path: str) -> None:

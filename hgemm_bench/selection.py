@@ -62,8 +62,12 @@ def expand(entry: Any, every_variant: bool) -> list[Case]:
     return [Case(entry, entry.name, tuple(c.items()), s) for c in choices for s in swizzles]
 
 
-def matches(name: str, patterns: list[str]) -> bool:
-    return any(fnmatch.fnmatchcase(name, p) or p in name for p in patterns)
+def matches(name: str, patterns: list[str], aliases: tuple[str, ...] = ()) -> bool:
+    return any(fnmatch.fnmatchcase(n, p) or p in n for p in patterns for n in (name, *aliases))
+
+
+def aliases_of(e: Any) -> tuple[str, ...]:
+    return tuple(getattr(getattr(e, "spec", None), "aliases", ()) or ())
 
 
 def default_set(entries: list[Any]) -> list[Any]:
@@ -98,10 +102,11 @@ def select(entries: list[Any], s: Settings) -> list[Case]:
             add(e, True)
     if s.kernels and not groups_given:
         for e in kernels:
-            if matches(e.name, s.kernels):
+            if matches(e.name, s.kernels, aliases_of(e)):
                 add(e, True)
     elif s.kernels:
-        mode = {n: m for n, m in mode.items() if matches(n, s.kernels)}
+        keep = {e.name for e in kernels if matches(e.name, s.kernels, aliases_of(e))}
+        mode = {n: m for n, m in mode.items() if n in keep}
     if s.default and not s.kernels:
         for e in default_set(kernels):
             add(e, False)

@@ -136,6 +136,10 @@ def test_kernels_pattern_alone_and_with_groups():
     assert names(alone) == ["h1", "h2", "h3bf"]  # exactly the matches, the default set dropped
     with_group = select(FAKE, cli.parse_args(["--mma", "--kernels", "tn", "--no-default", "--no-cublas"]))
     assert names(with_group) == ["m6tn"]
+    aliased = entry("hgemm_long_name", "cute", 2, layout="TN")
+    aliased.spec.aliases = ("short_tn",)
+    assert names(select(FAKE + [aliased], cli.parse_args(["--kernels", "short_tn", "--no-cublas"]))) == \
+        ["hgemm_long_name"]
 
 
 def test_cublas_runs_every_accumulation_and_can_be_dropped():
@@ -304,6 +308,8 @@ def test_json_and_csv_round_trip(doc, tmp_path):
     results.write_json(doc, str(j))
     text = j.read_text()
     assert "NaN" not in text and "Infinity" not in text  # strict JSON
+    assert json.loads(text) == json.loads(json.dumps(doc))
+    assert len(text.splitlines()) > len(doc["measurements"])  # one record per line
     assert results.load(str(j))["measurements"] == doc["measurements"]
     results.write_csv(doc, str(c))
     with open(c) as f:
