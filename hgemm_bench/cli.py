@@ -34,18 +34,22 @@ selection (the groups come from each kernel's `ladder` in the build manifest, ne
   --kernels P comma-separated globs or substrings: alone it runs exactly the matching kernels (every
               variant); with group flags it keeps only the matching ones
   cuBLAS (NN and TN, fp16 and fp32 accumulation; fp32 and TF32 for SGEMM) always runs unless
-  --no-cublas: ratios are to its best variant in the same run.
+  --no-cublas: ratios are to its best variant in the same run and input class (HGEMM: fp16 and bf16
+  kernels against the best fp16 cuBLAS, the same tensor-core rate, as the registry has no bf16
+  baseline; SGEMM: against the better of fp32 and TF32 cuBLAS).
 
 shapes: --MNK S (one square), --M/--N/--K (missing ones from --MNK), --MMNK MAX [--SEP STEP] (squares
   STEP, 2*STEP, ... <= MAX); default: squares 1024, 2048, 4096, 8192.
 
 measurement: N(0,1) inputs, one checked run into NaN-filled C (relative error against float64 on
   sampled rows, NaN anywhere = inf), then warm-up and CUDA-event timings with L2 flushed before each;
-  the median. --budget caps the seconds of timed runs per kernel and shape (slow kernels get fewer
-  iterations, down to one).
+  the median. The timed launches are queued behind a GPU-side hold, so Python's launch latency is not
+  in the events. --budget caps the seconds of warm-up + timed runs per kernel and shape (slow kernels
+  get fewer iterations, down to one). Exit status 3 when a row is over its error bound.
 
 outputs: --plot [PNG] (--topk K), --json FILE, --csv FILE. README: `python bench.py --readme RESULTS.json`
   rewrites the section between <!-- results:start --> and <!-- results:end --> (no GPU needed).
+  $HGEMM_GIT_COMMIT names the commit in the results where the checkout has no .git.
 """
 
 
