@@ -25,6 +25,7 @@ from .selection import Case
 
 # bf16 travels as its raw 16 bits (no ml_dtypes needed): the top half of an fp32, rounded to nearest even.
 _HOST_DTYPE = {"f16": np.float16, "bf16": np.uint16, "f32": np.float32}
+QUEUE_AHEAD_BELOW_MS = 5.0
 _FULL_CHECK_ELEMS = 1 << 31  # below M*N*K = 2^31 every row is checked (the reference costs little)
 
 
@@ -189,7 +190,9 @@ def measure_case(case: Case, inp: ShapeInputs, cc: tuple[int, int], flusher: L2F
     runs = max(1, int(budget_s * 1e3 / max(est_ms, 1e-3)) - warmed)  # the budget covers warm-up + timed runs
     n_iters = max(1, min(iters, runs))
     n_warm = max(0, min(warmup - warmed, runs - n_iters))
-    t = time_fn(run, warmup=n_warm, iters=n_iters, flush=flusher, queue_ahead=True)
+    # queueing ahead matters where a launch is as short as Python's launch latency; for a slow kernel
+    # its probe launch would only spend budget
+    t = time_fn(run, warmup=n_warm, iters=n_iters, flush=flusher, queue_ahead=est_ms < QUEUE_AHEAD_BELOW_MS)
     acc = e.acc_for(case.options)
     return {
         "name": e.name, "ladder": e.ladder, "step": int(e.step), "layout": e.layout, "dtype": e.dtype,
