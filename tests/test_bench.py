@@ -398,3 +398,18 @@ def test_peak_lookup():
 
 def test_recorded_json_is_strict(doc):
     assert json.loads(json.dumps(doc, allow_nan=False)) == doc
+
+
+@pytest.mark.gpu
+def test_bench_end_to_end_on_the_gpu(tmp_path, capsys):
+    """A short real run: every selected row checked and timed, a valid results file, a table printed."""
+    from hgemm_bench.main import main
+
+    out = tmp_path / "r.json"
+    rc = main(["--MNK", "512", "--iters", "3", "--warmup", "1", "--no-progress", "--json", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 0, text[-3000:]
+    doc = results.load(str(out))
+    assert results.validate(doc) == [] and doc["complete"]
+    assert all(m["ok"] for m in doc["measurements"]) and "M=N=K=512" in text and "x cuBLAS" in text
+    assert any(m["baseline"] for m in doc["measurements"])
