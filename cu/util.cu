@@ -7,7 +7,8 @@
 //   dst[r*drs + c*dcs] = alpha * S(r, c) (+ beta * dst[...] when beta != 0), r < M, c < N, where
 //   S(r, c) = src[r*srs + c*scs] inside src_rows x src_cols and 0 outside (zero padding).
 //   256 threads, 64 x 64 tile through shared memory: the read walks the source's contiguous
-//   dimension and the write the destination's, so a transposing copy is as coalesced as a plain one.
+//   dimension and the write the destination's (so a transposing copy is as coalesced as a plain
+//   one), in 16-byte vectors wherever the run is contiguous and aligned.
 //   Any M, N >= 1, any alignment; sm_80+.
 //
 // util_gemm_mma_{f16,bf16}_m{16,32,64,128} (variants b = row | col):
@@ -41,40 +42,105 @@ using hgu::to_f32;
 constexpr int kCopyTile = 64;
 constexpr int kCopyThreads = 256;
 
+__device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+__device__ __forceinline__ long long iabs(int x) { return x < 0 ? -static_cast<long long>(x) : x; }
+
+// Work item e of a 64 x 64 tile: the vector of V elements starting at (r, c). Along a row (cfast), 8
+// consecutive threads cover one 128-byte row of the tile; down a column (the transposing side),
+// consecutive threads take consecutive columns, so their shared-memory accesses stay in one row
+// (conflict-free) while each reads or writes 16 contiguous bytes of its own column in global memory.
+template <int V, int kChunks>
+__device__ __forceinline__ void tile_slot(int e, bool cfast, int& r, int& c) {
+  if (cfast) {
+    r = e / kChunks;
+    c = (e % kChunks) * V;
+  } else {
+    c = e % kCopyTile;
+    r = (e / kCopyTile) * V;
+  }
+}
+
+// A 64 x 64 tile moves through shared memory in 16-byte vectors of V elements. Each side walks its
+// contiguous dimension (the one with the smaller |stride|): a vector of V consecutive elements
+// along it is read with 16-byte loads wherever the run is inside the matrix and contiguous (aligned
+// or not, see load16_any) and written with one 16-byte store where it is also aligned; V guarded
+// element accesses otherwise (ragged edges, misaligned destinations, general strides).
+// alpha == 1, beta == 0 is a pure bit copy; otherwise the store side computes in fp32.
 template <typename T>
 __device__ __forceinline__ void copy2d(const T* __restrict__ src, T* __restrict__ dst, int M, int N,
                                        int src_rows, int src_cols, int srs, int scs, int drs, int dcs,
                                        int alpha_bits, int beta_bits) {
-  // +1 column: the transposed walk (consecutive rows) hits consecutive banks
-  __shared__ float tile[kCopyTile][kCopyTile + 1];
+  constexpr int V = 16 / sizeof(T);
+  constexpr int kChunks = kCopyTile / V;  // vectors per tile row
+  // rows padded by one vector (they stay 16-byte aligned): the 16-byte row accesses of 8 threads
+  // then cover all banks
+  __shared__ __align__(16) T tile[kCopyTile][kCopyTile + V];
   const int r0 = blockIdx.y * kCopyTile, c0 = blockIdx.x * kCopyTile;
-  // Which index is the fast one for each side: the one with the smaller |stride| (contiguous).
-  const bool src_cfast = (scs < 0 ? -(long long)scs : scs) <= (srs < 0 ? -(long long)srs : srs);
-  const bool dst_cfast = (dcs < 0 ? -(long long)dcs : dcs) <= (drs < 0 ? -(long long)drs : drs);
+  const bool src_cfast = iabs(scs) <= iabs(srs);
+  const bool dst_cfast = iabs(dcs) <= iabs(drs);
+  const bool plain = alpha_bits == __float_as_int(1.f) && beta_bits == 0;
   const float alpha = __int_as_float(alpha_bits), beta = __int_as_float(beta_bits);
-  constexpr int kPerThread = kCopyTile * kCopyTile / kCopyThreads;
 #pragma unroll
-  for (int i = 0; i < kPerThread; ++i) {
-    const int e = threadIdx.x + i * kCopyThreads;
-    const int fast = e % kCopyTile, slow = e / kCopyTile;
-    const int r = src_cfast ? slow : fast, c = src_cfast ? fast : slow;
+  for (int i = 0; i < kCopyTile * kChunks / kCopyThreads; ++i) {
+    int r, c;  // first element of this thread's vector
+    tile_slot<V, kChunks>(threadIdx.x + i * kCopyThreads, src_cfast, r, c);
     const int gr = r0 + r, gc = c0 + c;
-    float v = 0.f;  // outside the source: the zero padding
-    if (gr < src_rows && gc < src_cols) v = to_f32(src[(long long)gr * srs + (long long)gc * scs]);
-    tile[r][c] = v;
+    uint4 u;
+    T* x = reinterpret_cast<T*>(&u);
+    const T* p = src + static_cast<long long>(gr) * srs + static_cast<long long>(gc) * scs;
+    const bool full = src_cfast ? (gr < src_rows && gc + V <= src_cols && scs == 1)
+                                : (gc < src_cols && gr + V <= src_rows && srs == 1);
+    if (full) {
+      u = hgu::load16_any(p);  // contiguous run inside the source, aligned or not
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const int rr = src_cfast ? gr : gr + j, cc = src_cfast ? gc + j : gc;
+        x[j] = (rr < src_rows && cc < src_cols) ? src[static_cast<long long>(rr) * srs + static_cast<long long>(cc) * scs]
+                                                : T{};  // outside the source: the zero padding
+      }
+    }
+    if (src_cfast) {
+      *reinterpret_cast<uint4*>(&tile[r][c]) = u;
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; ++j) tile[r + j][c] = x[j];
+    }
   }
   __syncthreads();
 #pragma unroll
-  for (int i = 0; i < kPerThread; ++i) {
-    const int e = threadIdx.x + i * kCopyThreads;
-    const int fast = e % kCopyTile, slow = e / kCopyTile;
-    const int r = dst_cfast ? slow : fast, c = dst_cfast ? fast : slow;
+  for (int i = 0; i < kCopyTile * kChunks / kCopyThreads; ++i) {
+    int r, c;
+    tile_slot<V, kChunks>(threadIdx.x + i * kCopyThreads, dst_cfast, r, c);
     const int gr = r0 + r, gc = c0 + c;
-    if (gr < M && gc < N) {
-      T* p = dst + (long long)gr * drs + (long long)gc * dcs;
-      float v = alpha * tile[r][c];
-      if (beta != 0.f) v += beta * to_f32(*p);  // BLAS convention: beta == 0 never reads C
-      *p = from_f32<T>(v);
+    if (gr >= M || gc >= N) continue;
+    uint4 u;
+    T* x = reinterpret_cast<T*>(&u);
+    if (dst_cfast) {
+      u = *reinterpret_cast<const uint4*>(&tile[r][c]);
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; ++j) x[j] = tile[r + j][c];
+    }
+    T* q = dst + static_cast<long long>(gr) * drs + static_cast<long long>(gc) * dcs;
+    const bool full = dst_cfast ? (gc + V <= N && dcs == 1) : (gr + V <= M && drs == 1);
+    if (plain && full && aligned16(q)) {
+      *reinterpret_cast<uint4*>(q) = u;
+      continue;
+    }
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const int rr = dst_cfast ? gr : gr + j, cc = dst_cfast ? gc + j : gc;
+      if (rr < M && cc < N) {
+        T* qe = dst + static_cast<long long>(rr) * drs + static_cast<long long>(cc) * dcs;
+        if (plain) {
+          *qe = x[j];
+        } else {
+          float v = alpha * to_f32(x[j]);
+          if (beta != 0.f) v += beta * to_f32(*qe);  // BLAS convention: beta == 0 never reads C
+          *qe = from_f32<T>(v);
+        }
+      }
     }
   }
 }
@@ -186,35 +252,6 @@ __device__ __forceinline__ void mma_compute_stage(uint32_t sA, uint32_t sB, int 
   }
 }
 
-// Four consecutive output columns of one row: alpha * v (+ beta * C), vector store where C's row is
-// contiguous and 8-byte aligned, element stores otherwise (any strides, ragged edges).
-template <typename T>
-__device__ __forceinline__ void store4(T* C, long long off, int ldc_c, int cols_left, float4 v, float alpha,
-                                       float beta) {
-  float x[4] = {v.x * alpha, v.y * alpha, v.z * alpha, v.w * alpha};
-  T* p = C + off;
-  if (ldc_c == 1 && cols_left >= 4 && (reinterpret_cast<uintptr_t>(p) & 7) == 0) {
-    uint2* q = reinterpret_cast<uint2*>(p);
-    if (beta != 0.f) {
-      const uint2 old = *q;
-      const T* o = reinterpret_cast<const T*>(&old);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) x[j] += beta * to_f32(o[j]);
-    }
-    *q = make_uint2(hgu::pack2<T>(x[0], x[1]), hgu::pack2<T>(x[2], x[3]));
-    return;
-  }
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    if (j < cols_left) {
-      T* e = p + (long long)j * ldc_c;
-      float y = x[j];
-      if (beta != 0.f) y += beta * to_f32(*e);
-      *e = from_f32<T>(y);
-    }
-  }
-}
-
 template <class C>
 __device__ __forceinline__ void gemm_mma(const typename C::Elem* __restrict__ A, const typename C::Elem* __restrict__ B,
                                          typename C::Elem* __restrict__ Cout, int M, int N, int K, int lda, int ldb,
@@ -288,30 +325,8 @@ __device__ __forceinline__ void gemm_mma(const typename C::Elem* __restrict__ A,
 #else
   __syncthreads();  // no clusters before sm_90: the runtime launches S = 1 only
 #endif
-  const float alpha = __int_as_float(alpha_bits), beta = __int_as_float(beta_bits);
-  const int rows = C::BM / splits;  // this CTA's row slice of the tile
-  constexpr int kQuads = C::BN / 4;
-  for (int e = tid; e < rows * kQuads; e += C::kThreads) {
-    const int r = rank * rows + e / kQuads, c = (e % kQuads) * 4;
-    const uint32_t off = static_cast<uint32_t>((r * C::kRedStride + c) * 4);
-    float4 v;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (splits > 1) {
-      v = make_float4(0.f, 0.f, 0.f, 0.f);
-      for (int p = 0; p < splits; ++p) {
-        const float4 w = hgu::ld_dsmem_f4(s0 + off, p);
-        v.x += w.x; v.y += w.y; v.z += w.z; v.w += w.w;
-      }
-    } else {
-      v = *reinterpret_cast<const float4*>(smem + off);
-    }
-#else
-    v = *reinterpret_cast<const float4*>(smem + off);
-#endif
-    const int gm = m0 + r, gn = n0 + c;
-    if (gm < M && gn < N)
-      store4<T>(Cout, (long long)gm * ldc_r + (long long)gn * ldc_c, ldc_c, N - gn, v, alpha, beta);
-  }
+  hgu::reduce_store<T, C::BM, C::BN, C::kRedStride>(smem, splits, rank, tid, C::kThreads, Cout, M, N, m0, n0, ldc_r,
+                                                    ldc_c, __int_as_float(alpha_bits), __int_as_float(beta_bits));
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if (splits > 1) hgu::cluster_sync();  // peers may still be reading this CTA's tile
 #endif

@@ -163,9 +163,9 @@ def _scratch_like(arr):
 def autotune(a: Any, b: Any, out: Any = None, *, alpha: float = 1.0, beta: float = 0.0,
              accumulate: str | None = None, stream: Any = None, candidates: int = 8, iters: int = 10,
              warmup: int = 2, save_result: bool = True) -> list[dict]:
-    """Time up to `candidates` routes for matmul(a, b, out, ...) (the heuristic's best ones, with at
-    least two of every kernel kind), verify each on sampled rows, cache the fastest correct one.
-    Returns [{"route", "plan", "us", "error"}], fastest first. `out` itself is not written."""
+    """Time up to `candidates` routes for matmul(a, b, out, ...) (the heuristic's best ones, with up
+    to three of every kernel kind), verify each on sampled rows, cache the fastest correct one.
+    Returns [{"route", "plan", "us", "error", "estimate_us"}], fastest first. `out` is not written."""
     from .matmul import Plan, _inputs, _validate, problem_of
     from .registry import get_registry
     from .testing import error_floor
@@ -184,7 +184,7 @@ def autotune(a: Any, b: Any, out: Any = None, *, alpha: float = 1.0, beta: float
     for est, plan in ranked:  # the best of each kernel kind first, then the rest by estimate
         kind = plan.route.kernel.rsplit("_m", 1)[0] if plan.route.kernel.startswith("util_") else \
             manifest.kernels[plan.route.kernel].ladder
-        if per_kind.get(kind, 0) < 2:
+        if per_kind.get(kind, 0) < 3:
             per_kind[kind] = per_kind.get(kind, 0) + 1
             chosen.append((est, plan))
     for item in ranked:
@@ -239,6 +239,7 @@ def autotune(a: Any, b: Any, out: Any = None, *, alpha: float = 1.0, beta: float
             entries[prob.key()] = {"route": results[0]["route"], "us": results[0]["us"],
                                    "tried": [[str(r["route"]), r["us"]] for r in results]}
             save(entries, dev.info.name, manifest.build_hash)
-        from .matmul import _choices
+        from .matmul import _choices, _fast
         _choices.clear()  # the next matmul sees the new winner
+        _fast.clear()
     return results

@@ -83,7 +83,7 @@ class View:
         return self.cs == 1 and (self.rows == 1 or self.rs == self.cols)
 
     def sig(self) -> str:
-        return f"{self.rows}x{self.cols}:{self.rs},{self.cs}@{min(self.align, 16)}"
+        return f"{self.rows}x{self.cols}:{self.rs},{self.cs}@{self.align}"  # align: kernels need up to 32
 
 
 @dataclass(frozen=True)
@@ -173,7 +173,7 @@ class Copy:
 @dataclass(frozen=True)
 class Gemm:
     kernel: str
-    kind: str  # "catalog" (the default ABI), "mma" (util_gemm_mma), "simt" (util_gemm_simt)
+    kind: str  # "catalog" (the default ABI), "mma" / "wgmma" (util_gemm_(w)mma), "simt" (util_gemm_simt)
     a: View
     b: View  # catalog: K x N (NN) or N x K (TN) as the kernel takes it; mma: as given (see b_layout)
     c: View
@@ -258,10 +258,26 @@ def plan_steps(route: Route, prob: Problem, manifest: Manifest) -> PlanSpec | No
             if route.transpose:
                 return None  # strides are general: transposing buys nothing
             return PlanSpec(route, (), (Gemm(route.kernel, "simt", p.a, p.b, p.c, M, N, K, epilogue=True),))
-        if not route.kernel.startswith("util_gemm_mma_"):
-            return None
         splits = int(opts.get("splits", 1))
         if splits not in SPLITS:
+            return None
+        if route.kernel.startswith("util_gemm_wgmma_"):
+            # TMA maps of A and B as they are where their rows are contiguous with 16-byte-multiple
+            # strides; otherwise a packed copy (B packed as N x K, which the tn kernel reads)
+            a = p.a
+            if not fits(a, M, K, tma=True, align=16, itemsize=isz):
+                a = pack("tA", a, M, _round_up(K, 8))
+            if spec.layout == "NN":
+                b = p.b
+                if not fits(b, K, N, tma=True, align=16, itemsize=isz):
+                    return None  # the tn kernel takes this problem with a packed B^T
+            else:
+                b = p.b.T
+                if not fits(b, N, K, tma=True, align=16, itemsize=isz):
+                    b = pack("tB", b, N, _round_up(K, 8))
+            g = Gemm(route.kernel, "wgmma", a, b, p.c, M, N, K, splits=splits, epilogue=True)
+            return PlanSpec(route, tuple(temps), tuple(steps) + (g,), copy_bytes)
+        if not route.kernel.startswith("util_gemm_mma_"):
             return None
         a = p.a
         if not (a.cs == 1 and a.align >= UTIL_ALIGN and (a.rows == 1 or a.rs % 8 == 0)):
@@ -345,7 +361,7 @@ def candidate_routes(prob: Problem, manifest: Manifest, cc: tuple[int, int], ker
         if spec.ladder == "util":
             if spec.name.startswith("util_gemm_simt_"):
                 out.append(Route(spec.name))
-            elif spec.name.startswith("util_gemm_mma_"):
+            elif spec.name.startswith(("util_gemm_mma_", "util_gemm_wgmma_")):
                 for t in (False, True):
                     for s in SPLITS:
                         if s == 1 or cc >= (9, 0):  # thread-block clusters are sm_90+
@@ -359,21 +375,25 @@ def candidate_routes(prob: Problem, manifest: Manifest, cc: tuple[int, int], ker
 
 
 # Sustained TFLOPS of the best kernel of each class once the grid is full, on an H100/H200 with fp16
-# inputs (GPU.md reference points and scripts/matmul_bench.py runs). Only the ratios matter: they rank
+# inputs (GPU.md reference points and scripts/matmul_bench.py runs on an H200: Hopper persistent
+# ~775 at 4096^3, util_gemm_mma ~217, SGEMM 8x8 ~40, SIMT fp32 ~20). Only the ratios matter: they rank
 # the classes; the wave, tile and bandwidth terms of gemm_us decide between a big tile and split-K.
-LADDER_TFLOPS = {"hopper": 600.0, "cute": 430.0, "mma": 250.0, "wmma": 180.0, "cuda": 20.0, "sgemm": 20.0}
+LADDER_TFLOPS = {"hopper": 640.0, "cute": 430.0, "mma": 250.0, "wmma": 180.0, "cuda": 20.0, "sgemm": 40.0}
 LADDER_FLOOR = 0.25  # the first rung of a ladder runs at about this fraction of its last (naive kernels)
 HOPPER_PERSISTENT_BONUS = 40.0  # persistent grid, grouped tile order
-HOPPER_CLUSTER_BONUS = 20.0  # B multicast across a 2-CTA cluster
-HOPPER_TMA_STORE_BONUS = 10.0  # epilogue overlapped with the next tile
+HOPPER_CLUSTER_BONUS = 10.0  # B multicast across a 2-CTA cluster
+HOPPER_TMA_STORE_BONUS = 80.0  # epilogue overlapped with the next tile (H200: 180 vs 198 us at 4096^3)
+ODD_N_DIRECT_STORE = 0.85  # direct-store epilogues fall back to element stores when N is odd (4095^3)
 TF32_TFLOPS = 120.0
-UTIL_MMA_TFLOPS = {16: 110.0, 32: 180.0, 64: 250.0, 128: 300.0}
-UTIL_SIMT_TFLOPS = {"f16": 12.0, "bf16": 12.0, "f32": 15.0}
+UTIL_MMA_TFLOPS = {16: 70.0, 32: 120.0, 64: 170.0, 128: 210.0}  # measured ~217 at 4096^3 (H200)
+UTIL_WGMMA_TFLOPS = {64: 520.0, 128: 660.0}  # m128: 675 at 4096^3 without split (H200)
+UTIL_SIMT_TFLOPS = {"f16": 15.0, "bf16": 15.0, "f32": 20.0}
 REUSE_FULL = 42.0  # BM*BN/(BM+BN) of a 128 x 64 tile: smaller tiles re-read operands from L2 more
 DRAM_BYTES_PER_S = 2.6e12  # achievable on H100 SXM / H200 (3.35 / 4.8 TB/s peak)
-SM_BYTES_PER_S = 60e9  # what one SM's pipeline streams from L2/DRAM: bounds a CTA's panel reads
+SM_BYTES_PER_S = 120e9  # ~64 B/clk from L2 per SM: bounds how fast one CTA streams its operand panels
 LAUNCH_US = 2.5  # GPU-side cost of one more kernel in the sequence
-SPLIT_US = 0.4  # per doubling of the cluster: barrier + DSMEM reduction
+SMEM_BYTES_PER_S = 200e9  # one SM writing and re-reading its fp32 partial tile (util GEMM epilogue)
+DSMEM_BYTES_PER_S = 60e9  # one SM summing its rows of the cluster's partial tiles (split-K epilogue)
 
 
 def _step_rank(spec: KernelSpec, manifest: Manifest | None) -> float:
@@ -390,6 +410,8 @@ def kernel_tflops(spec: KernelSpec, bm: int = 0, manifest: Manifest | None = Non
     if spec.ladder == "util":
         if spec.name.startswith("util_gemm_mma_"):
             return UTIL_MMA_TFLOPS.get(bm, 100.0)
+        if spec.name.startswith("util_gemm_wgmma_"):
+            return UTIL_WGMMA_TFLOPS.get(bm, 400.0)
         return UTIL_SIMT_TFLOPS.get(spec.dtype, 6.0)
     if spec.ladder == "sgemm" and spec.acc == "tf32":
         rate = TF32_TFLOPS
@@ -417,11 +439,17 @@ def gemm_us(spec: KernelSpec, g: Gemm, dtype: str, sm_count: int, manifest: Mani
     load = math.ceil(tiles / sm_count)  # CTAs on the busiest SM
     eff = tiles / (load * sm_count)
     Mt, Nt = math.ceil(g.M / BM) * BM, math.ceil(g.N / BN) * BN  # what the tiles compute, wasted or not
-    compute = 2.0 * Mt * Nt * g.K / (kernel_tflops(spec, BM, manifest) * 1e12 * eff)
+    rate = kernel_tflops(spec, BM, manifest)
+    if spec.ladder != "util" and "ptr:C" in spec.params and g.N % 2:
+        rate *= ODD_N_DIRECT_STORE
+    compute = 2.0 * Mt * Nt * g.K / (rate * 1e12 * eff)
     memory = (g.M * g.K + g.K * g.N + g.M * g.N) * isz / DRAM_BYTES_PER_S
     panel = load * (BM + BN) * (g.K / g.splits) * isz / SM_BYTES_PER_S
-    split = SPLIT_US * math.log2(g.splits) if g.splits > 1 else 0.0
-    return max(compute, memory, panel) * 1e6 + split
+    epilogue = 0.0
+    if g.kind in ("mma", "wgmma"):  # the fp32 tile goes through shared memory (and DSMEM when split)
+        tile_bytes = BM * BN * 4
+        epilogue = load * (tile_bytes / SMEM_BYTES_PER_S + (tile_bytes / DSMEM_BYTES_PER_S if g.splits > 1 else 0.0))
+    return (max(compute, memory, panel) + epilogue) * 1e6
 
 
 def estimate_us(plan: PlanSpec, manifest: Manifest, dtype: str, sm_count: int) -> float:

@@ -122,10 +122,38 @@ def run_case(label, case, flush, iters, args, rng, cublas_layouts=("NN",)):
     print(f"{label:<22} {M:>5}x{N:>5}x{K:>5}  matmul {ours:9.1f} us {tflops(M, N, K, ours):7.1f} TFLOPS | "
           f"cuBLAS {cb:9.1f} us {tflops(M, N, K, cb) if math.isfinite(cb) else float('nan'):7.1f} ({cb_label}) | "
           f"{ratio:5.2f}x | err {err:.1e} | {route}")
+    if args.breakdown:
+        try:
+            breakdown(case, flush, iters)
+        except Exception as exc:  # diagnostics only
+            print(f"  breakdown unavailable: {exc}")
     ok = err < (8e-3 if case.dtype == "bf16" else 1e-3)
     if not ok:
         print(f"  !! {label}: relative error {err:.2e} is over the bound")
     return ratio, ok
+
+
+def breakdown(case, flush, iters):
+    """Time each launch of the plan matmul runs for this case on its own (copies vs GEMM)."""
+    import sys as _sys
+
+    mm = _sys.modules["hgemm_rt.matmul"]
+    A, B, C = (hg.as_device_array(x) if not isinstance(x, hg.DeviceArray) else x for x in (case.A, case.B, case.C))
+    prob = mm.problem_of(A, B, C, "f32", 1.0, 0.0)
+    spec = mm.plan_for(prob, C.device)
+    plan = mm._plan(spec, prob, C.device, 0)
+    ptrs = {"A": A.ptr, "B": B.ptr, "C": C.ptr}
+    plan.run(ptrs, 1.0, 0.0, 0)
+    parts = []
+    for i, step in enumerate(spec.steps):
+        t = time_fn(lambda: plan.launch_step(i, ptrs, 1.0, 0.0, 0), warmup=2, iters=iters, flush=flush)
+        name = step.kernel if hasattr(step, "kernel") else f"copy {step.src.base}->{step.dst.base}"
+        extra = ""
+        if not hasattr(step, "kernel"):
+            nbytes = (step.src_rows * step.src_cols + step.dst.rows * step.dst.cols) * hg.dispatch.ITEMSIZE[case.dtype]
+            extra = f" ({nbytes / (t.median_ms * 1e-3) / 1e12:.2f} TB/s)"
+        parts.append(f"{name} {t.median_ms * 1e3:.1f} us{extra}")
+    print("  breakdown: " + " | ".join(parts))
 
 
 def overhead(flush, n=2000):
@@ -185,6 +213,7 @@ def main(argv=None) -> int:
     ap.add_argument("--autotune", action="store_true", help="autotune every shape before timing it")
     ap.add_argument("--candidates", type=int, default=8, help="routes timed per shape by --autotune")
     ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--breakdown", action="store_true", help="also time each launch of the chosen plan")
     args = ap.parse_args(argv)
     only = set(args.only.split(","))
     if not hg.gpu_available():

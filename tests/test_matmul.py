@@ -139,6 +139,13 @@ def _check_plan_contract(plan, prob, manifest):
             assert (step.b.cs if lay == "row" else step.b.rs) == 1 and step.b.align >= 16
             assert ld % 8 == 0 or (step.K == 1 if lay == "row" else step.N == 1)
             assert step.splits in dispatch.SPLITS
+        elif step.kind == "wgmma":
+            b_dims = (step.K, step.N) if spec.layout == "NN" else (step.N, step.K)
+            for v, dims in ((step.a, (step.M, step.K)), (step.b, b_dims)):
+                rows, cols = (v.rows, v.cols)
+                assert v.cs == 1 and v.align >= 16 and v.rs * ISZ[prob.dtype] % 16 == 0 and v.rs >= cols
+                assert rows == dims[0] and cols >= dims[1]  # a packed operand may carry zero columns
+            assert step.splits in dispatch.SPLITS
     last = plan.steps[-1]
     assert (last.dst.base if isinstance(last, dispatch.Copy) else last.c.base) == "C"
 

@@ -94,4 +94,117 @@ __device__ __forceinline__ float4 ld_dsmem_f4(uint32_t smem_addr, uint32_t rank)
 }
 #endif
 
+// 16 bytes starting at any element-aligned address p, read as one or two aligned 16-byte loads and
+// funnel-shifted into place: rows of an odd leading dimension (4095 fp16) then still move in
+// vectors. Both aligned chunks hold bytes of the requested run, so neither can touch a page the
+// run does not (the second one is read only when p is misaligned). The source must not be written
+// by the same kernel.
+__device__ __forceinline__ uint4 load16_any(const void* p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  const uint4* q = reinterpret_cast<const uint4*>(a & ~static_cast<uintptr_t>(15));
+  const uint32_t sh = static_cast<uint32_t>(a & 15);
+  // read-only path (the source never aliases the destination); __ldg also keeps the global space
+  // explicit, which the integer round trip of the address would otherwise lose (generic LD)
+  if (sh == 0) return __ldg(q);
+  const uint4 lo = __ldg(q), hi = __ldg(q + 1);
+  const uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+  const uint32_t bits = (sh & 3) * 8;  // 0 or 16 for element sizes of 2 or 4 bytes
+  uint4 o;
+  // a switch on the word offset keeps every index a constant (no local-memory array)
+#define HGU_SEL(k)                                  \
+  o.x = __funnelshift_r(w[k], w[k + 1], bits);     \
+  o.y = __funnelshift_r(w[k + 1], w[k + 2], bits); \
+  o.z = __funnelshift_r(w[k + 2], w[k + 3], bits); \
+  o.w = __funnelshift_r(w[k + 3], w[k + 4], bits);
+  switch (sh >> 2) {
+    case 0: HGU_SEL(0) break;
+    case 1: HGU_SEL(1) break;
+    case 2: HGU_SEL(2) break;
+    default: HGU_SEL(3) break;
+  }
+#undef HGU_SEL
+  return o;
+}
+
+// Four consecutive output columns of one row: alpha * v (+ beta * C), one 8-byte store where C's row
+// is contiguous and the address aligned, element stores otherwise (any strides, ragged edges).
+// BLAS convention: beta == 0 never reads C (it may hold NaN).
+template <typename T>
+__device__ __forceinline__ void store4(T* C, long long off, int ldc_c, int cols_left, float4 v, float alpha,
+                                       float beta) {
+  float x[4] = {v.x * alpha, v.y * alpha, v.z * alpha, v.w * alpha};
+  T* p = C + off;
+  if (ldc_c == 1 && cols_left >= 4 && (reinterpret_cast<uintptr_t>(p) & 7) == 0) {
+    uint2* q = reinterpret_cast<uint2*>(p);
+    if (beta != 0.f) {
+      const uint2 old = *q;
+      const T* o = reinterpret_cast<const T*>(&old);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) x[j] += beta * to_f32(o[j]);
+    }
+    *q = make_uint2(pack2<T>(x[0], x[1]), pack2<T>(x[2], x[3]));
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    if (j < cols_left) {
+      T* e = p + static_cast<long long>(j) * ldc_c;
+      float y = x[j];
+      if (beta != 0.f) y += beta * to_f32(*e);
+      *e = from_f32<T>(y);
+    }
+  }
+}
+
+// The split-K epilogue shared by the util GEMMs. Every CTA of the cluster holds its fp32 partial
+// BM x BN tile at shared offset `tile` (row stride kStride floats) and has passed a cluster barrier;
+// CTA `rank` of `splits` sums rows [rank*BM/splits, (rank+1)*BM/splits) over all the CTAs' tiles
+// (distributed shared memory) and stores them: C[m*ldc_r + n*ldc_c] = alpha * sum (+ beta * C).
+// Threads t = 0..nthreads-1 of the CTA take float4 column quads in turn. With splits == 1 (and always
+// before sm_90) the CTA reads back only its own tile.
+template <typename T, int BM, int BN, int kStride, int kBatch = 4>
+__device__ __forceinline__ void reduce_store(const unsigned char* tile, int splits, uint32_t rank, int t, int nthreads,
+                                             T* C, int M, int N, int m0, int n0, int ldc_r, int ldc_c, float alpha,
+                                             float beta) {
+  const int rows = BM / splits;
+  constexpr int kQuads = BN / 4;
+  const uint32_t base = hg::smem_u32(tile);
+  for (int e = t; e < rows * kQuads; e += nthreads) {
+    const int r = static_cast<int>(rank) * rows + e / kQuads, c = (e % kQuads) * 4;
+    const uint32_t off = static_cast<uint32_t>((r * kStride + c) * 4);
+    float4 v;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (splits > 1) {
+      // Issue every peer's load before the first add: a DSMEM round trip is hundreds of cycles, and
+      // an add between the loads would wait for each one in turn.
+      // (kBatch loads in flight: 4 * kBatch registers, chosen to fit under the kernel's cap)
+      v = make_float4(0.f, 0.f, 0.f, 0.f);
+      for (int p0 = 0; p0 < splits; p0 += kBatch) {
+        float4 w[kBatch];
+#pragma unroll
+        for (int p = 0; p < kBatch; ++p)
+          if (p0 + p < splits) w[p] = ld_dsmem_f4(base + off, static_cast<uint32_t>(p0 + p));
+#pragma unroll
+        for (int p = 0; p < kBatch; ++p) {
+          if (p0 + p < splits) {
+            v.x += w[p].x;
+            v.y += w[p].y;
+            v.z += w[p].z;
+            v.w += w[p].w;
+          }
+        }
+      }
+    } else {
+      v = *reinterpret_cast<const float4*>(tile + off);
+    }
+#else
+    v = *reinterpret_cast<const float4*>(tile + off);
+#endif
+    const int gm = m0 + r, gn = n0 + c;
+    if (gm < M && gn < N)
+      store4<T>(C, static_cast<long long>(gm) * ldc_r + static_cast<long long>(gn) * ldc_c, ldc_c, N - gn, v, alpha,
+                beta);
+  }
+}
+
 }  // namespace hgu
