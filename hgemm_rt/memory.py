@@ -250,7 +250,11 @@ def as_device_array(obj: Any, what: str = "array") -> DeviceArray:
         return obj
     if isinstance(obj, np.ndarray):
         raise ValidationError(f"{what} is a numpy array in host memory: copy it first with hgemm_rt.to_device()")
-    if hasattr(obj, "__cuda_array_interface__"):
+    try:
+        has_cai = hasattr(obj, "__cuda_array_interface__")
+    except TypeError:  # torch raises TypeError (not AttributeError) for bf16: DLPack still works
+        has_cai = False
+    if has_cai:
         return _from_cai(obj)
     if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
         return _from_dlpack(obj)
