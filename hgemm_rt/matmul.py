@@ -41,7 +41,7 @@ from ._driver import check, driver
 from .device import get_device, stream_handle
 from .errors import ValidationError
 from .launch import launch_config, pack_params, prepare
-from .memory import DeviceArray, _from_dlpack, as_device_array, dtype_code
+from .memory import DeviceArray, as_device_array, dtype_code
 from .registry import get_registry
 
 __all__ = ["matmul", "plan_for", "clear_plans"]
@@ -66,14 +66,7 @@ class _Operand:
 def _describe(x: Any, what: str) -> _Operand:
     if isinstance(x, np.ndarray):
         return _Operand(what, tuple(x.shape), dtype_code(x.dtype), host=x, obj=x)
-    try:
-        arr = as_device_array(x, what)
-    except TypeError:
-        # torch raises TypeError from __cuda_array_interface__ for bfloat16 (hasattr does not swallow
-        # it); its DLPack export carries bf16 fine.
-        if not hasattr(x, "__dlpack__"):
-            raise
-        arr = _from_dlpack(x)
+    arr = as_device_array(x, what)  # torch bf16 goes through DLPack there
     return _Operand(what, arr.shape, arr.dtype, arr=arr, obj=x)
 
 
