@@ -48,20 +48,16 @@ static_assert(kWgRows == 64, "one wgmma m64 per consumer warpgroup");
 // flight share A rows and B columns in L2.
 constexpr int kGroupRows = 2048;
 
-// One kernel's compile-time shape. The schedule of the consumer warpgroups is one of:
-//  cooperative (kPingpong = false): both consumers work on the same 128 x 256 tile (rows 0-63 and
-//    64-127) and read the same B stage, so each stage of the ring is 128 + 256 rows of 64 K.
-//    kStagger > 0 delays consumer 1 by that many k-blocks at the start of every tile: its
-//    epilogue then runs while consumer 0 already issues the next tile's wgmma, and consumer 0's
-//    epilogue while consumer 1 finishes the previous tile, so the tensor cores see no gap at tile
-//    boundaries (without it both consumers drain and store at the same time).
-//  ping-pong (kPingpong = true): each consumer owns whole 64 x 256 tiles (consumer 0 the top and
-//    consumer 1 the bottom half of each 128 x 256 tile of the schedule); the producer loads them
-//    one after the other into one ring, so the consumers' main loops alternate and one's epilogue
-//    overlaps the other's main loop. Costs: each stage carries only 64 A rows for 256 B rows, so
-//    the smem fill per flop is 1.7x the cooperative one's.
-template <typename T_, bool kNN_, int kStages_, int kClusterM_, bool kPersistent_, bool kTmaStore_, int kStagger_ = 0,
-          bool kPingpong_ = false>
+// One kernel's compile-time shape. Both consumers work on the same 128 x 256 tile (rows 0-63 and
+// 64-127, "cooperative") and read the same B stage, so a stage is 128 + 256 rows of 64 K: 48 KB of
+// TMA fill per 4.2 MFLOP, and 2 x 4 x (2 + 8) KB of wgmma operand reads from shared memory. That is
+// the least shared-memory traffic per flop that fp32 accumulators allow (one m64n256k16 per
+// warpgroup and k16), which matters because the chip runs at its power cap from 4096^3 up.
+// Measured and dropped in round 2 (commit d667f9b has the code, the numbers are in its message):
+// ping-pong consumers owning whole 64 x 256 tiles (0.92x the cooperative kernel at 4096^3: 1.7x the
+// smem fill per flop), and consumers staggered by 1-2 k-blocks so their epilogues overlap the other's
+// wgmma (no measurable change: the tile-boundary bubble is not where the time goes).
+template <typename T_, bool kNN_, int kStages_, int kClusterM_, bool kPersistent_, bool kTmaStore_>
 struct Kn {
   using T = T_;
   static constexpr bool kNN = kNN_;
@@ -69,33 +65,24 @@ struct Kn {
   static constexpr int kClusterM = kClusterM_;
   static constexpr bool kPersistent = kPersistent_;
   static constexpr bool kTmaStore = kTmaStore_;
-  static constexpr int kStagger = kStagger_;
-  static constexpr bool kPingpong = kPingpong_;
 
-  static constexpr int kARows = kPingpong ? kWgRows : BM;     // A rows per stage
-  static constexpr int kABytes = kARows * BK * 2;             // 16 KB (8 KB ping-pong) per stage
+  static constexpr int kABytes = BM * BK * 2;                 // 16 KB per stage
   static constexpr int kBBytes = BN * BK * 2;                 // 32 KB per stage
   static constexpr int kStageBytes = kABytes + kBBytes;       // TMA bytes each full barrier expects
-  // Output staging for the TMA-store epilogue. Cooperative: with 3 stages the whole 128 x 256 fp16
-  // tile fits (64 KB); a 4th stage leaves room for half of it only (32 KB), stored in two passes of
-  // 128 columns per consumer. Ping-pong: 4 stages of 40 KB leave room for a whole 64 x 256 tile
-  // per consumer.
-  static constexpr int kCStageCols = (!kPingpong && kStages >= 4) ? BN / 2 : BN;
+  // Output staging for the TMA-store epilogue. With 3 stages the whole 128 x 256 fp16 tile fits
+  // (64 KB); a 4th stage leaves room for half of it only (32 KB), stored in two passes of 128
+  // columns per consumer.
+  static constexpr int kCStageCols = kStages >= 4 ? BN / 2 : BN;
   static constexpr int kCBytes = kTmaStore ? BM * kCStageCols * 2 : 0;
   static constexpr int kBarOffset = kStages * kStageBytes + kCBytes;
-  // full[kStages], empty[kStages], then the stagger barrier or the two ping-pong order barriers.
-  static constexpr int kBars = 2 * kStages + (kStagger > 0 ? 1 : 0) + (kPingpong ? 2 : 0);
-  static constexpr int kSmemBytes = kBarOffset + kBars * 8 + 1024;
+  static constexpr int kSmemBytes = kBarOffset + 2 * kStages * 8 + 1024;  // + full[], empty[], slack
   // Arrivals that free a stage: every consumer that reads it, in every CTA that it is multicast to.
-  static constexpr int kEmptyArrivals = (kPingpong ? 1 : kConsumers) * kClusterM;
+  static constexpr int kEmptyArrivals = kConsumers * kClusterM;
   // B rows (TN: N rows of 64 K; NN: 64-column chunks) loaded by this CTA; the peer loads the rest.
   static constexpr int kBSlice = BN / kClusterM;
   static_assert(kSmemBytes <= 227 * 1024, "shared memory over the 227 KB per-block limit");
   static_assert(kClusterM == 1 || kClusterM == 2, "cluster of 1 or 2 CTAs along M");
   static_assert(!(kClusterM > 1 && !kPersistent), "clusters only with the persistent schedule");
-  static_assert(!kPingpong || (kPersistent && kTmaStore && kClusterM == 1 && kStagger == 0),
-                "ping-pong: persistent, TMA-store epilogue, no cluster, no stagger");
-  static_assert(kStagger >= 0 && kStagger < kStages, "the stagger must leave the producer a free stage");
 };
 
 // Tile order. Persistent: cluster-tile t = clusterId + i * numClusters, grouped along M.
@@ -220,8 +207,6 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
   uint8_t* sC = smem + kStages * K::kStageBytes;
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + K::kBarOffset);
   uint64_t* empty = full + kStages;
-  uint64_t* stagger = empty + kStages;  // only when K::kStagger > 0
-  uint64_t* order = empty + kStages;    // only ping-pong: order[c] is consumer c's turn
 
   const int wg = threadIdx.x / 128;
   if (threadIdx.x == 0) {
@@ -230,11 +215,6 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
     for (int s = 0; s < kStages; ++s) {
       hg90::mbar_init(&full[s], 1);  // the local producer's arrive.expect_tx
       hg90::mbar_init(&empty[s], K::kEmptyArrivals);
-    }
-    if (K::kStagger > 0) hg90::mbar_init(stagger, 1);  // consumer 0, once per tile
-    if (K::kPingpong) {
-      hg90::mbar_init(&order[0], 1);
-      hg90::mbar_init(&order[1], 1);
     }
     hg90::fence_barrier_init();
   }
@@ -255,41 +235,36 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
       int stage = 0;
       uint32_t phase = 0;
       while (sched.next(m0, n0)) {
-        // Ping-pong: the top 64 rows (consumer 0's tile), then the bottom 64 (consumer 1's).
-#pragma unroll 1
-        for (int half = 0; half < (K::kPingpong ? 2 : 1); ++half) {
-          const int am0 = m0 + half * kWgRows;
-          for (int kb = 0; kb < nk; ++kb) {
-            // A fresh barrier counts as having completed the phase before phase 0, so the first pass
-            // over the ring does not block.
-            hg90::mbar_wait(&empty[stage], phase ^ 1);
-            hg90::mbar_arrive_expect_tx(&full[stage], K::kStageBytes);
-            const int k0 = kb * BK;
-            hg90::tma_load_2d(sA + stage * K::kABytes, &tmA, &full[stage], k0, am0);
-            uint8_t* b = sB + stage * K::kBBytes;
-            if (!K::kNN) {
-              // TN: B tile = BN rows of N, each 64 K elements (128 B); this CTA's slice of rows.
-              const int r0 = static_cast<int>(rank) * K::kBSlice;
-              if (kClusterM > 1)
-                hg90::tma_load_2d_multicast(b + r0 * 128, &tmB, &full[stage], k0, n0 + r0, (1u << kClusterM) - 1);
-              else
-                hg90::tma_load_2d(b, &tmB, &full[stage], k0, n0);
-            } else {
-              // NN: B tile = BN/64 boxes of 64 K rows x 64 N columns (128 B), one per 64-column chunk.
+        for (int kb = 0; kb < nk; ++kb) {
+          // A fresh barrier counts as having completed the phase before phase 0, so the first pass
+          // over the ring does not block.
+          hg90::mbar_wait(&empty[stage], phase ^ 1);
+          hg90::mbar_arrive_expect_tx(&full[stage], K::kStageBytes);
+          const int k0 = kb * BK;
+          hg90::tma_load_2d(sA + stage * K::kABytes, &tmA, &full[stage], k0, m0);
+          uint8_t* b = sB + stage * K::kBBytes;
+          if (!K::kNN) {
+            // TN: B tile = BN rows of N, each 64 K elements (128 B); this CTA's slice of rows.
+            const int r0 = static_cast<int>(rank) * K::kBSlice;
+            if (kClusterM > 1)
+              hg90::tma_load_2d_multicast(b + r0 * 128, &tmB, &full[stage], k0, n0 + r0, (1u << kClusterM) - 1);
+            else
+              hg90::tma_load_2d(b, &tmB, &full[stage], k0, n0);
+          } else {
+            // NN: B tile = BN/64 boxes of 64 K rows x 64 N columns (128 B), one per 64-column chunk.
 #pragma unroll
-              for (int c = 0; c < K::kBSlice / 64; ++c) {
-                const int chunk = static_cast<int>(rank) * (K::kBSlice / 64) + c;
-                if (kClusterM > 1)
-                  hg90::tma_load_2d_multicast(b + chunk * (64 * 128), &tmB, &full[stage], n0 + 64 * chunk, k0,
-                                              (1u << kClusterM) - 1);
-                else
-                  hg90::tma_load_2d(b + chunk * (64 * 128), &tmB, &full[stage], n0 + 64 * chunk, k0);
-              }
+            for (int c = 0; c < K::kBSlice / 64; ++c) {
+              const int chunk = static_cast<int>(rank) * (K::kBSlice / 64) + c;
+              if (kClusterM > 1)
+                hg90::tma_load_2d_multicast(b + chunk * (64 * 128), &tmB, &full[stage], n0 + 64 * chunk, k0,
+                                            (1u << kClusterM) - 1);
+              else
+                hg90::tma_load_2d(b + chunk * (64 * 128), &tmB, &full[stage], n0 + 64 * chunk, k0);
             }
-            if (++stage == kStages) {
-              stage = 0;
-              phase ^= 1;
-            }
+          }
+          if (++stage == kStages) {
+            stage = 0;
+            phase ^= 1;
           }
         }
       }
@@ -300,11 +275,10 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
     const int cw = wg - 1;  // consumer index: rows [64 cw, 64 cw + 64) of the tile
     const int tid = threadIdx.x % 128;
     float d[128];
-    // Ring position (k-blocks loaded so far, in the producer's order) of this consumer's next
-    // k-block: cooperative consumers read every position, a ping-pong consumer every other tile's.
-    int pos = K::kPingpong ? cw * nk : 0;
-    // Release a stage. Cooperative cluster: one thread per CTA of the cluster arrives on that CTA's
-    // copy of the barrier (the peer's producer multicasts into our copy of the stage too).
+    int stage = 0;
+    uint32_t phase = 0;
+    // Release a stage. Cluster: one thread per CTA of the cluster arrives on that CTA's copy of the
+    // barrier (the peer's producer multicasts into our copy of the stage too), in parallel.
     auto release = [&](int s) {
       if (kClusterM > 1) {
         if (tid < kClusterM) hg90::mbar_arrive_cluster(&empty[s], static_cast<uint32_t>(tid));
@@ -312,32 +286,11 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
         hg90::mbar_arrive(&empty[s]);
       }
     };
-    // The stagger is on only when a tile has enough k-blocks that consumer 0 cannot run a whole
-    // tile ahead: consumer 0 reaching k-block kStagger of tile j + 1 needs position
-    // (j + 1) nk + kStagger - 1 loaded, i.e. position (j + 1) nk + kStagger - 1 - kStages released
-    // by consumer 1, which has not started tile j while it waits; so nk + kStagger - 1 >= kStages
-    // keeps the one-phase stagger barrier from being completed twice ahead of its waiter.
-    const bool stagger_on = K::kStagger > 0 && nk + K::kStagger - 1 >= kStages;
-    uint32_t tile_parity = 0;
-    // Ping-pong turns: consumer c starts a tile only after the other one has passed the full
-    // barrier of its last k-block (consumer 0's first tile excepted). Besides alternating the main
-    // loops, this keeps the parity waits sound: a consumer skips the other's ring positions, and
-    // must not wait on position p before the fill of p - kStages has been seen to complete.
-    uint32_t turn_parity = 0;
-    bool first_tile = true;
     while (sched.next(m0, n0)) {
-      if (stagger_on && cw == 1) hg90::mbar_wait(stagger, tile_parity);
-      if (K::kPingpong && !(cw == 0 && first_tile)) {
-        hg90::mbar_wait(&order[cw], turn_parity);
-        turn_parity ^= 1;
-      }
-      first_tile = false;
       int prev = -1;
-      for (int kb = 0; kb < nk; ++kb, ++pos) {
-        const int stage = pos % kStages;
-        hg90::mbar_wait(&full[stage], static_cast<uint32_t>(pos / kStages) & 1);
-        if (K::kPingpong && kb == nk - 1 && tid == 0) hg90::mbar_arrive(&order[1 - cw]);
-        const uint32_t a_base = smem_u32(sA + stage * K::kABytes) + (K::kPingpong ? 0 : cw * kWgRows * 128);
+      for (int kb = 0; kb < nk; ++kb) {
+        hg90::mbar_wait(&full[stage], phase);
+        const uint32_t a_base = smem_u32(sA + stage * K::kABytes) + cw * kWgRows * 128;
         const uint32_t b_base = smem_u32(sB + stage * K::kBBytes);
         hg90::wgmma_fence();
 #pragma unroll
@@ -350,18 +303,19 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
           hg90::wgmma_m64n256k16<T, K::kNN ? 1 : 0>(d, da, db, (kb > 0 || k > 0) ? 1 : 0);
         }
         hg90::wgmma_commit();
-        if (stagger_on && cw == 0 && kb == K::kStagger - 1 && tid == 0) hg90::mbar_arrive(stagger);
         // Keep one k-block of MMAs in flight; the one before it is done, so its stage is free.
         hg90::wgmma_wait<1>();
         if (prev >= 0) release(prev);
         prev = stage;
+        if (++stage == kStages) {
+          stage = 0;
+          phase ^= 1;
+        }
       }
       hg90::wgmma_wait<0>();
 #pragma unroll
       for (int i = 0; i < 128; ++i) hg90::fence_regs(d[i]);
       if (prev >= 0) release(prev);
-      if (K::kPingpong) pos += nk;  // skip the other consumer's tile
-      tile_parity ^= 1;
       const int row0 = m0 + cw * kWgRows;
       if constexpr (K::kTmaStore) {
         epilogue_tma<T, K::kCStageCols>(d, &cArg, sC + cw * (kWgRows * K::kCStageCols * 2), cw, row0, n0);
@@ -388,23 +342,17 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
            int N, int K) {                                                                               \
     sm90_gemm<Kn<T, NN, STAGES, CLUSTER_M, PERSISTENT, false>>(tmA, tmB, C, M, N, K);                    \
   }
-// TMA-store kernels: SUFFIX is the variant part of the symbol (see hgemm_sm90.toml).
-#define HG90_KERNEL_TMAC1(SYMBOL, T, NN, STAGES, CLUSTER_M, STAGGER, PINGPONG)                           \
+// TMA-store kernels, one symbol per stage count: variants = { stages = [3, 4] } (3 stages +
+// whole-tile staging, or 4 stages + half-tile staging).
+#define HG90_KERNEL_TMAC1(NAME, T, NN, STAGES, CLUSTER_M)                                                \
   extern "C" __global__ void __launch_bounds__(kThreads, 1)                                              \
-      SYMBOL(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,           \
-             const __grid_constant__ CUtensorMap tmC, int M, int N, int K) {                             \
-    sm90_gemm<Kn<T, NN, STAGES, CLUSTER_M, true, true, STAGGER, PINGPONG>>(tmA, tmB, tmC, M, N, K);     \
+      NAME##__stages##STAGES(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB, \
+                             const __grid_constant__ CUtensorMap tmC, int M, int N, int K) {             \
+    sm90_gemm<Kn<T, NN, STAGES, CLUSTER_M, true, true>>(tmA, tmB, tmC, M, N, K);                         \
   }
-// variants = { stages = [3, 4] }: 3 stages + whole-tile staging, or 4 stages + half-tile staging.
-#define HG90_KERNEL_TMAC(NAME, T, NN, CLUSTER_M)                                  \
-  HG90_KERNEL_TMAC1(NAME##__stages3, T, NN, 3, CLUSTER_M, 0, false)               \
-  HG90_KERNEL_TMAC1(NAME##__stages4, T, NN, 4, CLUSTER_M, 0, false)
-// variants = { stages = [4, 3], stagger = [1, 2] }
-#define HG90_KERNEL_STAGGER(NAME, T, NN, CLUSTER_M)                                       \
-  HG90_KERNEL_TMAC1(NAME##__stages4__stagger1, T, NN, 4, CLUSTER_M, 1, false)             \
-  HG90_KERNEL_TMAC1(NAME##__stages4__stagger2, T, NN, 4, CLUSTER_M, 2, false)             \
-  HG90_KERNEL_TMAC1(NAME##__stages3__stagger1, T, NN, 3, CLUSTER_M, 1, false)             \
-  HG90_KERNEL_TMAC1(NAME##__stages3__stagger2, T, NN, 3, CLUSTER_M, 2, false)
+#define HG90_KERNEL_TMAC(NAME, T, NN, CLUSTER_M) \
+  HG90_KERNEL_TMAC1(NAME, T, NN, 3, CLUSTER_M)   \
+  HG90_KERNEL_TMAC1(NAME, T, NN, 4, CLUSTER_M)
 
 HG90_KERNEL_PTRC(hgemm_sm90_wgmma_tma_ws_tn, __half, false, 4, 1, false)
 HG90_KERNEL_PTRC(hgemm_sm90_wgmma_tma_ws_nn, __half, true, 4, 1, false)
@@ -416,8 +364,3 @@ HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_cluster2_nn, __half, true, 2
 HG90_KERNEL_PTRC(hgemm_sm90_wgmma_tma_ws_persistent_cluster2_direct_tn, __half, false, 4, 2, true)
 HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_cluster2_tn_bf16, __nv_bfloat16, false, 2)
 HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_cluster2_nn_bf16, __nv_bfloat16, true, 2)
-HG90_KERNEL_STAGGER(hgemm_sm90_wgmma_tma_ws_persistent_stagger_tn, __half, false, 1)
-HG90_KERNEL_STAGGER(hgemm_sm90_wgmma_tma_ws_persistent_stagger_nn, __half, true, 1)
-HG90_KERNEL_TMAC1(hgemm_sm90_wgmma_tma_ws_persistent_cluster2_stagger_tn__stages4__stagger1, __half, false, 4, 2, 1,
-                  false)
-HG90_KERNEL_TMAC1(hgemm_sm90_wgmma_tma_ws_pingpong_tn__stages4, __half, false, 4, 1, 0, true)
