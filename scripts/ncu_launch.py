@@ -2,7 +2,7 @@
 """Launch one kernel variant a few times at one square shape, for Nsight Compute to profile
 (`ncu --launch-skip 2 --launch-count 1 ...`). Random N(0,1) operands.
 
-    PYTHONPATH=. python3 scripts/ncu_mma.py NAME --MNK 4096 --acc f32 --stages 4
+    PYTHONPATH=. python3 scripts/ncu_launch.py NAME --MNK 4096 --acc f32 --stages 4
 """
 import argparse
 import sys
