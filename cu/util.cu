@@ -88,8 +88,15 @@ __device__ __forceinline__ void copy2d(const T* __restrict__ src, T* __restrict_
     uint4 u;
     T* x = reinterpret_cast<T*>(&u);
     const T* p = src + static_cast<long long>(gr) * srs + static_cast<long long>(gc) * scs;
-    const bool full = src_cfast ? (gr < src_rows && gc + V <= src_cols && scs == 1)
-                                : (gc < src_cols && gr + V <= src_rows && srs == 1);
+    // the aligned 16-byte chunk(s) load16_any reads must also lie inside this contiguous row (or
+    // column) of the source: past its ends they hold bytes outside the allocation or a strided
+    // matrix's unwritten padding (memcheck / initcheck flag both)
+    const T* line = src_cfast ? src + static_cast<long long>(gr) * srs : src + static_cast<long long>(gc) * scs;
+    const int line_len = src_cfast ? src_cols : src_rows;
+    const bool full = (src_cfast ? (gr < src_rows && gc + V <= src_cols && scs == 1)
+                                 : (gc < src_cols && gr + V <= src_rows && srs == 1)) &&
+                      hgu::chunks_inside(p, reinterpret_cast<uintptr_t>(line),
+                                         reinterpret_cast<uintptr_t>(line + line_len));
     if (full) {
       u = hgu::load16_any(p);  // contiguous run inside the source, aligned or not
     } else {

@@ -97,8 +97,15 @@ __device__ __forceinline__ float4 ld_dsmem_f4(uint32_t smem_addr, uint32_t rank)
 // 16 bytes starting at any element-aligned address p, read as one or two aligned 16-byte loads and
 // funnel-shifted into place: rows of an odd leading dimension (4095 fp16) then still move in
 // vectors. Both aligned chunks hold bytes of the requested run, so neither can touch a page the
-// run does not (the second one is read only when p is misaligned). The source must not be written
-// by the same kernel.
+// run does not (the second one is read only when p is misaligned), but they can hold bytes outside
+// the matrix: callers check chunks_inside() first. The source must not be written by the same kernel.
+// Whether the aligned chunk(s) load16_any(p) reads lie inside the byte range [lo, hi).
+__device__ __forceinline__ bool chunks_inside(const void* p, uintptr_t lo, uintptr_t hi) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t q = a & ~static_cast<uintptr_t>(15);
+  return q >= lo && q + ((a & 15) ? 32 : 16) <= hi;
+}
+
 __device__ __forceinline__ uint4 load16_any(const void* p) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
   const uint4* q = reinterpret_cast<const uint4*>(a & ~static_cast<uintptr_t>(15));
