@@ -68,6 +68,11 @@ def section(doc: dict[str, Any], size: int, plot_rel: str | None, source: str) -
     shapes = an.shapes_in_order(records)
     sweep = ", ".join(str(s[0]) if s[0] == s[1] == s[2] else "x".join(map(str, s)) for s in shapes)
     peak = dev.get("fp16_dense_peak_tflops")
+    start, end = dev.get("clocks_at_start", {}), dev.get("clocks_at_end", {})
+    clock_note = ""
+    if "clocks.sm" in start and "clocks.sm" in end:
+        clock_note = (f" SM clock {start['clocks.sm']:.0f} MHz at the start of the run, {end['clocks.sm']:.0f} MHz "
+                      "at its end (power/thermal limits of the card).")
     lines = [
         START,
         "## Results",
@@ -79,7 +84,7 @@ def section(doc: dict[str, Any], size: int, plot_rel: str | None, source: str) -
         f"TFLOPS at M=N=K={shape[0]}: the fastest correct variant of each ladder step; the gain is over the "
         "previous step of the same ladder; x cuBLAS is the ratio to the best cuBLAS variant measured in the "
         "same run (NN/TN, fp16/fp32 accumulation; fp32/TF32 for SGEMM)"
-        + (f"; the fp16 dense peak of this GPU is {peak:.0f} TFLOPS." if peak else "."),
+        + (f"; the fp16 dense peak of this GPU is {peak:.0f} TFLOPS." if peak else ".") + clock_note,
         "",
         ladder_table(ladder_rows(records, shape)),
         "",
