@@ -84,7 +84,7 @@ def summary_table(summary: list[dict[str, Any]], cls: str, nshapes: int) -> str:
 def topk_lines(summary: list[dict[str, Any]], cls: str, k: int, nshapes: int) -> list[str]:
     best = an.topk(summary, k, cls)
     if not best:
-        return [f"top {k}: no kernel of this class was correct at every shape"]
+        return [f"top {k}: none (no kernel of this class besides cuBLAS was measured correct at every shape)"]
     lines = [f"top {len(best)} kernels (best variant each) by geomean TFLOPS over {nshapes} shape(s):"]
     for i, s in enumerate(best, 1):
         ratio = f", {s['geomean_ratio']:.2f}x cuBLAS" if s["geomean_ratio"] else ""
