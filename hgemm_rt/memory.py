@@ -104,6 +104,13 @@ class DeviceArray:
         return self.size <= 1 or self.strides == _c_strides(self.shape, self.itemsize)
 
     @property
+    def T(self) -> "DeviceArray":
+        """The transposed view (no copy): reversed shape and strides; it keeps this array alive."""
+        self._check_open()
+        return DeviceArray(self.ptr, self.shape[::-1], self.dtype, self.strides[::-1], owner=self,
+                           device=self.device, readonly=self.readonly)
+
+    @property
     def closed(self) -> bool:
         return self._finalizer is not None and not self._finalizer.alive
 
@@ -149,7 +156,7 @@ class DeviceArray:
         self.close()
 
     def _check_open(self) -> None:
-        if self.closed:
+        if self.closed or (isinstance(self._owner, DeviceArray) and self._owner.closed):
             raise ValidationError("this device array was closed; its memory is freed")
 
     def __repr__(self) -> str:

@@ -102,3 +102,11 @@ def test_cublas_entry_validates_too():
         entry(a, b, c)
     with pytest.raises(hg.ValidationError, match="acc='f64' is not one of"):
         entry(*ok_operands("TN", 64, 96, 32), acc="f64")
+
+
+def test_transposed_view_is_refused_by_a_kernel_that_needs_row_major():
+    a = fake((64, 256))
+    t = a.T
+    assert t.shape == (256, 64) and t.strides == (2, 512) and t.ptr == a.ptr and not t.is_c_contiguous
+    with pytest.raises(hg.ValidationError, match="A must be C-contiguous"):
+        validate_operands(spec(), t, fake((64, 256)), fake((256, 256)))
