@@ -76,3 +76,13 @@ def test_two_streams_give_correct_results(rng):
 def test_device_info_is_sane():
     info = hg.get_device().info
     assert info.sm_count > 0 and info.cc >= (8, 0) and info.max_smem_optin >= 48 * 1024
+
+
+def test_matmul_takes_transposed_device_array_views(rng):
+    M, N, K = 77, 130, 45
+    a, b = random_operands(K, N, M, "NN", "f16", rng)[0], random_operands(M, N, K, "NN", "f16", rng)[1]
+    # a is K x M: its transposed view is the M x K operand, column-major, with no copy
+    with hg.to_device(a) as A, hg.to_device(b) as B:
+        c = hg.matmul(A.T, B)
+        got = c.to_numpy() if hasattr(c, "to_numpy") else np.asarray(c)
+    assert rel_error(got, reference(a.T, b, "NN")) < 1e-3
