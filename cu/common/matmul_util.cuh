@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 #include <cstdint>
 
+#include "pack.cuh"
 #include "ptx.cuh"
 
 namespace hgu {
@@ -29,19 +30,7 @@ __device__ __forceinline__ __half from_f32<__half>(float v) { return __float2hal
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
-// Two fp32 values -> one 32-bit register holding the pair (low half = first element).
-template <typename T>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi);
-template <>
-__device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
-  __half2 h = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&h);
-}
-template <>
-__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
-  __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&h);
-}
+using hg::pack2;  // cu/common/pack.cuh
 
 // ---- mma.sync m16n8k16 row.col with fp32 accumulation, for fp16 and bf16 inputs ----
 template <typename T>

@@ -9,6 +9,7 @@
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include <cstdint>
+#include "pack.cuh"
 
 namespace hg90 {
 
@@ -236,18 +237,6 @@ HG90_DEFINE_WGMMA(__nv_bfloat16, "bf16", 0)
 HG90_DEFINE_WGMMA(__nv_bfloat16, "bf16", 1)
 #undef HG90_DEFINE_WGMMA
 
-// fp32 pair -> packed 16-bit pair (low half = first element), for stmatrix / 32-bit stores.
-template <typename T>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi);
-template <>
-__device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
-  __half2 h = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&h);
-}
-template <>
-__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
-  __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&h);
-}
+using hg::pack2;  // cu/common/pack.cuh
 
 }  // namespace hg90
