@@ -6,6 +6,7 @@ import pytest
 
 import hgemm_rt as hg
 from hgemm_rt.testing import random_operands, reference, rel_error
+from interop import OnlyDlpack
 
 pytestmark = pytest.mark.gpu
 
@@ -40,16 +41,6 @@ def test_dlpack_producer_is_used_without_copying(rng):
     a, b = random_operands(M, N, K, "NN", "f32", rng)
     ca, cb = cp.asarray(a), cp.asarray(b)
     cc = cp.full((M, N), cp.nan, dtype=cp.float32)
-
-    class OnlyDlpack:  # hide __cuda_array_interface__ so the DLPack path is the one taken
-        def __init__(self, x):
-            self.x = x
-
-        def __dlpack__(self, **kw):
-            return self.x.__dlpack__(**kw)
-
-        def __dlpack_device__(self):
-            return self.x.__dlpack_device__()
 
     view = hg.as_device_array(OnlyDlpack(cc))
     assert view.ptr == cc.data.ptr and view.shape == (M, N) and view.dtype == "f32"

@@ -22,6 +22,7 @@ from hgemm_rt import DeviceArray, dispatch
 from hgemm_rt.errors import UnknownKernelError, ValidationError
 from hgemm_rt.testing import error_floor
 from kernel_cases import load_manifest_or_none
+from interop import OnlyDlpack
 
 MANIFEST = load_manifest_or_none()
 needs_manifest = pytest.mark.skipif(MANIFEST is None, reason="no build manifest (python build_kernels.py)")
@@ -443,16 +444,6 @@ def test_torch_tensors_and_transposed_views_zero_copy(rng):
 @pytest.mark.gpu
 def test_dlpack_only_producer_zero_copy(rng):
     torch = pytest.importorskip("torch")
-
-    class OnlyDlpack:  # hides __cuda_array_interface__: the DLPack path is taken
-        def __init__(self, x):
-            self.x = x
-
-        def __dlpack__(self, **kw):
-            return self.x.__dlpack__(**kw)
-
-        def __dlpack_device__(self):
-            return self.x.__dlpack_device__()
 
     a = torch.randn(64, 96, device="cuda", dtype=torch.float16)
     b = torch.randn(96, 40, device="cuda", dtype=torch.float16)
