@@ -293,15 +293,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
         const uint32_t a_base = smem_u32(sA + stage * K::kABytes) + cw * kWgRows * 128;
         const uint32_t b_base = smem_u32(sB + stage * K::kBBytes);
         hg90::wgmma_fence();
-#pragma unroll
-        for (int k = 0; k < BK / 16; ++k) {
-          // K-major 128B-swizzled rows: the k-th 16-element slice starts 32 bytes further (the
-          // hardware applies the swizzle to the full address). MN-major B: 16 K rows further.
-          const uint64_t da = hg90::wgmma_desc(a_base + k * 32, 16, 1024);
-          const uint64_t db = K::kNN ? hg90::wgmma_desc(b_base + k * 16 * 128, 64 * 128, 1024)
-                                     : hg90::wgmma_desc(b_base + k * 32, 16, 1024);
-          hg90::wgmma_m64n256k16<T, K::kNN ? 1 : 0>(d, da, db, (kb > 0 || k > 0) ? 1 : 0);
-        }
+        hg90::wgmma_kblock<T, K::kNN, BK>(d, a_base, b_base, kb > 0);
         hg90::wgmma_commit();
         // Keep one k-block of MMAs in flight; the one before it is done, so its stage is free.
         hg90::wgmma_wait<1>();

@@ -124,15 +124,7 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
       const uint32_t a_base = smem_u32(sA + stage * W::kABytes) + cw * 64 * 128;
       const uint32_t b_base = smem_u32(sB + stage * W::kBBytes);
       hg90::wgmma_fence();
-#pragma unroll
-      for (int k = 0; k < BK / 16; ++k) {
-        // K-major rows: the k-th 16-element slice is 32 bytes further (the hardware swizzles the
-        // full address); MN-major B (nn): 16 K rows further.
-        const uint64_t da = hg90::wgmma_desc(a_base + k * 32, 16, 1024);
-        const uint64_t db = W::kNN ? hg90::wgmma_desc(b_base + k * 16 * 128, 64 * 128, 1024)
-                                   : hg90::wgmma_desc(b_base + k * 32, 16, 1024);
-        hg90::wgmma_m64n256k16<T, W::kNN ? 1 : 0>(d, da, db, 1);
-      }
+      hg90::wgmma_kblock<T, W::kNN, BK>(d, a_base, b_base, true);
       hg90::wgmma_commit();
       hg90::wgmma_wait<1>();  // one k-block in flight; the one before it has finished reading its stage
       if (prev >= 0 && tid == 0) hg90::mbar_arrive(&empty[prev]);

@@ -239,4 +239,20 @@ HG90_DEFINE_WGMMA(__nv_bfloat16, "bf16", 1)
 
 using hg::pack2;  // cu/common/pack.cuh
 
+// One k-block of BK elements as BK/16 wgmma m64n256k16 from 128-byte-swizzled shared memory: A
+// K-major (this warpgroup's 64 rows at a_base), B K-major (TN) or MN-major (kNN, 64-wide column
+// panels). The k-th 16-element slice of a K-major row starts 32 bytes further (the hardware applies
+// the swizzle to the full address); of an MN-major B, 16 K rows further. With accumulate == false
+// the first slice overwrites d (scale-d 0), so d needs no zeroing.
+template <typename T, bool kNN, int BK>
+__device__ __forceinline__ void wgmma_kblock(float (&d)[128], uint32_t a_base, uint32_t b_base, bool accumulate) {
+#pragma unroll
+  for (int k = 0; k < BK / 16; ++k) {
+    const uint64_t da = wgmma_desc(a_base + k * 32, 16, 1024);
+    const uint64_t db = kNN ? wgmma_desc(b_base + k * 16 * 128, 64 * 128, 1024) : wgmma_desc(b_base + k * 32, 16, 1024);
+    wgmma_m64n256k16<T, kNN ? 1 : 0>(d, da, db, (accumulate || k > 0) ? 1 : 0);
+  }
+}
+
+
 }  // namespace hg90
