@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 #include <cstdint>
 
+#include "cluster.cuh"
 #include "pack.cuh"
 #include "ptx.cuh"
 
@@ -57,16 +58,8 @@ __device__ __forceinline__ void cp_async_16_zfill(uint32_t smem_addr, const void
 
 // ---- thread-block cluster (sm_90): the split-K partial tiles are summed through DSMEM ----
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-__device__ __forceinline__ uint32_t cluster_ctarank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return r;
-}
-// Every thread of every CTA in the cluster; release/acquire orders the partial-tile stores before
-// the peers' DSMEM reads (and those reads before a CTA may exit and give its smem away).
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
+using hg::cluster_ctarank;  // cu/common/cluster.cuh
+using hg::cluster_sync;
 // float4 at the same shared-window offset in CTA `rank` of this cluster.
 __device__ __forceinline__ float4 ld_dsmem_f4(uint32_t smem_addr, uint32_t rank) {
   float4 v;
@@ -88,13 +81,6 @@ __device__ __forceinline__ float4 ld_dsmem_f4(uint32_t smem_addr, uint32_t rank)
 // vectors. Both aligned chunks hold bytes of the requested run, so neither can touch a page the
 // run does not (the second one is read only when p is misaligned), but they can hold bytes outside
 // the matrix: callers check chunks_inside() first. The source must not be written by the same kernel.
-// Whether the aligned chunk(s) load16_any(p) reads lie inside the byte range [lo, hi).
-__device__ __forceinline__ bool chunks_inside(const void* p, uintptr_t lo, uintptr_t hi) {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  const uintptr_t q = a & ~static_cast<uintptr_t>(15);
-  return q >= lo && q + ((a & 15) ? 32 : 16) <= hi;
-}
-
 __device__ __forceinline__ uint4 load16_any(const void* p) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
   const uint4* q = reinterpret_cast<const uint4*>(a & ~static_cast<uintptr_t>(15));
@@ -120,6 +106,13 @@ __device__ __forceinline__ uint4 load16_any(const void* p) {
   }
 #undef HGU_SEL
   return o;
+}
+
+// Whether the aligned chunk(s) load16_any(p) reads lie inside the byte range [lo, hi).
+__device__ __forceinline__ bool chunks_inside(const void* p, uintptr_t lo, uintptr_t hi) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t q = a & ~static_cast<uintptr_t>(15);
+  return q >= lo && q + ((a & 15) ? 32 : 16) <= hi;
 }
 
 // Four consecutive output columns of one row: alpha * v (+ beta * C), one 8-byte store where C's row

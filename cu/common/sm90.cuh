@@ -9,6 +9,7 @@
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include <cstdint>
+#include "cluster.cuh"
 #include "pack.cuh"
 
 namespace hg90 {
@@ -72,17 +73,10 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
 // ---------------------------------------------------------------------------------------------
 // Cluster
 // ---------------------------------------------------------------------------------------------
-__device__ __forceinline__ uint32_t cluster_ctarank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return r;
-}
-// Full cluster barrier (every thread of every CTA of the cluster). Used after barrier init (a peer
-// must not multicast into / arrive on barriers that are not initialised yet) and before exit (a CTA
-// must not leave while its peer can still arrive on its barriers).
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
+// cluster_sync: after barrier init (a peer must not multicast into / arrive on barriers that are not
+// initialised yet) and before exit (a CTA must not leave while its peer can still arrive on them).
+using hg::cluster_ctarank;  // cu/common/cluster.cuh
+using hg::cluster_sync;
 
 // ---------------------------------------------------------------------------------------------
 // TMA (bulk tensor copies). The tensor map is a __grid_constant__ kernel parameter; its generic
