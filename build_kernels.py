@@ -73,9 +73,10 @@ def local_includes(source: Path) -> list[Path]:
     seen: dict[Path, None] = {}
     todo = [source]
     while todo:
-        text = todo.pop().read_text()
-        for inc in _INCLUDE.findall(text):
-            for base in (source.parent, CU):
+        current = todo.pop()
+        for inc in _INCLUDE.findall(current.read_text()):
+            # like the compiler: the including file's own directory first, then the -I paths
+            for base in (current.parent, CU):
                 cand = (base / inc).resolve()
                 if cand.is_file() and cand not in seen:
                     seen[cand] = None

@@ -20,6 +20,7 @@ def tree(tmp_path):
     cu.mkdir()
     shutil.copy(ROOT / "cu" / "naive.cu", cu)
     shutil.copy(ROOT / "cu" / "naive.toml", cu)
+    shutil.copytree(ROOT / "cu" / "common", cu / "common")  # the shared headers naive.cu includes
     return tmp_path
 
 
@@ -77,3 +78,16 @@ ptxas warning : (C7510) Potential Performance Loss: wgmma.mma_async instructions
     f = funcs["kern"]
     assert (f.registers, f.spill_stores, f.spill_loads, f.stack, f.static_smem) == (168, 4, 12, 8, 16384)
     assert warnings and "C7510" in warnings[0]
+
+
+def test_a_header_included_by_a_header_is_part_of_the_cache_key(tree, capsys):
+    common = tree / "cu" / "common"
+    (common / "inner.cuh").write_text("#pragma once\n// v1\n")
+    (common / "outer.cuh").write_text('#pragma once\n#include "inner.cuh"\n')
+    src = tree / "cu" / "naive.cu"
+    src.write_text('#include "common/outer.cuh"\n' + src.read_text())
+    assert build(tree) == 0
+    capsys.readouterr()
+    (common / "inner.cuh").write_text("#pragma once\n// v2\n")  # reached only through outer.cuh
+    assert build(tree) == 0
+    assert "1 to compile" in capsys.readouterr().err
