@@ -5,15 +5,7 @@
 // Any M, N, K >= 1 (every access guarded); sm_80+.
 #include <cuda_fp16.h>
 
-template <typename T>
-__device__ __forceinline__ float to_float(T v) { return static_cast<float>(v); }
-template <>
-__device__ __forceinline__ float to_float<half>(half v) { return __half2float(v); }
-
-template <typename T>
-__device__ __forceinline__ T from_float(float v) { return static_cast<T>(v); }
-template <>
-__device__ __forceinline__ half from_float<half>(float v) { return __float2half_rn(v); }
+#include "common/pack.cuh"
 
 template <typename T>
 __device__ __forceinline__ void naive_gemm(const T* __restrict__ A, const T* __restrict__ B,
@@ -24,8 +16,8 @@ __device__ __forceinline__ void naive_gemm(const T* __restrict__ A, const T* __r
   if (row >= M || col >= N) return;
   float acc = 0.f;
   for (int k = 0; k < K; ++k)
-    acc += to_float(A[(size_t)row * K + k]) * to_float(B[(size_t)k * N + col]);
-  C[(size_t)row * N + col] = from_float<T>(acc);
+    acc += hg::to_f32(A[(size_t)row * K + k]) * hg::to_f32(B[(size_t)k * N + col]);
+  C[(size_t)row * N + col] = hg::from_f32<T>(acc);
 }
 
 extern "C" __global__ void hgemm_naive_f16(const half* A, const half* B, half* C, int M, int N, int K) {

@@ -12,26 +12,9 @@
 
 namespace hgu {
 
-// ---- element <-> fp32 (all arithmetic of the helpers is done in fp32) ----
-template <typename T>
-__device__ __forceinline__ float to_f32(T v);
-template <>
-__device__ __forceinline__ float to_f32<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ float to_f32<__half>(__half v) { return __half2float(v); }
-template <>
-__device__ __forceinline__ float to_f32<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-template <typename T>
-__device__ __forceinline__ T from_f32(float v);
-template <>
-__device__ __forceinline__ float from_f32<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ __half from_f32<__half>(float v) { return __float2half_rn(v); }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-
-using hg::pack2;  // cu/common/pack.cuh
+using hg::from_f32;  // cu/common/pack.cuh (all arithmetic of the helpers is done in fp32)
+using hg::pack2;
+using hg::to_f32;
 
 // ---- mma.sync m16n8k16 row.col with fp32 accumulation, for fp16 and bf16 inputs ----
 template <typename T>
