@@ -19,7 +19,7 @@ from ._driver import check, driver
 from .device import Device, get_device, stream_handle
 from .errors import ManifestError, ValidationError
 from .manifest import KernelSpec, Manifest, Selection, variant_symbol
-from .memory import DeviceArray, as_device_array
+from .memory import as_device_array
 from .validate import Problem, validate_operands
 
 STATIC_SMEM_LIMIT = 48 * 1024  # above this a block needs the opt-in attribute

@@ -2,7 +2,6 @@
 aligned and ragged shapes, on fresh random inputs, into NaN-poisoned output; and refusals."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 import hgemm_rt as hg
