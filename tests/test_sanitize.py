@@ -1,0 +1,95 @@
+"""CPU checks of scripts/sanitize.py: which matmul plans it runs for the util kernels (every kernel at
+an aligned and a ragged shape), and how it reads compute-sanitizer's output."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import pytest
+from kernel_cases import ROOT, load_manifest_or_none
+
+from hgemm_rt import dispatch
+
+MANIFEST = load_manifest_or_none()
+_spec = importlib.util.spec_from_file_location("sanitize", ROOT / "scripts" / "sanitize.py")
+S = importlib.util.module_from_spec(_spec)
+sys.modules["sanitize"] = S  # (dataclasses look their module up there)
+_spec.loader.exec_module(S)
+
+needs_manifest = pytest.mark.skipif(MANIFEST is None, reason="no build manifest (run build_kernels.py)")
+
+
+@needs_manifest
+@pytest.mark.parametrize("cc", [(9, 0), (8, 0)])
+def test_every_util_kernel_is_scheduled_at_an_aligned_and_a_ragged_shape(cc):
+    names, unbuilt = S.util_names(MANIFEST, None, cc)
+    assert names and set(unbuilt) | names == {s.name for s in S.selected_specs(MANIFEST, None, util=True)}
+    sched, covered = S.util_schedule(MANIFEST, cc, 132, names)
+    assert S.missing(names, covered) == []
+    feats = {(k, f) for k, f, _c in covered}
+    for n in names:
+        spec = MANIFEST.kernels[n]
+        for axis, values in spec.variants.items():  # every variant (b = row | col) is launched
+            assert all((n, f"{axis}={v}") in feats for v in values), n
+        if cc >= (9, 0) and n.startswith(("util_gemm_mma_", "util_gemm_wgmma_")):
+            assert (n, "split-K") in feats, n  # a cluster of CTAs along K
+        if n.startswith("util_gemm_"):
+            assert (n, "alpha/beta") in feats, n
+    for dt in {MANIFEST.kernels[n].dtype for n in names}:
+        # (an alpha/beta copy-out follows a catalogue kernel: sm_80 has none for bf16)
+        for f in ("transposing", "misaligned source") + (("alpha/beta",) if cc >= (9, 0) else ()):
+            assert (f"util_copy2d_{dt}", f) in feats
+    for case, plan in sched:  # each is the plan matmul builds for that route and problem
+        assert dispatch.plan_steps(plan.route, case.problem(), MANIFEST) == plan
+    assert len(sched) < 150  # a few shapes per kernel: racecheck must end inside one GPU call
+
+
+@needs_manifest
+def test_a_pattern_selects_only_matching_kernels():
+    names, _ = S.util_names(MANIFEST, "util_copy2d_*", (9, 0))
+    assert names == {"util_copy2d_f16", "util_copy2d_bf16", "util_copy2d_f32"}
+    _sched, covered = S.util_schedule(MANIFEST, (9, 0), 132, names)
+    assert {k for k, _f, _c in covered} == names and S.missing(names, covered) == []
+    assert all(s.ladder != "util" for s in S.selected_specs(MANIFEST, "hgemm_mma*", util=False))
+    assert S.selected_specs(MANIFEST, "util_copy2d_*", util=False) == []
+
+
+def test_views_sit_where_the_case_says():
+    case = S.UtilCase("f16", "ragged", "x", S.Operand("row", 1, 3), S.Operand("col", 3, 5), S.Operand(), 0.5, 0.0)
+    a, b, c = case.views()
+    M, N, K = S.UTIL_SHAPES["ragged"]
+    assert (a.rows, a.cols, a.rs, a.cs, a.align) == (M, K, K + 3, 1, 2)  # offset 1 fp16: 2-byte aligned
+    assert (b.rows, b.cols, b.rs, b.cs, b.align) == (K, N, 1, K + 5, 2)
+    assert (c.rs, c.cs, c.align) == (N, 1, 256)
+    assert not case.problem().plain and case.problem().beta_zero
+
+
+RACE_LOG = """========= COMPUTE-SANITIZER
+ok  util_gemm_simt_f16 | f16 aligned
+LAUNCHED kernels=26 launches=220
+========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)
+"""
+
+INIT_LOG = """========= COMPUTE-SANITIZER
+========= Uninitialized __global__ memory read of size 16 bytes
+=========     at __ldg(const uint4 *)+0x770 in sm_32_intrinsics.hpp:131
+=========         Device Frame: hgu::load16_any(const void *)+0x770 in matmul_util.cuh:115
+=========         Device Frame: util_copy2d_f16+0x10 in util.cu:409
+========= 
+========= Uninitialized __global__ memory read of size 16 bytes
+=========         Device Frame: util_copy2d_f16+0x10 in util.cu:409
+========= 
+BAD copy A->tA | f16 ragged
+LAUNCHED kernels=3 launches=9
+========= ERROR SUMMARY: 2 errors
+"""
+
+
+def test_summaries_count_errors_launches_and_wrong_results():
+    clean, line = S.summarize("racecheck", RACE_LOG, 0, 12.0)
+    assert clean and "errors=0" in line and "kernels=26" in line and "launches=220" in line
+    clean, line = S.summarize("initcheck", INIT_LOG, 1, 3.0)
+    assert not clean and "errors=2" in line and "wrong=1" in line and "util_copy2d_f16: 2" in line
+    assert S.errors_by_kernel(INIT_LOG) == {"util_copy2d_f16": 2}
+    clean, line = S.summarize("memcheck", "========= COMPUTE-SANITIZER\n", None, 400.0)
+    assert not clean and "TIMEOUT" in line and "errors=-1" in line
