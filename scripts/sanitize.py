@@ -5,7 +5,7 @@
     python scripts/sanitize.py --kernels 'hgemm_mma*' --tools memcheck,racecheck
     python scripts/sanitize.py --kernels 'util_*'    # only matmul's helper kernels
 
-Each tool runs one child process (`--child`; the tools run side by side, `--jobs`) that launches
+Each tool runs two child processes (`--child gemm|util`; all side by side, `--jobs`) that launch
 every selected kernel at an aligned and a ragged shape on random inputs, checks each result against
 float64, and prints which kernels it launched:
 
@@ -256,8 +256,10 @@ class Buffer:
     def download(self):
         import numpy as np
 
+        import hgemm_rt as hg
+
         out = np.empty_like(self.host)
-        self.check(self.drv.cuCtxSynchronize(), "cuCtxSynchronize")
+        hg.get_device().synchronize()
         self.check(self.drv.cuMemcpyDtoH(out.ctypes.data, self.buf.ptr, out.nbytes), "cuMemcpyDtoH")
         return out
 
@@ -315,8 +317,8 @@ def _to_f64_bf16(bits):
     return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
 
 
-def child(pattern: str | None) -> int:
-    """Launch every selected kernel at its aligned and ragged shapes; one line per launch (plan)."""
+def child_gemm(pattern: str | None) -> tuple[int, int, set, list[str]]:
+    """Every selected catalogue kernel, every variant, at its aligned and ragged test shapes."""
     import numpy as np
     from kernel_cases import shapes_for
 
@@ -325,10 +327,10 @@ def child(pattern: str | None) -> int:
 
     rng = np.random.default_rng()
     cc = hg.get_device().info.cc
-    manifest = hg.get_registry().manifest
+    specs = selected_specs(hg.get_registry().manifest, pattern, util=False)
     bad = launches = 0
     launched = set()
-    for spec in selected_specs(manifest, pattern, util=False):
+    for spec in specs:
         entry = hg.get_kernel(spec.name)
         for label, M, N, K in shapes_for(spec)[:2]:  # aligned, ragged
             if entry.supports(M, N, K, cc) is not None:
@@ -341,21 +343,32 @@ def child(pattern: str | None) -> int:
                 launched.add((spec.name, label))
                 print(f"{'ok ' if ok else 'BAD'} {spec.name} {choice} {label} {M}x{N}x{K} err={r['error']:.2e}",
                       flush=True)
-    names, unbuilt = util_names(manifest, pattern, cc)
+    holes = [f"{s.name} ({c})" for s in specs for c in CLASSES if (s.name, c) not in launched]
+    return bad, launches, {n for n, _ in launched}, holes
+
+
+def child_util(pattern: str | None) -> tuple[int, int, set, list[str]]:
+    import hgemm_rt as hg
+
+    cc = hg.get_device().info.cc
+    names, unbuilt = util_names(hg.get_registry().manifest, pattern, cc)
     if unbuilt:
         print(f"not built for sm_{cc[0]}{cc[1]} (skipped): {', '.join(unbuilt)}")
-    covered: set = set()
-    if names:
-        wrong, n, covered = run_util(names)
-        bad += wrong
-        launches += n
-        feats = sorted((k, f, c) for k, f, c in covered if f)
-        print(f"util features covered: {len(feats)}: " + "; ".join(f"{k} {f} ({c})" for k, f, c in feats))
-    gemm_names = {s.name for s in selected_specs(manifest, pattern, util=False)}
-    holes = [f"{n} ({c})" for n in sorted(gemm_names) for c in CLASSES if (n, c) not in launched]
-    holes += missing(names, covered)
-    kernels = len({n for n, _ in launched} | {k for k, _f, _c in covered})
-    print(f"LAUNCHED kernels={kernels} launches={launches}")
+    if not names:
+        return 0, 0, set(), []
+    bad, launches, covered = run_util(names)
+    feats = sorted((k, f, c) for k, f, c in covered if f)
+    print(f"util features covered: {len(feats)}: " + "; ".join(f"{k} {f} ({c})" for k, f, c in feats))
+    return bad, launches, {k for k, _f, _c in covered}, missing(names, covered)
+
+
+PARTS = {"gemm": child_gemm, "util": child_util}
+
+
+def child(pattern: str | None, part: str) -> int:
+    """One part's kernels: one line per launch (or matmul plan), then what was launched."""
+    bad, launches, kernels, holes = PARTS[part](pattern)
+    print(f"LAUNCHED kernels={len(kernels)} launches={launches}")
     if holes:
         print(f"NOT LAUNCHED at both an aligned and a ragged shape ({len(holes)}): " + ", ".join(holes))
     return 1 if bad or holes else 0
@@ -382,37 +395,49 @@ def errors_by_kernel(log: str) -> dict[str, int]:
     return out
 
 
-def summarize(tool: str, log: str, returncode: int | None, seconds: float) -> tuple[bool, str]:
+@dataclass
+class Result:
+    clean: bool
+    line: str
+    errors: int
+    kernels: int
+    launches: int
+    seconds: float
+
+
+def summarize(what: str, log: str, returncode: int | None, seconds: float) -> Result:
+    """One sanitizer process's log: its error count (-1: no summary, it did not finish), launches,
+    wrong results."""
     m = _SUMMARY.search(log)
     errors = int(m.group(1) or m.group(2)) if m else -1
     wrong = log.count("\nBAD ")
     lm = _LAUNCHED.search(log)
-    kernels, launches = (int(lm.group(1)), int(lm.group(2))) if lm else (-1, -1)
-    timed_out = returncode is None
+    kernels, launches = (int(lm.group(1)), int(lm.group(2))) if lm else (0, log.count("\nok ") + wrong)
     clean = errors == 0 and wrong == 0 and returncode == 0
-    status = "clean" if clean else ("TIMEOUT" if timed_out else "FAILED")
-    line = (f"{tool:10s} errors={errors:<4d} kernels={kernels:<4d} launches={launches:<5d} wrong={wrong:<3d} "
+    status = "clean" if clean else ("TIMEOUT" if returncode is None else "FAILED")
+    line = (f"{what:16s} errors={errors:<4d} kernels={kernels:<4d} launches={launches:<5d} wrong={wrong:<3d} "
             f"exit={returncode} {seconds:6.1f}s {status}")
     if not clean:
         by = errors_by_kernel(log)
         if by:
             line += "\n  reports by kernel: " + ", ".join(f"{k}: {v}" for k, v in sorted(by.items()))
         line += "\n" + "\n".join(log.splitlines()[-15:])
-    return clean, line
+    return Result(clean, line, errors, kernels, launches, seconds)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kernels", metavar="PATTERN")
     ap.add_argument("--tools", default=",".join(TOOLS))
-    ap.add_argument("--jobs", type=int, default=len(TOOLS), help="tools run side by side (default: all)")
-    ap.add_argument("--timeout", type=float, default=None, help="seconds per tool before it counts as failed")
+    ap.add_argument("--jobs", type=int, default=2 * len(TOOLS),
+                    help="sanitizer processes side by side: one per tool and part (catalogue, util)")
+    ap.add_argument("--timeout", type=float, default=None, help="seconds per process before it counts as failed")
     ap.add_argument("--sanitizer", default=os.environ.get("HGEMM_SANITIZER") or shutil.which("compute-sanitizer"))
     ap.add_argument("--log-dir", type=Path, default=Path(os.environ.get("OUT", "/tmp")))
-    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--child", choices=sorted(PARTS), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        return child(args.kernels)
+        return child(args.kernels, args.child)
     tools = [t for t in args.tools.split(",") if t]
     unknown = set(tools) - set(TOOLS)
     if unknown:
@@ -423,26 +448,28 @@ def main(argv: list[str] | None = None) -> int:
     from hgemm_rt.manifest import Manifest
 
     manifest = Manifest.load(os.environ.get("HGEMM_ARTIFACTS") or ROOT / "artifacts")
-    n_gemm = len(selected_specs(manifest, args.kernels, util=False))
-    n_util = len(selected_specs(manifest, args.kernels, util=True))
-    print(f"{n_gemm + n_util} kernels ({n_gemm} catalogue, {n_util} util), tools: {', '.join(tools)}", flush=True)
+    n = {part: len(selected_specs(manifest, args.kernels, util=part == "util")) for part in PARTS}
+    print(f"{sum(n.values())} kernels ({n['gemm']} catalogue, {n['util']} util), tools: {', '.join(tools)}",
+          flush=True)
     args.log_dir.mkdir(parents=True, exist_ok=True)
-    pending, running, failed = list(tools), {}, False
+    pending = [(t, p) for t in tools for p in PARTS if n[p]]
+    running: dict = {}
+    totals = {t: [0, 0, 0, 0.0, True] for t in tools}  # errors, kernels, launches, seconds, clean
     t_all = time.monotonic()
     while pending or running:
         while pending and len(running) < max(1, args.jobs):
-            tool = pending.pop(0)
+            tool, part = job = pending.pop(0)
             cmd = [args.sanitizer, f"--tool={tool}", "--print-limit=10"]
             if tool == "racecheck":
                 cmd.append("--racecheck-report=all")
-            cmd += [sys.executable, __file__, "--child"] + (["--kernels", args.kernels] if args.kernels else [])
-            with open(args.log_dir / f"sanitize_{tool}.log", "w") as log:
+            cmd += [sys.executable, __file__, "--child", part] + (["--kernels", args.kernels] if args.kernels else [])
+            with open(args.log_dir / f"sanitize_{tool}_{part}.log", "w") as log:
                 # own session: a timeout ends the sanitizer and the child it started, nothing else
                 proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
                                         start_new_session=True)
-            running[tool] = (proc, time.monotonic())
+            running[job] = (proc, time.monotonic())
         time.sleep(0.5)
-        for tool, (proc, t0) in list(running.items()):
+        for (tool, part), (proc, t0) in list(running.items()):
             rc = proc.poll()
             late = args.timeout is not None and time.monotonic() - t0 > args.timeout
             if rc is None and not late:
@@ -450,13 +477,21 @@ def main(argv: list[str] | None = None) -> int:
             if rc is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-            del running[tool]
-            clean, line = summarize(tool, (args.log_dir / f"sanitize_{tool}.log").read_text(), rc,
-                                    time.monotonic() - t0)
-            failed |= not clean
-            print(line, flush=True)
+            del running[(tool, part)]
+            r = summarize(f"{tool}/{part}", (args.log_dir / f"sanitize_{tool}_{part}.log").read_text(), rc,
+                          time.monotonic() - t0)
+            tot = totals[tool]
+            tot[0] = -1 if -1 in (tot[0], r.errors) else tot[0] + r.errors  # -1: a process without a summary
+            tot[1] += r.kernels
+            tot[2] += r.launches
+            tot[3], tot[4] = max(tot[3], r.seconds), tot[4] and r.clean
+            print(r.line, flush=True)
+    print("per tool:")
+    for tool, (errors, kernels, launches, seconds, clean) in totals.items():
+        print(f"  {tool:10s} kernels={kernels:<4d} launches={launches:<5d} errors={errors:<4d} "
+              f"{seconds:6.1f}s {'clean' if clean else 'FAILED'}")
     print(f"all tools: {time.monotonic() - t_all:.1f}s wall", flush=True)
-    return 1 if failed else 0
+    return 0 if all(t[4] for t in totals.values()) else 1
 
 
 if __name__ == "__main__":

@@ -86,10 +86,10 @@ LAUNCHED kernels=3 launches=9
 
 
 def test_summaries_count_errors_launches_and_wrong_results():
-    clean, line = S.summarize("racecheck", RACE_LOG, 0, 12.0)
-    assert clean and "errors=0" in line and "kernels=26" in line and "launches=220" in line
-    clean, line = S.summarize("initcheck", INIT_LOG, 1, 3.0)
-    assert not clean and "errors=2" in line and "wrong=1" in line and "util_copy2d_f16: 2" in line
+    r = S.summarize("racecheck/util", RACE_LOG, 0, 12.0)
+    assert r.clean and (r.errors, r.kernels, r.launches) == (0, 26, 220)
+    r = S.summarize("initcheck/util", INIT_LOG, 1, 3.0)
+    assert not r.clean and r.errors == 2 and "wrong=1" in r.line and "util_copy2d_f16: 2" in r.line
     assert S.errors_by_kernel(INIT_LOG) == {"util_copy2d_f16": 2}
-    clean, line = S.summarize("memcheck", "========= COMPUTE-SANITIZER\n", None, 400.0)
-    assert not clean and "TIMEOUT" in line and "errors=-1" in line
+    r = S.summarize("memcheck/gemm", "========= COMPUTE-SANITIZER\nok  x\n", None, 400.0)
+    assert not r.clean and "TIMEOUT" in r.line and r.errors == -1 and r.launches == 1
