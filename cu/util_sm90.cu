@@ -1,6 +1,6 @@
 // Family "util_sm90": the Hopper split-K GEMM behind hgemm_rt.matmul (ladder "util", sm_90a).
 //
-// util_gemm_wgmma_{f16,bf16}_m{64,128}_{tn,nn}:
+// util_gemm_wgmma_{f16,bf16}_m{64,128}_{tn,nn} (BN = 256), util_gemm_wgmma_f16_m{64,128}n{128,64}_{tn,nn}:
 //   C = alpha * A.B + beta * C with fp32 accumulation. A: M x K through a TMA map (any 16-byte-
 //   multiple row stride), B: N x K (tn) or K x N (nn) through a TMA map, C: any strides and alignment.
 //   Any M, N, K >= 1: TMA zero-fills out-of-bounds boxes.
@@ -11,9 +11,9 @@
 //   memory, and after a cluster barrier CTA r adds rows [r*BM/S, (r+1)*BM/S) of all S partial tiles
 //   through distributed shared memory and applies the epilogue: one launch, no workspace, no atomics.
 //   Threads: 128 * (1 + BM/64). Warpgroup 0 is the producer (one thread issues the TMA loads into a
-//   ring of full/empty mbarrier stages); each consumer warpgroup owns 64 rows of the BM x 256 tile
-//   with wgmma.m64n256k16 (128 fp32 accumulators per thread).
-//   Smem: stages * (BM + 256) * 64 * 2 bytes (128B-swizzled TMA boxes, reused for the fp32 partial
+//   ring of full/empty mbarrier stages); each consumer warpgroup owns 64 rows of the BM x BN tile
+//   with wgmma.m64n{BN}k16 (BN / 2 fp32 accumulators per thread).
+//   Smem: stages * (BM + BN) * 64 * 2 bytes (128B-swizzled TMA boxes, reused for the fp32 partial
 //   tile) + barriers + 1 KB alignment slack. Arch: sm_90a (wgmma, setmaxnreg).
 #include <cuda.h>  // CUtensorMap
 
@@ -24,15 +24,16 @@ namespace {
 
 using hg90::smem_u32;
 
-constexpr int BN = 256;
 constexpr int BK = 64;  // 64 fp16 = 128 B: one 128-byte swizzle row, the layout the descriptors read
 constexpr int kProducerRegs = 40;
 constexpr int kConsumerRegs = 232;
 
-template <typename T, int BM_, bool NN, int STAGES>
+template <typename T, int BM_, int BN_, bool NN, int STAGES>
 struct WCfg {
   using Elem = T;
   static constexpr int BM = BM_;
+  static constexpr int BN = BN_;  // 256: m64n256k16; 128: m64n128k16 (twice the CTAs on small grids)
+  static constexpr int kAcc = BN / 2;  // fp32 accumulators per consumer thread
   static constexpr bool kNN = NN;
   static constexpr int kStages = STAGES;
   static constexpr int kConsumers = BM / 64;
@@ -43,15 +44,75 @@ struct WCfg {
   static constexpr int kBarOffset = kRingBytes;
   static constexpr int kSmemBytes = kBarOffset + 2 * kStages * 8 + 1024;
   static constexpr int kRedStride = BN + 8;  // floats: the float2 fragment stores are conflict-free
-  // DSMEM loads in flight per thread in the split-K reduction: 2 keeps the 384-thread kernel under
-  // its 168-register cap without spills (4 spilled), the 256-thread one has room for 4.
-  static constexpr int kReduceBatch = kConsumers > 1 ? 2 : 4;
+  // Output quads each reducing thread sums at once: every peer's loads for all of them are issued
+  // before the adds, two peers at a time (2 * kGroup float4 in flight per thread). The 384-thread
+  // kernels are compiled under a 168-register cap and spill from kGroup = 2 on (ptxas, all BN), so
+  // they keep 2 loads in flight; the 256-thread ones take 8 quads (16 loads) without spills.
+  static constexpr int kGroup = kConsumers > 1 ? 1 : 8;
   static_assert(BM == 64 || BM == 128, "one or two consumer warpgroups of 64 rows");
+  static_assert(BN == 64 || BN == 128 || BN == 256, "m64n64k16, m64n128k16 or m64n256k16");
   static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0, "swizzled tiles must stay 1024-byte aligned");
   static_assert(BM * kRedStride * 4 <= kRingBytes, "the fp32 partial tile reuses the ring");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory over the 227 KB per-block limit");
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536, "register file");
 };
+
+// The split-K epilogue: CTA `rank` of `splits` sums rows [rank*BM/splits, (rank+1)*BM/splits) of
+// every CTA's fp32 partial tile (distributed shared memory) and stores alpha * sum (+ beta * C).
+// Same result as hgu::reduce_store, but each thread keeps kGroup quads x 2 peers of DSMEM loads in
+// flight instead of one quad's peers: a DSMEM round trip is ~1 us under load, and the one-quad loop
+// made the reduction the largest cost of the short split-K launches (H200: M = 128, 1024^3).
+template <class W>
+__device__ __forceinline__ void reduce_store_wide(const uint8_t* tile, int splits, uint32_t rank, int t,
+                                                  typename W::Elem* C, int M, int N, int m0, int n0, int ldc_r,
+                                                  int ldc_c, float alpha, float beta) {
+  constexpr int kThreads = 128 * W::kConsumers, kQuads = W::BN / 4, G = W::kGroup;
+  const int rows = W::BM / splits, total = rows * kQuads;
+  const uint32_t base = smem_u32(tile);
+#pragma unroll 1
+  for (int e0 = t; e0 < total; e0 += G * kThreads) {
+    uint32_t off[G];
+    float4 acc[G];
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      const int e = min(e0 + g * kThreads, total - 1);  // clamped: the tail's extra loads are never stored
+      const int r = static_cast<int>(rank) * rows + e / kQuads, c = (e % kQuads) * 4;
+      off[g] = static_cast<uint32_t>((r * W::kRedStride + c) * 4);
+      acc[g] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    if (splits == 1) {
+#pragma unroll
+      for (int g = 0; g < G; ++g) acc[g] = *reinterpret_cast<const float4*>(tile + off[g]);
+    } else {
+#pragma unroll 1
+      for (int p = 0; p < splits; p += 2) {
+        float4 w0[G], w1[G];
+#pragma unroll
+        for (int g = 0; g < G; ++g) w0[g] = hgu::ld_dsmem_f4(base + off[g], static_cast<uint32_t>(p));
+#pragma unroll
+        for (int g = 0; g < G; ++g)
+          w1[g] = p + 1 < splits ? hgu::ld_dsmem_f4(base + off[g], static_cast<uint32_t>(p + 1))
+                                 : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+          acc[g].x += w0[g].x + w1[g].x;
+          acc[g].y += w0[g].y + w1[g].y;
+          acc[g].z += w0[g].z + w1[g].z;
+          acc[g].w += w0[g].w + w1[g].w;
+        }
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      const int e = e0 + g * kThreads;
+      if (e >= total) break;
+      const int gm = m0 + static_cast<int>(rank) * rows + e / kQuads, gn = n0 + (e % kQuads) * 4;
+      if (gm < M && gn < N)
+        hgu::store4<typename W::Elem>(C, static_cast<long long>(gm) * ldc_r + static_cast<long long>(gn) * ldc_c,
+                                      ldc_c, N - gn, acc[g], alpha, beta);
+    }
+  }
+}
 
 template <class W>
 __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUtensorMap& tmB, typename W::Elem* C,
@@ -77,6 +138,7 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
   }
   __syncthreads();
 
+  constexpr int BN = W::BN;
   const int m0 = blockIdx.y * W::BM, n0 = blockIdx.x * BN;
   // This CTA's K slice in whole BK tiles: the slices never share a tile, so each K element is
   // summed exactly once; the last slices may be empty (their partial tile is zero).
@@ -98,7 +160,7 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
         hg90::tma_load_2d(sA + stage * W::kABytes, &tmA, &full[stage], k0, m0);
         uint8_t* b = sB + stage * W::kBBytes;
         if constexpr (!W::kNN) {
-          hg90::tma_load_2d(b, &tmB, &full[stage], k0, n0);  // 256 rows of N, 64 K each
+          hg90::tma_load_2d(b, &tmB, &full[stage], k0, n0);  // BN rows of N, 64 K each
         } else {
 #pragma unroll
           for (int c = 0; c < BN / 64; ++c)  // 64-column chunks of 64 K rows (MN-major)
@@ -114,9 +176,9 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
     if constexpr (W::kConsumers > 1) hg90::setmaxnreg_inc<kConsumerRegs>();
     const int cw = wg - 1;  // rows [64 cw, 64 cw + 64) of the tile
     const int tid = threadIdx.x % 128;
-    float d[128];
+    float d[W::kAcc];
 #pragma unroll
-    for (int i = 0; i < 128; ++i) d[i] = 0.f;  // an empty K slice still contributes its zeros
+    for (int i = 0; i < W::kAcc; ++i) d[i] = 0.f;  // an empty K slice still contributes its zeros
     int stage = 0, prev = -1;
     uint32_t phase = 0;
     for (int kb = 0; kb < nk; ++kb) {
@@ -136,7 +198,7 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
     }
     hg90::wgmma_wait<0>();
 #pragma unroll
-    for (int i = 0; i < 128; ++i) hg90::fence_regs(d[i]);
+    for (int i = 0; i < W::kAcc; ++i) hg90::fence_regs(d[i]);
     // Every consumer must be done reading the ring before it becomes the partial tile.
     hg90::named_bar_sync(1, 128 * W::kConsumers);
     // wgmma m64nNk16 accumulator layout (warp w, lane l): d[4j + 2h + e] is row 16w + 8h + l/4,
@@ -145,7 +207,7 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
     const int warp = tid / 32, lane = tid % 32;
     const int row = cw * 64 + warp * 16 + lane / 4, col = 2 * (lane % 4);
 #pragma unroll
-    for (int j = 0; j < 32; ++j)
+    for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
         *reinterpret_cast<float2*>(red + (row + 8 * h) * W::kRedStride + col + 8 * j) =
@@ -159,26 +221,35 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
     __syncthreads();
   }
   if (wg > 0)
-    hgu::reduce_store<T, W::BM, BN, W::kRedStride, W::kReduceBatch>(smem, splits, rank, threadIdx.x - 128, 128 * W::kConsumers, C, M,
-                                                   N, m0, n0, ldc_r, ldc_c, __int_as_float(alpha_bits),
-                                                   __int_as_float(beta_bits));
+    reduce_store_wide<W>(smem, splits, rank, threadIdx.x - 128, C, M, N, m0, n0, ldc_r, ldc_c,
+                         __int_as_float(alpha_bits), __int_as_float(beta_bits));
   if (splits > 1) hgu::cluster_sync();  // peers may still be reading this CTA's tile
 }
 
 }  // namespace
 
-#define UTIL_WGMMA(NAME, T, BM, NN, STAGES)                                                                       \
-  extern "C" __global__ void __launch_bounds__(WCfg<T, BM, NN, STAGES>::kThreads, 1)                             \
+#define UTIL_WGMMA(NAME, T, BM, BN, NN, STAGES)                                                                   \
+  extern "C" __global__ void __launch_bounds__(WCfg<T, BM, BN, NN, STAGES>::kThreads, 1)                         \
       NAME(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB, T* C, int M, int N, \
            int K, int ldc_r, int ldc_c, int alpha_bits, int beta_bits) {                                         \
-    wgmma_splitk<WCfg<T, BM, NN, STAGES>>(tmA, tmB, C, M, N, K, ldc_r, ldc_c, alpha_bits, beta_bits);           \
+    wgmma_splitk<WCfg<T, BM, BN, NN, STAGES>>(tmA, tmB, C, M, N, K, ldc_r, ldc_c, alpha_bits, beta_bits);       \
   }
-// 4 stages of 48 KB at BM = 128, 5 of 40 KB at BM = 64 (as deep as 227 KB allows).
-UTIL_WGMMA(util_gemm_wgmma_f16_m64_tn, __half, 64, false, 5)
-UTIL_WGMMA(util_gemm_wgmma_f16_m64_nn, __half, 64, true, 5)
-UTIL_WGMMA(util_gemm_wgmma_f16_m128_tn, __half, 128, false, 4)
-UTIL_WGMMA(util_gemm_wgmma_f16_m128_nn, __half, 128, true, 4)
-UTIL_WGMMA(util_gemm_wgmma_bf16_m64_tn, __nv_bfloat16, 64, false, 5)
-UTIL_WGMMA(util_gemm_wgmma_bf16_m64_nn, __nv_bfloat16, 64, true, 5)
-UTIL_WGMMA(util_gemm_wgmma_bf16_m128_tn, __nv_bfloat16, 128, false, 4)
-UTIL_WGMMA(util_gemm_wgmma_bf16_m128_nn, __nv_bfloat16, 128, true, 4)
+// 4 stages of 48 KB at BM = 128, 5 of 40 KB at BM = 64 (as deep as 227 KB allows); the narrower
+// tiles keep a ~192 KB ring: BN = 128 in 6 stages of 32 KB (BM = 128) or 8 of 24 KB (BM = 64),
+// BN = 64 in 8 of 24 KB (BM = 128) or 12 of 16 KB (BM = 64).
+UTIL_WGMMA(util_gemm_wgmma_f16_m64_tn, __half, 64, 256, false, 5)
+UTIL_WGMMA(util_gemm_wgmma_f16_m64_nn, __half, 64, 256, true, 5)
+UTIL_WGMMA(util_gemm_wgmma_f16_m128_tn, __half, 128, 256, false, 4)
+UTIL_WGMMA(util_gemm_wgmma_f16_m128_nn, __half, 128, 256, true, 4)
+UTIL_WGMMA(util_gemm_wgmma_bf16_m64_tn, __nv_bfloat16, 64, 256, false, 5)
+UTIL_WGMMA(util_gemm_wgmma_bf16_m64_nn, __nv_bfloat16, 64, 256, true, 5)
+UTIL_WGMMA(util_gemm_wgmma_bf16_m128_tn, __nv_bfloat16, 128, 256, false, 4)
+UTIL_WGMMA(util_gemm_wgmma_bf16_m128_nn, __nv_bfloat16, 128, 256, true, 4)
+UTIL_WGMMA(util_gemm_wgmma_f16_m64n128_tn, __half, 64, 128, false, 8)
+UTIL_WGMMA(util_gemm_wgmma_f16_m64n128_nn, __half, 64, 128, true, 8)
+UTIL_WGMMA(util_gemm_wgmma_f16_m128n128_tn, __half, 128, 128, false, 6)
+UTIL_WGMMA(util_gemm_wgmma_f16_m128n128_nn, __half, 128, 128, true, 6)
+UTIL_WGMMA(util_gemm_wgmma_f16_m64n64_tn, __half, 64, 64, false, 12)
+UTIL_WGMMA(util_gemm_wgmma_f16_m64n64_nn, __half, 64, 64, true, 12)
+UTIL_WGMMA(util_gemm_wgmma_f16_m128n64_tn, __half, 128, 64, false, 8)
+UTIL_WGMMA(util_gemm_wgmma_f16_m128n64_nn, __half, 128, 64, true, 8)

@@ -381,15 +381,21 @@ def candidate_routes(prob: Problem, manifest: Manifest, cc: tuple[int, int], ker
 LADDER_TFLOPS = {"hopper": 640.0, "cute": 430.0, "mma": 250.0, "wmma": 180.0, "cuda": 20.0, "sgemm": 40.0}
 LADDER_FLOOR = 0.25  # the first rung of a ladder runs at about this fraction of its last (naive kernels)
 HOPPER_PERSISTENT_BONUS = 40.0  # persistent grid, grouped tile order
-HOPPER_CLUSTER_BONUS = 10.0  # B multicast across a 2-CTA cluster
+HOPPER_CLUSTER_BONUS = -3.0  # B multicast across a 2-CTA cluster: no gain on the H200 (autotune, GPU time:
+# 28.6 vs 29.6 us at 2048^3, 180.8 vs 182.1 at 4096^3, 1439 vs 1437 at 8192^3), and pairs schedule less freely
 HOPPER_TMA_STORE_BONUS = 80.0  # epilogue overlapped with the next tile (H200: 180 vs 198 us at 4096^3)
 ODD_N_DIRECT_STORE = 0.85  # direct-store epilogues fall back to element stores when N is odd (4095^3)
 TF32_TFLOPS = 120.0
 UTIL_MMA_TFLOPS = {16: 70.0, 32: 120.0, 64: 170.0, 128: 210.0}  # measured ~217 at 4096^3 (H200)
-UTIL_WGMMA_TFLOPS = {64: 520.0, 128: 660.0}  # m128: 675 at 4096^3 without split (H200)
+UTIL_WGMMA_TFLOPS = {(64, 256): 520.0, (128, 256): 660.0,  # m128: 675 at 4096^3 without split (H200)
+                     (64, 128): 400.0, (128, 128): 560.0,  # narrower tiles re-read A more often
+                     (64, 64): 300.0, (128, 64): 450.0}
 UTIL_SIMT_TFLOPS = {"f16": 15.0, "bf16": 15.0, "f32": 20.0}
 REUSE_FULL = 42.0  # BM*BN/(BM+BN) of a 128 x 64 tile: smaller tiles re-read operands from L2 more
 DRAM_BYTES_PER_S = 2.6e12  # achievable on H100 SXM / H200 (3.35 / 4.8 TB/s peak)
+COPY_BYTES_PER_S = 2.5e12  # util_copy2d, measured on the H200 (see copy_us)
+COPY_TRANSPOSE_BYTES_PER_S = 1.5e12
+COPY_UNALIGNED_BYTES_PER_S = 0.75e12
 SM_BYTES_PER_S = 120e9  # ~64 B/clk from L2 per SM: bounds how fast one CTA streams its operand panels
 LAUNCH_US = 2.5  # GPU-side cost of one more kernel in the sequence
 SMEM_BYTES_PER_S = 200e9  # one SM writing and re-reading its fp32 partial tile (util GEMM epilogue)
@@ -411,7 +417,7 @@ def kernel_tflops(spec: KernelSpec, bm: int = 0, manifest: Manifest | None = Non
         if spec.name.startswith("util_gemm_mma_"):
             return UTIL_MMA_TFLOPS.get(bm, 100.0)
         if spec.name.startswith("util_gemm_wgmma_"):
-            return UTIL_WGMMA_TFLOPS.get(bm, 400.0)
+            return UTIL_WGMMA_TFLOPS.get((spec.tile[0], spec.tile[1]), 400.0)
         return UTIL_SIMT_TFLOPS.get(spec.dtype, 6.0)
     if spec.ladder == "sgemm" and spec.acc == "tf32":
         rate = TF32_TFLOPS
@@ -452,11 +458,30 @@ def gemm_us(spec: KernelSpec, g: Gemm, dtype: str, sm_count: int, manifest: Mani
     return (max(compute, memory, panel) + epilogue) * 1e6
 
 
-def estimate_us(plan: PlanSpec, manifest: Manifest, dtype: str, sm_count: int) -> float:
-    t = plan.copy_bytes / DRAM_BYTES_PER_S * 1e6
+def copy_us(c: Copy, dtype: str, beta_zero: bool = True) -> float:
+    """util_copy2d: bytes over the rate its access pattern reaches (H200, --breakdown): a row-major
+    destination with 16-byte rows ~2.5 TB/s whatever the source's order, a column-major destination
+    ~1.5, a destination whose rows are not 16-byte aligned (4095-wide C: element stores) ~0.75."""
+    isz = ITEMSIZE[dtype]
+    nbytes = (c.src_rows * c.src_cols + c.dst.rows * c.dst.cols) * isz
+    if c.epilogue and not beta_zero:
+        nbytes += c.dst.rows * c.dst.cols * isz
+    if c.dst.cs != 1 and c.dst.rows > 1:
+        rate = COPY_TRANSPOSE_BYTES_PER_S
+    elif c.dst.align < 16 or (c.dst.rows > 1 and c.dst.rs * isz % 16):
+        rate = COPY_UNALIGNED_BYTES_PER_S
+    else:
+        rate = COPY_BYTES_PER_S
+    return nbytes / rate * 1e6
+
+
+def estimate_us(plan: PlanSpec, manifest: Manifest, dtype: str, sm_count: int, beta_zero: bool = True) -> float:
+    t = 0.0
     for step in plan.steps:
         if isinstance(step, Gemm):
             t += gemm_us(manifest.kernels[step.kernel], step, dtype, sm_count, manifest)
+        else:
+            t += copy_us(step, dtype, beta_zero)
     return t + LAUNCH_US * len(plan.steps)
 
 
@@ -467,7 +492,7 @@ def ranked_plans(prob: Problem, manifest: Manifest, cc: tuple[int, int], sm_coun
     for route in candidate_routes(prob, manifest, cc, kernel):
         plan = plan_steps(route, prob, manifest)
         if plan is not None:
-            out.append((estimate_us(plan, manifest, prob.dtype, sm_count), plan))
+            out.append((estimate_us(plan, manifest, prob.dtype, sm_count, prob.beta_zero), plan))
     out.sort(key=lambda x: (x[0], str(x[1].route)))
     return out
 

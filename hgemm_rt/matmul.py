@@ -27,6 +27,7 @@ first call outside the capture has built the plan.
 """
 from __future__ import annotations
 
+import ctypes
 import struct
 import threading
 from collections import OrderedDict
@@ -40,7 +41,7 @@ from . import dispatch
 from ._driver import check, driver
 from .device import get_device, stream_handle
 from .errors import ValidationError
-from .launch import launch_config, pack_params, prepare
+from .launch import _launch_struct, pack_params, prepare
 from .memory import DeviceArray, as_device_array, dtype_code
 from .registry import get_registry
 
@@ -193,9 +194,25 @@ class _Launch:
 
     def __init__(self, spec, fn, cfg, make_ctx):
         self.spec, self.fn, self.cfg, self.make_ctx = spec, fn, cfg, make_ctx
+        self._ex: dict = {}  # stream -> CUlaunchConfig (cluster launches): built once, not per call
 
     def params(self, ptrs: dict, alpha_bits: int, beta_bits: int) -> tuple:
         return pack_params(self.spec, self.make_ctx(ptrs, alpha_bits, beta_bits))
+
+    def __call__(self, params: Any, stream: int) -> None:
+        # launch.launch_config, minus the per-call construction of the cluster launch struct (a few
+        # cuda-python objects: several microseconds of host time per launch)
+        drv, cfg = driver(), self.cfg
+        if cfg.cluster == (1, 1, 1):
+            check(drv.cuLaunchKernel(self.fn.handle, *cfg.grid, *cfg.block, cfg.dsmem, stream,
+                                     ctypes.addressof(params), 0), "cuLaunchKernel", cfg.symbol)
+            return
+        lc = self._ex.get(stream)
+        if lc is None:
+            lc = self._ex[stream] = _launch_struct(cfg, stream)
+            if len(self._ex) > 8:
+                self._ex.pop(next(iter(self._ex)))
+        check(drv.cuLaunchKernelEx(lc, self.fn.handle, ctypes.addressof(params), 0), "cuLaunchKernelEx", cfg.symbol)
 
 
 class Plan:
@@ -280,12 +297,12 @@ class Plan:
             if len(self._packed) > 8:
                 self._packed.popitem(last=False)
         for ln, params, _keep in packed:
-            launch_config(ln.fn, ln.cfg, params, stream)
+            ln(params, stream)
 
     def launch_step(self, i: int, ptrs: dict, alpha: float, beta: float, stream: int) -> None:
         """Launch only step i (for per-step timing; run() must have packed these pointers)."""
         ln, params, _keep = self._packed[(ptrs.get("A"), ptrs.get("B"), ptrs.get("C"), alpha, beta)][i]
-        launch_config(ln.fn, ln.cfg, params, stream)
+        ln(params, stream)
 
     def close(self) -> None:
         self.closed = True
@@ -297,6 +314,7 @@ _lock = threading.RLock()
 _plans: OrderedDict = OrderedDict()
 _choices: OrderedDict = OrderedDict()
 _fast: OrderedDict = OrderedDict()  # matmul's per-call shortcut to a plan
+_calls: OrderedDict = OrderedDict()  # validated calls on DeviceArrays -> (_Call, Plan)
 MAX_PLANS = 16
 
 
@@ -308,6 +326,7 @@ def clear_plans() -> None:
         _plans.clear()
         _choices.clear()
         _fast.clear()
+        _calls.clear()
 
 
 def _view(op: DeviceArray, base: str) -> dispatch.View:
@@ -407,9 +426,32 @@ def _inputs(call: _Call) -> tuple[DeviceArray, DeviceArray, DeviceArray, bool]:
     return arrs[0], arrs[1], C, True
 
 
+def _sig(x: DeviceArray) -> tuple:
+    return (x.ptr, x.shape, x.strides, x.dtype, x.device, x.readonly)
+
+
 def matmul(a: Any, b: Any, out: Any = None, *, alpha: float = 1.0, beta: float = 0.0,
            accumulate: str | None = None, kernel: str = "auto", stream: Any = None) -> Any:
     """C = alpha * a.b + beta * C (see the module docstring). Returns `out`, or the new result."""
+    # Hot path: a call on our own device arrays that has been validated before. Every check of
+    # _validate is a function of this key (addresses, shapes, strides, dtypes, devices, read-only
+    # flags, the scalars, the options), so only "still open" is left to check; the cached plan's
+    # parameters (TMA maps included) are packed once per pointer tuple by Plan.run.
+    key = None
+    if type(a) is DeviceArray and type(b) is DeviceArray and type(out) is DeviceArray:
+        try:
+            key = (_sig(a), _sig(b), _sig(out), alpha, beta, accumulate, kernel, stream_handle(stream))
+            hit = _calls.get(key)
+        except (TypeError, ValidationError):  # unhashable scalars, an odd stream: the full path says why
+            key = hit = None
+        if hit is not None and not hit[1].closed:
+            call, plan = hit
+            a._check_open()
+            b._check_open()
+            out._check_open()
+            get_device(call.device)
+            plan.run({"A": a.ptr, "B": b.ptr, "C": out.ptr}, call.alpha, call.beta, call.stream)
+            return out
     call = _validate(a, b, out, alpha, beta, accumulate, kernel, stream)
     A, B, C, ours = _inputs(call)
     # Repeated calls on the same kind of operands skip the views, the key string and the plan lookup:
@@ -427,6 +469,11 @@ def matmul(a: Any, b: Any, out: Any = None, *, alpha: float = 1.0, beta: float =
             if len(_fast) > 256:
                 _fast.popitem(last=False)
     plan.run({"A": A.ptr, "B": B.ptr, "C": C.ptr}, call.alpha, call.beta, call.stream)
+    if key is not None:
+        with _lock:
+            _calls[key] = (call, plan)
+            if len(_calls) > 256:
+                _calls.popitem(last=False)
     if call.c is not None and call.c.host is not None:  # numpy out: wait and copy back
         check(driver().cuStreamSynchronize(driver().CUstream(call.stream)), "cuStreamSynchronize")
         np.copyto(call.c.host, C.to_numpy())

@@ -173,10 +173,14 @@ def test_heuristic_picks_the_fast_paths_on_hopper():
         pytest.skip("no Hopper kernels in this build")
     p = h(4096, 4096, 4096)
     assert MANIFEST.kernels[p.route.kernel].ladder == "hopper" and len(p.steps) == 1  # no copies
-    p = h(4095, 4095, 4095)  # unaligned: padded copies, then the Hopper kernel
-    assert MANIFEST.kernels[p.route.kernel].ladder == "hopper" and len(p.steps) >= 2
-    assert h(16, 4096, 4096).route.kernel.startswith("util_gemm_mma_f16_m")
-    assert h(4096, 16, 4096).route.kernel.startswith("util_gemm_mma_f16_m")
+    p = h(4095, 4095, 4095)  # unaligned: padded copies, then a TMA + wgmma kernel
+    k = MANIFEST.kernels[p.route.kernel]
+    assert (k.ladder == "hopper" or k.name.startswith("util_gemm_wgmma_")) and len(p.steps) >= 2
+    # decode shapes: a split-K util kernel (mma.sync m16.. or the wgmma BM x 128 tiles), no copies
+    for shape in ((16, 4096, 4096), (4096, 16, 4096), (128, 4096, 4096)):
+        p = h(*shape)
+        assert p.route.kernel.startswith(("util_gemm_mma_f16_m", "util_gemm_wgmma_f16_m")) and len(p.steps) == 1
+        assert dict(p.route.options).get("splits", 1) > 1 or p.route.kernel.endswith(("n128_nn", "n128_tn"))
 
 
 def test_route_json_roundtrip_and_rejects_junk():

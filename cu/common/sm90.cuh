@@ -198,6 +198,39 @@ __device__ __forceinline__ void fence_regs(float& r) { asm volatile("" : "+f"(r)
       X(119), X(120), X(121), X(122), X(123), X(124), X(125), X(126), X(127)
 #define HG90_ACC_OPERAND(i) "+f"(d[i])
 
+// The first 64 of the list above: the m64n128k16 accumulators.
+#define HG90_WGMMA_ACC_LIST64(X)                                                                               \
+  X(0), X(1), X(2), X(3), X(4), X(5), X(6), X(7), X(8), X(9), X(10), X(11), X(12), X(13), X(14), X(15), X(16), \
+      X(17), X(18), X(19), X(20), X(21), X(22), X(23), X(24), X(25), X(26), X(27), X(28), X(29), X(30), X(31),   \
+      X(32), X(33), X(34), X(35), X(36), X(37), X(38), X(39), X(40), X(41), X(42), X(43), X(44), X(45), X(46),   \
+      X(47), X(48), X(49), X(50), X(51), X(52), X(53), X(54), X(55), X(56), X(57), X(58), X(59), X(60), X(61),   \
+      X(62), X(63)
+#define HG90_ACC_REGS64                                                                                        \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                    \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "                           \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "                            \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+// The first 32: the m64n64k16 accumulators.
+#define HG90_WGMMA_ACC_LIST32(X)                                                                               \
+  X(0), X(1), X(2), X(3), X(4), X(5), X(6), X(7), X(8), X(9), X(10), X(11), X(12), X(13), X(14), X(15), X(16), \
+      X(17), X(18), X(19), X(20), X(21), X(22), X(23), X(24), X(25), X(26), X(27), X(28), X(29), X(30), X(31)
+#define HG90_WGMMA_M64N64K16_ASM(TYPE, TRANS_B)                                                                 \
+  "{\n"                                                                                                        \
+  ".reg .pred p;\n"                                                                                            \
+  "setp.ne.b32 p, %34, 0;\n"                                                                                   \
+  "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE "\n"                                            \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                    \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},\n"                         \
+  "%32, %33, p, 1, 1, 0, " TRANS_B ";\n"                                                                      \
+  "}\n"
+#define HG90_WGMMA_M64N128K16_ASM(TYPE, TRANS_B)                                                                \
+  "{\n"                                                                                                        \
+  ".reg .pred p;\n"                                                                                            \
+  "setp.ne.b32 p, %66, 0;\n"                                                                                   \
+  "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE "\n" HG90_ACC_REGS64 ",\n"                     \
+  "%64, %65, p, 1, 1, 0, " TRANS_B ";\n"                                                                      \
+  "}\n"
+
 #define HG90_WGMMA_M64N256K16_ASM(TYPE, TRANS_B)                                                                \
   "{\n"                                                                                                        \
   ".reg .pred p;\n"                                                                                            \
@@ -216,6 +249,10 @@ __device__ __forceinline__ void fence_regs(float& r) { asm volatile("" : "+f"(r)
 
 template <typename T, int TRANS_B>
 __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d);
+template <typename T, int TRANS_B>
+__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d);
+template <typename T, int TRANS_B>
+__device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d);
 
 #define HG90_DEFINE_WGMMA(CTYPE, TYPE, TB)                                                                  \
   template <>                                                                                              \
@@ -223,6 +260,20 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_
                                                               uint64_t desc_b, int scale_d) {              \
     asm volatile(HG90_WGMMA_M64N256K16_ASM(TYPE, #TB)                                                       \
                  : HG90_WGMMA_ACC_LIST(HG90_ACC_OPERAND)                                                    \
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));                                                \
+  }                                                                                                        \
+  template <>                                                                                              \
+  __device__ __forceinline__ void wgmma_m64n128k16<CTYPE, TB>(float(&d)[64], uint64_t desc_a,              \
+                                                              uint64_t desc_b, int scale_d) {              \
+    asm volatile(HG90_WGMMA_M64N128K16_ASM(TYPE, #TB)                                                       \
+                 : HG90_WGMMA_ACC_LIST64(HG90_ACC_OPERAND)                                                  \
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));                                                \
+  }                                                                                                        \
+  template <>                                                                                              \
+  __device__ __forceinline__ void wgmma_m64n64k16<CTYPE, TB>(float(&d)[32], uint64_t desc_a,               \
+                                                             uint64_t desc_b, int scale_d) {               \
+    asm volatile(HG90_WGMMA_M64N64K16_ASM(TYPE, #TB)                                                        \
+                 : HG90_WGMMA_ACC_LIST32(HG90_ACC_OPERAND)                                                  \
                  : "l"(desc_a), "l"(desc_b), "r"(scale_d));                                                \
   }
 HG90_DEFINE_WGMMA(__half, "f16", 0)
@@ -233,18 +284,24 @@ HG90_DEFINE_WGMMA(__nv_bfloat16, "bf16", 1)
 
 using hg::pack2;  // cu/common/pack.cuh
 
-// One k-block of BK elements as BK/16 wgmma m64n256k16 from 128-byte-swizzled shared memory: A
-// K-major (this warpgroup's 64 rows at a_base), B K-major (TN) or MN-major (kNN, 64-wide column
-// panels). The k-th 16-element slice of a K-major row starts 32 bytes further (the hardware applies
-// the swizzle to the full address); of an MN-major B, 16 K rows further. With accumulate == false
-// the first slice overwrites d (scale-d 0), so d needs no zeroing.
-template <typename T, bool kNN, int BK>
-__device__ __forceinline__ void wgmma_kblock(float (&d)[128], uint32_t a_base, uint32_t b_base, bool accumulate) {
+// One k-block of BK elements as BK/16 wgmma m64nNk16 (N = 2 * accumulators: 256, 128 or 64) from
+// 128-byte-swizzled shared memory: A K-major (this warpgroup's 64 rows at a_base), B K-major (TN) or
+// MN-major (kNN, 64-wide column panels). The k-th 16-element slice of a K-major row starts 32 bytes
+// further (the hardware applies the swizzle to the full address); of an MN-major B, 16 K rows
+// further. With accumulate == false the first slice overwrites d (scale-d 0), so d needs no zeroing.
+template <typename T, bool kNN, int BK, int NACC>
+__device__ __forceinline__ void wgmma_kblock(float (&d)[NACC], uint32_t a_base, uint32_t b_base, bool accumulate) {
+  static_assert(NACC == 128 || NACC == 64 || NACC == 32, "m64n256, m64n128 or m64n64 accumulators");
 #pragma unroll
   for (int k = 0; k < BK / 16; ++k) {
     const uint64_t da = wgmma_desc(a_base + k * 32, 16, 1024);
     const uint64_t db = kNN ? wgmma_desc(b_base + k * 16 * 128, 64 * 128, 1024) : wgmma_desc(b_base + k * 32, 16, 1024);
-    wgmma_m64n256k16<T, kNN ? 1 : 0>(d, da, db, (accumulate || k > 0) ? 1 : 0);
+    if constexpr (NACC == 128)
+      wgmma_m64n256k16<T, kNN ? 1 : 0>(d, da, db, (accumulate || k > 0) ? 1 : 0);
+    else if constexpr (NACC == 64)
+      wgmma_m64n128k16<T, kNN ? 1 : 0>(d, da, db, (accumulate || k > 0) ? 1 : 0);
+    else
+      wgmma_m64n64k16<T, kNN ? 1 : 0>(d, da, db, (accumulate || k > 0) ? 1 : 0);
   }
 }
 
