@@ -18,7 +18,7 @@
 //   multi-stage cp.async pipeline, BN = 128, BK = 64, BM = 16..128 (the small-M / decode shapes
 //   get a tile that wastes no tensor-core rows).
 //   Needs A and B 16-byte aligned and lda, ldb multiples of 8 (16-byte cp.async chunks); any M, N,
-//   K >= 1: chunks past an edge are zero-filled (cp.async src-size).
+//   K >= 1: edge chunks are loaded element by element and zero-filled (see load_chunk).
 //   Split-K: the launch may set grid.z = cluster.z = S in {1, 2, 4, 8} (sm_90). Each CTA of the
 //   cluster sums one K slice into an fp32 tile kept in its shared memory; after a cluster barrier CTA r
 //   adds rows [r*BM/S, (r+1)*BM/S) of all S tiles through distributed shared memory and applies the
@@ -185,8 +185,26 @@ __device__ __forceinline__ uint32_t swz(int r, int c) {
   return static_cast<uint32_t>(r * kRowChunks * 16 + (((c & ~7) | ((c ^ r) & 7)) << 4));
 }
 
-__device__ __forceinline__ int clamp_bytes(int elems_left) {
-  return elems_left >= 8 ? 16 : (elems_left > 0 ? elems_left * 2 : 0);
+// One 16-byte chunk of a tile row: the `elems` (may be <= 0 or > 8) valid 2-byte elements at src,
+// zeros after them. A whole chunk is one cp.async; a partial or empty one is element loads and one
+// shared store, so no byte past the row's last element is ever addressed: a zero-filling cp.async
+// with src-size < 16 still counts as a 16-byte access to memcheck, which flagged it past the end of
+// the allocation when a ragged row (N = 141 in a buffer of row stride 144) was the buffer's last.
+// Partial chunks are the edge chunks of a ragged K (one per row, last k-tile only) or of a ragged N
+// read in place (b=row); packed operands' padding and the aligned interior take the cp.async path.
+template <typename T>
+__device__ __forceinline__ void load_chunk(uint32_t dst, const T* src, int elems) {
+  if (elems >= 8) {
+    hg::cp_async_16(dst, src);
+    return;
+  }
+  uint32_t w[4] = {0u, 0u, 0u, 0u};
+  const auto* s = reinterpret_cast<const unsigned short*>(src);
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+    if (j < elems) w[j / 2] |= static_cast<uint32_t>(s[j]) << (16 * (j % 2));
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3])
+               : "memory");
 }
 
 template <class C>
@@ -199,18 +217,14 @@ __device__ __forceinline__ void mma_load_stage(uint32_t sA, uint32_t sB, const t
   for (int i = 0; i < C::BM * 8 / C::kThreads; ++i) {
     const int e = tid + i * C::kThreads, r = e >> 3, c = e & 7;
     const int gm = m0 + r, gk = k0 + c * 8;
-    const int bytes = gm < M ? clamp_bytes(K - gk) : 0;
-    const auto* src = bytes ? A + (long long)gm * lda + gk : A;  // no byte is read when bytes == 0
-    hgu::cp_async_16_zfill(sA + swz<8>(r, c), src, bytes);
+    load_chunk(sA + swz<8>(r, c), A + (long long)gm * lda + gk, gm < M ? K - gk : 0);
   }
   if constexpr (!C::kBRow) {  // B given N x K: BN rows (n) of 8 chunks (k)
 #pragma unroll
     for (int i = 0; i < C::BN * 8 / C::kThreads; ++i) {
       const int e = tid + i * C::kThreads, r = e >> 3, c = e & 7;
       const int gn = n0 + r, gk = k0 + c * 8;
-      const int bytes = gn < N ? clamp_bytes(K - gk) : 0;
-      const auto* src = bytes ? B + (long long)gn * ldb + gk : B;
-      hgu::cp_async_16_zfill(sB + swz<8>(r, c), src, bytes);
+      load_chunk(sB + swz<8>(r, c), B + (long long)gn * ldb + gk, gn < N ? K - gk : 0);
     }
   } else {  // B given K x N: BK rows (k) of BN/8 chunks (n)
     constexpr int kRowChunks = C::BN / 8;
@@ -218,9 +232,7 @@ __device__ __forceinline__ void mma_load_stage(uint32_t sA, uint32_t sB, const t
     for (int i = 0; i < C::BK * kRowChunks / C::kThreads; ++i) {
       const int e = tid + i * C::kThreads, r = e / kRowChunks, c = e % kRowChunks;
       const int gk = k0 + r, gn = n0 + c * 8;
-      const int bytes = gk < K ? clamp_bytes(N - gn) : 0;
-      const auto* src = bytes ? B + (long long)gk * ldb + gn : B;
-      hgu::cp_async_16_zfill(sB + swz<kRowChunks>(r, c), src, bytes);
+      load_chunk(sB + swz<kRowChunks>(r, c), B + (long long)gk * ldb + gn, gk < K ? N - gn : 0);
     }
   }
 }

@@ -1,6 +1,6 @@
 // Device helpers of the "util" family (cu/util.cu), the kernels behind hgemm_rt.matmul: element
-// conversions for the three dtypes, a bf16 mma.sync, a zero-filling cp.async on a shared-window
-// address, and the thread-block-cluster primitives of the split-K reduction (sm_90).
+// conversions for the three dtypes, a bf16 mma.sync, the any-alignment 16-byte load of the copies,
+// and the thread-block-cluster primitives of the split-K reduction (sm_90).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -31,12 +31,6 @@ __device__ __forceinline__ void mma_f32<__nv_bfloat16>(float (&d)[4], const uint
       "{%0, %1, %2, %3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-// 16-byte cp.async to a shared-window address that reads `src_bytes` (0..16) and zero-fills the rest:
-// the ragged M/N/K edges of a tile load as zeros, so they add nothing to the product.
-__device__ __forceinline__ void cp_async_16_zfill(uint32_t smem_addr, const void* gmem, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr), "l"(gmem), "r"(src_bytes));
 }
 
 // ---- thread-block cluster (sm_90): the split-K partial tiles are summed through DSMEM ----
