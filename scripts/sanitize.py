@@ -182,6 +182,20 @@ def util_schedule(manifest, cc: tuple[int, int], sm_count: int, names: set[str])
     return out, covered
 
 
+def tma_stored_temps(plan, manifest) -> list[str]:
+    """Temporaries a GEMM of the plan writes with TMA stores (a `tmap:C` kernel) for a later copy to read.
+
+    initcheck does not see the global writes of cp.async.bulk.tensor (TMA) stores: the copy-out that
+    reads such a tC back is reported as reading uninitialised memory although the kernel wrote all of
+    it (H200: every read of tC after the hgemm_sm90 kernels with a TMA-store epilogue; none
+    after the kernels that store with st.global). The runner fills these temporaries with NaN first:
+    initialised for the tool, and a wrong result if the kernel leaves any element unwritten."""
+    from hgemm_rt import dispatch
+
+    return [s.c.base for s in plan.steps if isinstance(s, dispatch.Gemm) and s.c.base not in ("A", "B", "C")
+            and "tmap:C" in manifest.kernels[s.kernel].params]
+
+
 def util_names(manifest, pattern: str | None, cc: tuple[int, int]) -> tuple[set[str], list[str]]:
     """(selected util kernels runnable on cc, the selected ones with no build for it)."""
     from hgemm_rt.errors import NotBuiltForDeviceError
@@ -270,7 +284,7 @@ def run_util(names: set[str]) -> tuple[int, int, set]:
 
     import hgemm_rt as hg
     from hgemm_rt import dispatch
-    from hgemm_rt.matmul import clear_plans, problem_of, run_plan
+    from hgemm_rt.matmul import Plan, problem_of
     from hgemm_rt.testing import error_floor, rel_error
 
     dev = hg.get_device()
@@ -293,8 +307,12 @@ def run_util(names: set[str]) -> tuple[int, int, set]:
         if prob.key() != case.problem().key():  # the plan was chosen for these exact views
             raise RuntimeError(f"{case}: views {prob.key()} differ from the planned {case.problem().key()}")
         C.upload()
-        run_plan(plan, A.view, B.view, C.view, prob, case.alpha, case.beta, 0)
+        runnable = Plan(plan, case.dtype, dev.info.ordinal)
+        for name in tma_stored_temps(plan, manifest):
+            runnable.temps[name].fill_bytes(0xFF)  # NaN: the kernel must overwrite every element read later
+        runnable.run({"A": A.view.ptr, "B": B.view.ptr, "C": C.view.ptr}, case.alpha, case.beta, 0)
         now = C.download()
+        runnable.close()
         got = now[C.idx].astype(np.float64) if case.dtype != "bf16" else _to_f64_bf16(now[C.idx])
         ref = case.alpha * (A.exact @ B.exact) + (case.beta * C.exact if case.beta else 0.0)
         err, bound = rel_error(got, ref), error_floor(case.dtype, "f32", case.dtype, case.MNK[2])
@@ -307,7 +325,6 @@ def run_util(names: set[str]) -> tuple[int, int, set]:
         print(f"{'ok ' if ok else 'BAD'} {dispatch.describe(plan)} | {case} err={err:.2e} launches={len(plan.steps)}",
               flush=True)
     bufs.clear()
-    clear_plans()
     return bad, launches, covered
 
 
