@@ -1,11 +1,13 @@
 """Resource hygiene on the GPU: no device-memory growth over many launches and alloc/free cycles,
-out-of-memory as a clear exception that leaves the runtime usable, concurrent threads."""
+out-of-memory as a clear exception that leaves the runtime usable, concurrent threads; the util
+kernels through scripts/sanitize.py's matmul plans (without the sanitizer)."""
 from __future__ import annotations
 
 import threading
 
 import numpy as np
 import pytest
+from test_sanitize import S as sanitize
 
 import hgemm_rt as hg
 from hgemm_rt._driver import check, driver
@@ -64,7 +66,7 @@ def test_two_python_threads_launching_at_once_get_correct_results():
                         err = rel_error(C.to_numpy(), reference(a, b, "NN"))
                         if err > 1e-3:
                             errors.append((M, N, K, err))
-        except Exception as exc:  # surfaced below: a thread's exception would otherwise vanish
+        except Exception as exc:  # noqa: BLE001 (surfaced below: a thread's exception would otherwise vanish)
             errors.append(exc)
 
     threads = [threading.Thread(target=work, args=(seed,)) for seed in (1, 2)]
@@ -73,3 +75,13 @@ def test_two_python_threads_launching_at_once_get_correct_results():
     for t in threads:
         t.join()
     assert not errors, errors
+
+
+def test_every_util_kernel_is_right_through_matmul_plans_at_aligned_and_ragged_shapes():
+    """sanitize.py's schedule without the sanitizer: each plan against float64, inputs with never-written
+    row gaps, C untouched outside its view, every util kernel at both shape classes."""
+    dev = hg.get_device()
+    names, _unbuilt = sanitize.util_names(hg.get_registry().manifest, None, dev.info.cc)
+    bad, launches, covered = sanitize.run_util(names)
+    assert bad == 0 and launches > len(names)
+    assert sanitize.missing(names, covered) == []
