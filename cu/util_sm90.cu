@@ -44,11 +44,9 @@ struct WCfg {
   static constexpr int kBarOffset = kRingBytes;
   static constexpr int kSmemBytes = kBarOffset + 2 * kStages * 8 + 1024;
   static constexpr int kRedStride = BN + 8;  // floats: the float2 fragment stores are conflict-free
-  // Output quads each reducing thread sums at once: every peer's loads for all of them are issued
-  // before the adds, two peers at a time (2 * kGroup float4 in flight per thread). The 384-thread
-  // kernels are compiled under a 168-register cap and spill from kGroup = 2 on (ptxas, all BN), so
-  // they keep 2 loads in flight; the 256-thread ones take 8 quads (16 loads) without spills.
-  static constexpr int kGroup = kConsumers > 1 ? 1 : 8;
+  // Output quads each reducing thread sums at once (reduce_store_wide): up to 2 * kGroup float4
+  // DSMEM loads in flight per thread (no spills under the 168-register cap of the 384-thread kernels).
+  static constexpr int kGroup = 8;
   static_assert(BM == 64 || BM == 128, "one or two consumer warpgroups of 64 rows");
   static_assert(BN == 64 || BN == 128 || BN == 256, "m64n64k16, m64n128k16 or m64n256k16");
   static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0, "swizzled tiles must stay 1024-byte aligned");
@@ -59,40 +57,42 @@ struct WCfg {
 
 // The split-K epilogue: CTA `rank` of `splits` sums rows [rank*BM/splits, (rank+1)*BM/splits) of
 // every CTA's fp32 partial tile (distributed shared memory) and stores alpha * sum (+ beta * C).
-// Same result as hgu::reduce_store, but each thread keeps kGroup quads x 2 peers of DSMEM loads in
-// flight instead of one quad's peers: a DSMEM round trip is ~1 us under load, and the one-quad loop
-// made the reduction the largest cost of the short split-K launches (H200: M = 128, 1024^3).
+// Same result as hgu::reduce_store, in two passes over the same thread -> quad map: (1) the sums of
+// kGroup quads, all peers' DSMEM loads for them issued two peers at a time, written back in place
+// into this CTA's own rows (no peer reads those), then (2) the stores to C. A DSMEM round trip is
+// ~1 us under load, and hgu::reduce_store's one-quad-at-a-time loop made the reduction the largest
+// cost of the short split-K launches (H200: M = 128, 1024^3); the split keeps the stores' 64-bit
+// addressing out of the loads' register peak (the 384-thread kernels run under a 168-register cap).
 template <class W>
-__device__ __forceinline__ void reduce_store_wide(const uint8_t* tile, int splits, uint32_t rank, int t,
+__device__ __forceinline__ void reduce_store_wide(uint8_t* tile, int splits, uint32_t rank, int t,
                                                   typename W::Elem* C, int M, int N, int m0, int n0, int ldc_r,
                                                   int ldc_c, float alpha, float beta) {
   constexpr int kThreads = 128 * W::kConsumers, kQuads = W::BN / 4, G = W::kGroup;
-  const int rows = W::BM / splits, total = rows * kQuads;
+  const int rows = W::BM / splits, total = rows * kQuads, row0 = static_cast<int>(rank) * rows;
   const uint32_t base = smem_u32(tile);
+  auto offset = [&](int e) { return static_cast<uint32_t>(((row0 + e / kQuads) * W::kRedStride + (e % kQuads) * 4) * 4); };
+  if (splits > 1) {
 #pragma unroll 1
-  for (int e0 = t; e0 < total; e0 += G * kThreads) {
-    uint32_t off[G];
-    float4 acc[G];
+    for (int e0 = t; e0 < total; e0 += G * kThreads) {
+      uint32_t off[G];
+      float4 acc[G];
 #pragma unroll
-    for (int g = 0; g < G; ++g) {
-      const int e = min(e0 + g * kThreads, total - 1);  // clamped: the tail's extra loads are never stored
-      const int r = static_cast<int>(rank) * rows + e / kQuads, c = (e % kQuads) * 4;
-      off[g] = static_cast<uint32_t>((r * W::kRedStride + c) * 4);
-      acc[g] = make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-    if (splits == 1) {
-#pragma unroll
-      for (int g = 0; g < G; ++g) acc[g] = *reinterpret_cast<const float4*>(tile + off[g]);
-    } else {
+      for (int g = 0; g < G; ++g) {
+        off[g] = offset(min(e0 + g * kThreads, total - 1));
+        acc[g] = make_float4(0.f, 0.f, 0.f, 0.f);
+      }
 #pragma unroll 1
       for (int p = 0; p < splits; p += 2) {
-        float4 w0[G], w1[G];
-#pragma unroll
-        for (int g = 0; g < G; ++g) w0[g] = hgu::ld_dsmem_f4(base + off[g], static_cast<uint32_t>(p));
+        float4 w0[G], w1[G];  // quads past the end (the last group of a thread) load nothing
 #pragma unroll
         for (int g = 0; g < G; ++g)
-          w1[g] = p + 1 < splits ? hgu::ld_dsmem_f4(base + off[g], static_cast<uint32_t>(p + 1))
-                                 : make_float4(0.f, 0.f, 0.f, 0.f);
+          w0[g] = e0 + g * kThreads < total ? hgu::ld_dsmem_f4(base + off[g], static_cast<uint32_t>(p))
+                                            : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int g = 0; g < G; ++g)
+          w1[g] = e0 + g * kThreads < total && p + 1 < splits
+                      ? hgu::ld_dsmem_f4(base + off[g], static_cast<uint32_t>(p + 1))
+                      : make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
         for (int g = 0; g < G; ++g) {
           acc[g].x += w0[g].x + w1[g].x;
@@ -101,16 +101,18 @@ __device__ __forceinline__ void reduce_store_wide(const uint8_t* tile, int split
           acc[g].w += w0[g].w + w1[g].w;
         }
       }
-    }
 #pragma unroll
-    for (int g = 0; g < G; ++g) {
-      const int e = e0 + g * kThreads;
-      if (e >= total) break;
-      const int gm = m0 + static_cast<int>(rank) * rows + e / kQuads, gn = n0 + (e % kQuads) * 4;
-      if (gm < M && gn < N)
-        hgu::store4<typename W::Elem>(C, static_cast<long long>(gm) * ldc_r + static_cast<long long>(gn) * ldc_c,
-                                      ldc_c, N - gn, acc[g], alpha, beta);
+      for (int g = 0; g < G; ++g)
+        if (e0 + g * kThreads < total) *reinterpret_cast<float4*>(tile + off[g]) = acc[g];
     }
+  }
+#pragma unroll 1
+  for (int e = t; e < total; e += kThreads) {
+    const float4 v = *reinterpret_cast<const float4*>(tile + offset(e));
+    const int gm = m0 + row0 + e / kQuads, gn = n0 + (e % kQuads) * 4;
+    if (gm < M && gn < N)
+      hgu::store4<typename W::Elem>(C, static_cast<long long>(gm) * ldc_r + static_cast<long long>(gn) * ldc_c,
+                                    ldc_c, N - gn, v, alpha, beta);
   }
 }
 
@@ -172,6 +174,13 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
         }
       }
     }
+    // The producer takes part in the cluster barriers only: the epilogue code lives in the consumer
+    // branch so that ptxas allocates it under the consumers' register budget, not the producer's 40
+    // (after the branches join, every reduction wider than 2 loads spilled).
+    if (splits > 1) {
+      hgu::cluster_sync();
+      hgu::cluster_sync();
+    }
   } else {
     if constexpr (W::kConsumers > 1) hg90::setmaxnreg_inc<kConsumerRegs>();
     const int cw = wg - 1;  // rows [64 cw, 64 cw + 64) of the tile
@@ -212,18 +221,17 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
       for (int h = 0; h < 2; ++h)
         *reinterpret_cast<float2*>(red + (row + 8 * h) * W::kRedStride + col + 8 * j) =
             make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
-  }
-  uint32_t rank = 0;
-  if (splits > 1) {
-    rank = hgu::cluster_ctarank();
-    hgu::cluster_sync();  // all partial tiles of the cluster are written
-  } else {
-    __syncthreads();
-  }
-  if (wg > 0)
+    uint32_t rank = 0;
+    if (splits > 1) {
+      rank = hgu::cluster_ctarank();
+      hgu::cluster_sync();  // all partial tiles of the cluster are written
+    } else {
+      hg90::named_bar_sync(1, 128 * W::kConsumers);  // this CTA's partial tile is written
+    }
     reduce_store_wide<W>(smem, splits, rank, threadIdx.x - 128, C, M, N, m0, n0, ldc_r, ldc_c,
                          __int_as_float(alpha_bits), __int_as_float(beta_bits));
-  if (splits > 1) hgu::cluster_sync();  // peers may still be reading this CTA's tile
+    if (splits > 1) hgu::cluster_sync();  // peers may still be reading this CTA's tile
+  }
 }
 
 }  // namespace
