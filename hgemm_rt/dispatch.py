@@ -36,6 +36,7 @@ UTIL_MMA_BM = (16, 32, 64, 128)  # util_gemm_mma_<dtype>_m<BM> (cu/util.toml)
 UTIL_MMA_BN = 128
 SPLITS = (1, 2, 4, 8)  # cluster sizes along K (portable cluster size limit is 8)
 UTIL_ALIGN = 16  # util_gemm_mma's cp.async chunks: 16-byte aligned rows, leading dims multiple of 8
+TMA_ROW_BYTES = 128  # row pitch of the padded copies that TMA maps read (TMA itself needs 16)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -156,7 +157,12 @@ class Route:
 class Temp:
     name: str
     rows: int
-    cols: int  # dense row-major, the problem's dtype
+    cols: int  # row-major, the problem's dtype
+    stride: int = 0  # elements between rows (0: cols, dense)
+
+    @property
+    def row_stride(self) -> int:
+        return self.stride or self.cols
 
 
 @dataclass(frozen=True)
@@ -244,10 +250,13 @@ def plan_steps(route: Route, prob: Problem, manifest: Manifest) -> PlanSpec | No
     steps: list[Any] = []
     copy_bytes = 0
 
-    def pack(name: str, src: View, rows: int, cols: int) -> View:
+    def pack(name: str, src: View, rows: int, cols: int, tma: bool = False) -> View:
         nonlocal copy_bytes
-        temps.append(Temp(name, rows, cols))
-        dst = _dense(name, rows, cols)
+        # a buffer that only a TMA map reads gets whole 128-byte rows: its boxes then start on L2
+        # lines (a 4104-element fp16 row is 8208 bytes, so every box row would straddle two)
+        stride = _round_up(cols, max(1, TMA_ROW_BYTES // isz)) if tma and rows > 1 else cols
+        temps.append(Temp(name, rows, cols, 0 if stride == cols else stride))
+        dst = View.make(name, rows, cols, stride, 1, 256)
         steps.append(Copy(src, dst, src.rows, src.cols, epilogue=False))
         copy_bytes += (src.rows * src.cols + rows * cols) * isz
         return dst
@@ -266,7 +275,7 @@ def plan_steps(route: Route, prob: Problem, manifest: Manifest) -> PlanSpec | No
             # strides; otherwise a packed copy (B packed as N x K, which the tn kernel reads)
             a = p.a
             if not fits(a, M, K, tma=True, align=16, itemsize=isz):
-                a = pack("tA", a, M, _round_up(K, 8))
+                a = pack("tA", a, M, _round_up(K, 8), tma=True)
             if spec.layout == "NN":
                 b = p.b
                 if not fits(b, K, N, tma=True, align=16, itemsize=isz):
@@ -274,7 +283,7 @@ def plan_steps(route: Route, prob: Problem, manifest: Manifest) -> PlanSpec | No
             else:
                 b = p.b.T
                 if not fits(b, N, K, tma=True, align=16, itemsize=isz):
-                    b = pack("tB", b, N, _round_up(K, 8))
+                    b = pack("tB", b, N, _round_up(K, 8), tma=True)
             g = Gemm(route.kernel, "wgmma", a, b, p.c, M, N, K, splits=splits, epilogue=True)
             return PlanSpec(route, tuple(temps), tuple(steps) + (g,), copy_bytes)
         if not route.kernel.startswith("util_gemm_mma_"):
@@ -299,15 +308,15 @@ def plan_steps(route: Route, prob: Problem, manifest: Manifest) -> PlanSpec | No
     tm = _tmap_operands(spec)
     a = p.a
     if not fits(a, Mk, Kk, tma="A" in tm, align=spec.align, itemsize=isz):
-        a = pack("tA", a, Mk, Kk)
+        a = pack("tA", a, Mk, Kk, tma="A" in tm)
     if spec.layout == "NN":
         b = p.b
         if not fits(b, Kk, Nk, tma="B" in tm, align=spec.align, itemsize=isz):
-            b = pack("tB", b, Kk, Nk)
+            b = pack("tB", b, Kk, Nk, tma="B" in tm)
     else:  # TN: the kernel reads B^T, N x K row-major
         b = p.b.T
         if not fits(b, Nk, Kk, tma="B" in tm, align=spec.align, itemsize=isz):
-            b = pack("tB", b, Nk, Kk)
+            b = pack("tB", b, Nk, Kk, tma="B" in tm)
     c = p.c
     direct = prob.plain and fits(c, Mk, Nk, tma="C" in tm, align=spec.align, itemsize=isz) and spec.out == p.dtype
     if not direct:

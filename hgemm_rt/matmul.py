@@ -225,7 +225,8 @@ class Plan:
         reg = get_registry()
         self.manifest = reg.manifest
         dev = get_device(device)
-        self.temps = {t.name: DeviceArray.empty((t.rows, t.cols), dtype, device) for t in spec.temps}
+        # whole rows of the pitch (the plan's views carry the strides)
+        self.temps = {t.name: DeviceArray.empty((t.rows, t.row_stride), dtype, device) for t in spec.temps}
         self.launches = [self._prepare(step, dev) for step in spec.steps]
         self._packed: OrderedDict = OrderedDict()
         self.closed = False
