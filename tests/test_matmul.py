@@ -509,3 +509,27 @@ def test_autotune_writes_a_cache_that_matmul_then_uses(tmp_path, monkeypatch, rn
     finally:
         at.forget()
         mm.clear_plans()
+
+
+@pytest.mark.gpu
+def test_repeated_calls_take_the_validated_call_cache_and_stay_correct(rng):
+    """matmul's hot path (a repeat call on the same DeviceArrays skips validation): new scalars, a
+    second output and back again all give the right result, and a closed array is still refused."""
+    import sys
+
+    mm = sys.modules["hgemm_rt.matmul"]
+    M, N, K = 130, 264, 200  # a split-K util route (cluster launch) at this size
+    a = rng.standard_normal((M, K)).astype(np.float16)
+    b = rng.standard_normal((K, N)).astype(np.float16)
+    A, B = hg.to_device(a), hg.to_device(b)
+    outs = [hg.empty((M, N), "f16"), hg.empty((M, N), "f16")]
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    for i, alpha in enumerate((1.0, 0.5, 1.0, -2.0, 0.5)):
+        for C in (outs[i % 2], outs[(i + 1) % 2]):
+            C.fill_bytes(0xFF)
+            assert hg.matmul(A, B, C, alpha=alpha) is C
+            assert _rel(C.to_numpy().astype(np.float64), alpha * ref) <= _bound("f16", "f32", K)
+    assert any(key[2][0] == outs[0].ptr for key in mm._calls)  # the repeats were served from the cache
+    outs[1].close()
+    with pytest.raises(ValidationError, match="closed"):
+        hg.matmul(A, B, outs[1])
