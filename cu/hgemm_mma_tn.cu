@@ -1,20 +1,23 @@
 // Family "hgemm_mma_tn": rungs 8 and 10 of the mma.sync ladder, TN layout.
-//   A M x K row-major, B N x K row-major (B column-major), C M x N row-major; fp16 in, fp16 out;
-//   acc f16|f32 x stages 2|3|4 variants (symbols name__acc<..>__stages<n>). Both tiles are k-major
-//   in smem, so B fragments come from plain (non-.trans) ldmatrix. cp.async ring, dynamic smem,
-//   block swizzle; 256 threads = 2 x 4 warps. sm_80+.
+//   A M x K row-major, B N x K row-major (B column-major), C M x N row-major; fp16 in, fp16 out.
+//   Both tiles are k-major in smem, so B fragments come from plain (non-.trans) ldmatrix. cp.async
+//   ring, dynamic smem, block swizzle. sm_80+. Symbols name__acc<..>__stages<n>.
 //
-//   hgemm_mma_m16n8k16_mma2x4_warp4x4_stages_dsmem_tn         warp tile 64 x 32, block 128 x 128 x 32;
-//       ldmatrix.x2 per n8 B tile; padded smem: stages * (128*40 + 128*40) * 2 bytes.
-//       Requires M % 128, N % 128, K % 32 == 0.
-//   hgemm_mma_m16n8k16_mma2x4_warp4x4x2_stages_dsmem_tn_swizzle_x4   warp tile 64 x 64, block
-//       128 x 256 x 64; ldmatrix.x4 for B (two n8 tiles); XOR-swizzled smem, no padding:
-//       stages * (128*64 + 256*64) * 2 bytes (48 KB a stage: 4 stages need sm_90's 227 KB, 3 fit
-//       sm_80); register double buffering, serpentine mma order, quad-shuffle 16-byte stores; one
-//       block per SM. BK 64 rather than 32: every row segment a thread block reads from A and B is
-//       then a whole 128-byte line, and there is one barrier per 128 mmas per warp instead of 64
-//       (measured on an H200: 464 -> 495 TFLOPS at 4096^3, 494 -> 517 at 8192^3, fp16 acc).
-//       Requires M % 128, N % 256, K % 64 == 0.
+//   hgemm_mma_m16n8k16_mma2x4_warp4x4_stages_dsmem_tn         acc f16|f32 x stages 2|3|4; 256
+//       threads = 2 x 4 warps, warp tile 64 x 32, block 128 x 128 x 32; ldmatrix.x2 per n8 B tile;
+//       padded smem: stages * (128*40 + 128*40) * 2 bytes. Requires M % 128, N % 128, K % 32 == 0.
+//   hgemm_mma_m16n8k16_mma2x4_warp4x4x2_stages_dsmem_tn_swizzle_x4   acc f16 x stages 2|3|4; 256
+//       threads = 4 x 2 warps, warp tile 64 x 128 (4 x 16 m16n8 tiles), block 256 x 256 x 32;
+//       ldmatrix.x4 for A and B (two n8 tiles); XOR-swizzled smem, no padding: stages * (256*32 +
+//       256*32) * 2 bytes (32 KB a stage); register double buffering, serpentine mma order; C leaves
+//       through smem in 16-byte row stores. One block per SM. Requires M % 256, N % 256, K % 32 == 0.
+//       Why this shape (H200, 700 W cap, fp16 accumulate; 64 x 64 warps in 128 x 256 blocks gave
+//       499 / 534 TFLOPS at 4096^3 / 8192^3): a 64 x 128 warp tile reads 96 bytes of ldmatrix per
+//       mma instead of 128, and a 256 x 256 block brings 32 bytes of cp.async per mma instead of 48,
+//       so shared memory stops competing with the tensor pipe; only fp16 accumulators fit (128 of
+//       the 255 registers; fp32 would need 256), hence no acc=f32 variant. The staged epilogue
+//       (Store::Smem) took 4096^3 from 509 to 546 TFLOPS: 16-byte row pieces per lane quad cost
+//       ~13 us per wave of blocks, the staged stores ~4.5 us.
 //   16-byte aligned pointers for both.
 #include "common/mma.cuh"
 
@@ -22,15 +25,16 @@ namespace {
 using hg::mma::Config;
 using hg::mma::Layout;
 using hg::mma::Smem;
+using hg::mma::Store;
 
-// Config<layout, warps_m, warps_n, wmt, wnt, BK, stages, f32, smem, b_x4, reg_db, shfl_store,
+// Config<layout, warps_m, warps_n, wmt, wnt, BK, stages, f32, smem, b_x4, reg_db, store,
 //        serpentine, dsmem, min_blocks>
 template <bool F32, int S>
-using Tn = Config<Layout::TN, 2, 4, 4, 4, 32, S, F32, Smem::Pad, false, false, false, false, true, 2>;
+using Tn = Config<Layout::TN, 2, 4, 4, 4, 32, S, F32, Smem::Pad, false, false, Store::Direct, false, true, 2>;
 template <bool F32, int S>
 using TnSwizzleX4 =
-    Config<Layout::TN, 2, 4, 4, 8, 64, S, F32, Smem::Swizzle, true, true, true, true, true, 1>;
+    Config<Layout::TN, 4, 2, 4, 16, 32, S, F32, Smem::Swizzle, true, true, Store::Smem, true, true, 1>;
 }  // namespace
 
 HG_MMA_ACC_STAGES(hgemm_mma_m16n8k16_mma2x4_warp4x4_stages_dsmem_tn, Tn)
-HG_MMA_ACC_STAGES(hgemm_mma_m16n8k16_mma2x4_warp4x4x2_stages_dsmem_tn_swizzle_x4, TnSwizzleX4)
+HG_MMA_F16_STAGES(hgemm_mma_m16n8k16_mma2x4_warp4x4x2_stages_dsmem_tn_swizzle_x4, TnSwizzleX4)

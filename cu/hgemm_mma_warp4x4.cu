@@ -17,17 +17,18 @@ namespace {
 using hg::mma::Config;
 using hg::mma::Layout;
 using hg::mma::Smem;
+using hg::mma::Store;
 
-// Config<layout, warps_m, warps_n, wmt, wnt, BK, stages, f32, smem, b_x4, reg_db, shfl_store,
+// Config<layout, warps_m, warps_n, wmt, wnt, BK, stages, f32, smem, b_x4, reg_db, store,
 //        serpentine, dsmem, min_blocks>. Two blocks per SM (<= 128 registers per thread).
-using Warp4x4 = Config<Layout::NN, 2, 4, 4, 4, 16, 1, false, Smem::Pad, false, false, false, false,
-                       false, 2>;
+using Warp4x4 = Config<Layout::NN, 2, 4, 4, 4, 16, 1, false, Smem::Pad, false, false, Store::Direct,
+                       false, false, 2>;
 template <bool F32, int S>
-using Warp4x4Stages = Config<Layout::NN, 2, 4, 4, 4, 16, S, F32, Smem::Pad, false, false, false,
+using Warp4x4Stages = Config<Layout::NN, 2, 4, 4, 4, 16, S, F32, Smem::Pad, false, false, Store::Direct,
                              false, false, 2>;
 template <bool F32, int S>
 using Warp4x4StagesDsmem = Config<Layout::NN, 2, 4, 4, 4, 32, S, F32, Smem::Pad, false, false,
-                                  false, false, true, 2>;
+                                  Store::Direct, false, true, 2>;
 }  // namespace
 
 HG_MMA_KERNEL(hgemm_mma_m16n8k16_mma2x4_warp4x4, Warp4x4)

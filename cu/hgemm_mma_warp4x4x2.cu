@@ -23,18 +23,19 @@ namespace {
 using hg::mma::Config;
 using hg::mma::Layout;
 using hg::mma::Smem;
+using hg::mma::Store;
 
-// Config<layout, warps_m, warps_n, wmt, wnt, BK, stages, f32, smem, b_x4, reg_db, shfl_store,
+// Config<layout, warps_m, warps_n, wmt, wnt, BK, stages, f32, smem, b_x4, reg_db, store,
 //        serpentine, dsmem, min_blocks>
 template <bool F32, int S>
-using X2 = Config<Layout::NN, 2, 4, 4, 8, 32, S, F32, Smem::Pad, false, true, true, false, true, 1>;
+using X2 = Config<Layout::NN, 2, 4, 4, 8, 32, S, F32, Smem::Pad, false, true, Store::Shfl, false, true, 1>;
 template <bool F32, int S>
-using X2X4 = Config<Layout::NN, 2, 4, 4, 8, 32, S, F32, Smem::Pad, true, true, true, false, true, 1>;
+using X2X4 = Config<Layout::NN, 2, 4, 4, 8, 32, S, F32, Smem::Pad, true, true, Store::Shfl, false, true, 1>;
 template <bool F32, int S>
-using X2RR = Config<Layout::NN, 2, 4, 4, 8, 32, S, F32, Smem::Pad, true, true, true, true, true, 1>;
+using X2RR = Config<Layout::NN, 2, 4, 4, 8, 32, S, F32, Smem::Pad, true, true, Store::Shfl, true, true, 1>;
 template <bool F32, int S>
 using X2Swizzle =
-    Config<Layout::NN, 2, 4, 4, 8, 32, S, F32, Smem::Swizzle, true, true, true, true, true, 1>;
+    Config<Layout::NN, 2, 4, 4, 8, 32, S, F32, Smem::Swizzle, true, true, Store::Shfl, true, true, 1>;
 }  // namespace
 
 HG_MMA_ACC_STAGES(hgemm_mma_m16n8k16_mma2x4_warp4x4x2_stages_dsmem, X2)

@@ -25,6 +25,29 @@ enum class Layout { NN, TN };
 //            8 rows an ldmatrix phase reads (and the 8 chunks a cp.async phase writes) fall in 8
 //            distinct bank groups. Saves the padding's smem and keeps rows 128-byte aligned.
 enum class Smem { Pad, Swizzle };
+// How the epilogue writes C.
+//   Direct: every lane stores its half2 pairs (4 bytes; a warp instruction covers 8 rows x 16 B).
+//   Shfl:   the quad's four half2 gather in one lane by shuffles, which stores 16 bytes (same rows
+//           and bytes per instruction as Direct, a quarter of the lanes).
+//   Smem:   the fp16 tile goes through shared memory (XOR-swizzled, conflict free both ways) and
+//           leaves in 16-byte stores of whole rows: a warp instruction writes 512 contiguous bytes.
+//           Measured on an H200 (256 x 256 tiles, M = N = 4096, K = 128, two waves of blocks):
+//           42 us with shuffled 16-byte row pieces, 24 us staged, 15 us with no stores at all.
+enum class Store { Direct, Shfl, Smem };
+
+// Plain shared-memory accesses at a shared-window address (the staged epilogue). Kept here, its
+// only user, rather than in ptx.cuh, which every family includes.
+__device__ __forceinline__ void st_shared_b32(uint32_t smem_addr, uint32_t v) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(smem_addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ uint4 ld_shared_v4(uint32_t smem_addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(smem_addr)
+               : "memory");
+  return v;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Accumulator of one m16n8 output tile, fp16 (2 x half2) or fp32 (4 floats).
@@ -88,7 +111,7 @@ struct SmemTile {
 
 // ---------------------------------------------------------------------------------------------
 template <Layout L_, int WARPS_M_, int WARPS_N_, int WMT_, int WNT_, int BK_, int STAGES_, bool F32_,
-          Smem SMEM_, bool B_X4_, bool REG_DB_, bool SHFL_STORE_, bool SERPENTINE_, bool DSMEM_,
+          Smem SMEM_, bool B_X4_, bool REG_DB_, Store STORE_, bool SERPENTINE_, bool DSMEM_,
           int MIN_BLOCKS_>
 struct Config {
   static constexpr Layout L = L_;
@@ -104,7 +127,7 @@ struct Config {
   static constexpr Smem SMEM = SMEM_;
   static constexpr bool B_X4 = B_X4_;          // ldmatrix.x4 loads two n8 B fragments at once
   static constexpr bool REG_DB = REG_DB_;      // double-buffered fragments: ldmatrix k+1 under mma k
-  static constexpr bool SHFL_STORE = SHFL_STORE_;  // quad shuffle -> one 16-byte store per row
+  static constexpr Store STORE = STORE_;      // epilogue path (see Store)
   static constexpr bool SERPENTINE = SERPENTINE_;  // snake mma order: consecutive mmas share A or B
   static constexpr bool DSMEM = DSMEM_;        // dynamic (extern) shared memory
   static constexpr int MIN_BLOCKS = MIN_BLOCKS_;  // __launch_bounds__ occupancy hint
@@ -235,6 +258,53 @@ __device__ __forceinline__ void warp_mma(AccTile<Cfg::F32> (&acc)[Cfg::WMT][Cfg:
   }
 }
 
+// Store::Smem epilogue: the block's C tile leaves through shared memory (the pipeline buffers, free
+// once every warp is past its last ldmatrix) in slabs of SLAB rows, as many as fit; a slab is whole
+// warp rows, written by the warps that own it and stored by all threads, one 16-byte chunk each.
+// Chunk c of row r sits at chunk c ^ (r & 7): the 8 rows of an m16n8 fragment write then fill all
+// 32 banks once, and the 32 chunks a warp reads from one row are 512 distinct contiguous bytes.
+__host__ __device__ constexpr int epi_slab_rows(int bm, int wm, int bn, int smem_bytes) {
+  int r = bm;
+  while (r > wm && (r * bn * 2 > smem_bytes || bm % r != 0)) r -= wm;
+  return r;
+}
+
+template <class Cfg>
+__device__ __forceinline__ void store_tile_smem(const AccTile<Cfg::F32> (&acc)[Cfg::WMT][Cfg::WNT], half* C,
+                                                int N, int m0, int n0, uint32_t s0, int tid, int wm, int wn) {
+  constexpr int RC = Cfg::BN / 8;  // 16-byte chunks per C row
+  static_assert(RC % 8 == 0, "the XOR swizzle needs rows of at least 8 chunks");
+  // Largest slab of whole warp rows (WM) that divides BM and fits in the pipeline's smem.
+  constexpr int SLAB = epi_slab_rows(Cfg::BM, Cfg::WM, Cfg::BN, Cfg::SMEM_BYTES);
+  static_assert(SLAB * Cfg::BN * 2 <= Cfg::SMEM_BYTES && Cfg::BM % SLAB == 0, "a slab must fit in smem");
+  const int lane = tid & 31, g = lane >> 2, t = lane & 3;
+  cp_async_wait<0>();  // only empty groups can be pending, but the buffers are about to be reused
+  __syncthreads();     // every warp has read its last fragments
+#pragma unroll 1
+  for (int p = 0; p < Cfg::BM / SLAB; ++p) {
+    const int r0 = wm * Cfg::WM - p * SLAB;  // this warp's first row within the slab
+    if (r0 >= 0 && r0 < SLAB) {
+#pragma unroll
+      for (int i = 0; i < Cfg::WMT; ++i)
+#pragma unroll
+        for (int j = 0; j < Cfg::WNT; ++j)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = r0 + i * 16 + h * 8 + g, ch = (wn * Cfg::WN + j * 8) >> 3;
+            st_shared_b32(s0 + (r * RC + (ch ^ (r & 7))) * 16 + t * 4, acc[i][j].packed(h));
+          }
+    }
+    __syncthreads();
+    half* cs = C + (size_t)(m0 + p * SLAB) * N + n0;
+#pragma unroll 4
+    for (int c = tid; c < SLAB * RC; c += Cfg::THREADS) {
+      const int r = c / RC, ch = c % RC;
+      *reinterpret_cast<uint4*>(cs + (size_t)r * N + ch * 8) = ld_shared_v4(s0 + (r * RC + (ch ^ (r & 7))) * 16);
+    }
+    if (p + 1 < Cfg::BM / SLAB) __syncthreads();  // the next slab overwrites this one
+  }
+}
+
 // The block-tile kernel body. Grid: x = column tiles (times gridDim.z strips under block swizzle),
 // y = row tiles. Requires M % BM == 0, N % BN == 0, K % BK == 0 and 16-byte aligned pointers.
 template <class Cfg>
@@ -354,6 +424,11 @@ __device__ __forceinline__ void gemm(const half* __restrict__ A, const half* __r
     // groups committed after it are empty).
   }
 
+  if constexpr (Cfg::STORE == Store::Smem) {
+    static_assert(Cfg::STAGES >= 2, "the staged epilogue reuses the cp.async ring");
+    store_tile_smem<Cfg>(acc, C, N, m0, n0, s0, tid, wm, wn);
+    return;
+  }
   // Epilogue: accumulators -> fp16 -> C. All tiles are packed to half2 first: that frees the fp32
   // accumulators before the shuffles need registers (the 64 x 64 fp32 warp tile spills otherwise).
   uint32_t out[Cfg::WMT][Cfg::WNT][2];
@@ -374,7 +449,7 @@ __device__ __forceinline__ void gemm(const half* __restrict__ A, const half* __r
       for (int h = 0; h < 2; ++h) {
         half* row = c0 + (size_t)(i * 16 + h * 8) * N + j * 8;
         const uint32_t v = out[i][j][h];
-        if constexpr (Cfg::SHFL_STORE) {
+        if constexpr (Cfg::STORE == Store::Shfl) {
           // Collective store: the quad's four half2 of this row gather in lane t == 0, which
           // writes all 8 columns with one 16-byte store (a quarter of the store instructions).
           // Four shuffles rather than three: the stored quad is then four fresh registers, which
@@ -414,15 +489,18 @@ __device__ __forceinline__ void kernel_body(const half* A, const half* B, half* 
     hg::mma::kernel_body<CFG>(A, B, C, M, N, K);                                              \
   }
 
-// The six (acc, stages) variants of a rung. CFG is an alias template CFG<bool F32, int STAGES>;
+// The (acc, stages) variants of a rung: f16 x 2|3|4 (HG_MMA_F16_STAGES), and f32 x 2|3|4 on top
+// (HG_MMA_ACC_STAGES). CFG is an alias template CFG<bool F32, int STAGES>;
 // symbols follow CONTRACT.md: NAME__acc<f16|f32>__stages<2|3|4> (axes in declared order).
 #define HG_MMA_VARIANT(NAME, CFG, ACC, F32, S) \
   using NAME##__acc##ACC##__stages##S##_cfg = CFG<F32, S>; \
   HG_MMA_KERNEL(NAME##__acc##ACC##__stages##S, NAME##__acc##ACC##__stages##S##_cfg)
-#define HG_MMA_ACC_STAGES(NAME, CFG)        \
+#define HG_MMA_F16_STAGES(NAME, CFG)        \
   HG_MMA_VARIANT(NAME, CFG, f16, false, 2) \
   HG_MMA_VARIANT(NAME, CFG, f16, false, 3) \
-  HG_MMA_VARIANT(NAME, CFG, f16, false, 4) \
-  HG_MMA_VARIANT(NAME, CFG, f32, true, 2)  \
-  HG_MMA_VARIANT(NAME, CFG, f32, true, 3)  \
+  HG_MMA_VARIANT(NAME, CFG, f16, false, 4)
+#define HG_MMA_ACC_STAGES(NAME, CFG) \
+  HG_MMA_F16_STAGES(NAME, CFG)       \
+  HG_MMA_VARIANT(NAME, CFG, f32, true, 2) \
+  HG_MMA_VARIANT(NAME, CFG, f32, true, 3) \
   HG_MMA_VARIANT(NAME, CFG, f32, true, 4)
