@@ -229,6 +229,13 @@ class Plan:
         dev = get_device(device)
         # whole rows of the pitch (the plan's views carry the strides)
         self.temps = {t.name: DeviceArray.empty((t.rows, t.row_stride), dtype, device) for t in spec.temps}
+        # Zero them once, and wait: compute-sanitizer's initcheck does not see bytes written by a TMA
+        # store, so a copy-out reading a result the persistent kernels stored would be reported as an
+        # uninitialised read. Plans are cached, so this costs one memset per plan, not per call.
+        for t in self.temps.values():
+            t.fill_bytes(0)
+        if self.temps:
+            dev.synchronize()
         self.launches = [self._prepare(step, dev) for step in spec.steps]
         self._packed: OrderedDict = OrderedDict()
         self.closed = False
