@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from .device import get_device, stream_handle
-from .errors import DriverError, NoGpuError
+from .errors import DriverError, NoGpuError, ValidationError
 
 _lock = threading.Lock()
 _handles: dict[int, int] = {}
@@ -59,6 +59,62 @@ _SCALAR = {"f16": np.float16, "f32": np.float32, "tf32": np.float32}
 def gemm(a_ptr: int, b_ptr: int, c_ptr: int, M: int, N: int, K: int, *, layout: str, dtype: str, acc: str,
          stream: Any = None, device: int = 0, alpha: float = 1.0, beta: float = 0.0) -> None:
     """C (M x N, row-major) = alpha * A (M x K) . B + beta * C, B K x N (NN) or N x K (TN)."""
+    # NN: row-major B (K x N) has unit column stride, ld = N; TN: B is N x K row-major, i.e. the
+    # column-major K x N matrix with ld = K.
+    b_order, ldb = ("row", N) if layout == "NN" else ("col", K)
+    _gemm_ex(a_ptr, "row", K, b_ptr, b_order, ldb, c_ptr, N, M, N, K, dtype=dtype, acc=acc, stream=stream,
+             device=device, alpha=alpha, beta=beta)
+
+
+def matmul(a: Any, b: Any, c: Any, *, acc: str = "f32", stream: Any = None, alpha: float = 1.0,
+           beta: float = 0.0) -> str:
+    """C = alpha * A . B + beta * C through cuBLAS on the caller's buffers, for A and B each row- or
+    column-major (any leading dimension) and C row-major: the baseline for every layout that
+    hgemm_rt.matmul takes. Returns the layout label, e.g. "A row, B col"."""
+    from .memory import as_device_array
+
+    A, B, C = as_device_array(a, "A"), as_device_array(b, "B"), as_device_array(c, "C")
+    if not (A.ndim == B.ndim == C.ndim == 2):
+        raise ValidationError(f"cuBLAS matmul: A, B and C must be 2-D, got {A.shape}, {B.shape}, {C.shape}")
+    (M, K), (K2, N) = A.shape, B.shape
+    if K2 != K or C.shape != (M, N):
+        raise ValidationError(f"cuBLAS matmul: A {A.shape} . B {B.shape} does not give C {C.shape}")
+    if not (A.dtype == B.dtype == C.dtype) or A.dtype not in _COMPUTE_OF:
+        raise ValidationError(f"cuBLAS matmul: dtypes {A.dtype}, {B.dtype}, {C.dtype}; "
+                              f"one of {sorted(_COMPUTE_OF)} for all three")
+    a_order, lda = _order("A", A)
+    b_order, ldb = _order("B", B)
+    c_order, ldc = _order("C", C)
+    if c_order != "row":
+        raise ValidationError(f"cuBLAS matmul: C must be row-major (unit column stride), strides {C.strides}")
+    _gemm_ex(A.ptr, a_order, lda, B.ptr, b_order, ldb, C.ptr, ldc, M, N, K, dtype=A.dtype, acc=acc,
+             stream=stream, device=C.device, alpha=alpha, beta=beta)
+    return f"A {a_order}, B {b_order}"
+
+
+def _order(what: str, x: Any) -> tuple[str, int]:
+    """("row", ld) for unit column stride, ("col", ld) for unit row stride, in elements."""
+    rows, cols = x.shape
+    s0, s1 = (s // x.itemsize for s in x.strides)
+    if s1 == 1 or cols == 1:
+        if rows == 1 or s0 >= cols:
+            return "row", max(s0, cols, 1)
+    if s0 == 1 or rows == 1:
+        if cols == 1 or s1 >= rows:
+            return "col", max(s1, rows, 1)
+    raise ValidationError(f"cuBLAS matmul: {what} {x.shape} with strides {x.strides} is neither row- nor "
+                          f"column-major; copy it to a contiguous array first")
+
+
+_COMPUTE_OF = {"f16": ("f32", "f16"), "bf16": ("f32",), "f32": ("f32", "tf32")}
+
+
+def _gemm_ex(a_ptr: int, a_order: str, lda: int, b_ptr: int, b_order: str, ldb: int, c_ptr: int, ldc: int,
+             M: int, N: int, K: int, *, dtype: str, acc: str, stream: Any, device: int, alpha: float,
+             beta: float) -> None:
+    """One cublasGemmEx for row-major C (M x N, ld = ldc) = A . B, A and B row- or column-major."""
+    if acc not in _COMPUTE_OF.get(dtype, ()):
+        raise ValidationError(f"cuBLAS: acc={acc!r} is not one of {list(_COMPUTE_OF.get(dtype, ()))} for {dtype}")
     cublas = _cublas()
     from nvmath import CudaDataType
 
@@ -73,13 +129,11 @@ def gemm(a_ptr: int, b_ptr: int, c_ptr: int, M: int, N: int, K: int, *, layout: 
     # alpha/beta live in host memory with the compute type's precision (cuBLAS's default pointer mode)
     scalars = np.array([alpha, beta], dtype=_SCALAR[acc])
     s = scalars.ctypes.data
-    # C^T (N x M) = op(B) (N x K) . A^T (K x M); row-major A is column-major A^T with ld = K.
-    if layout == "NN":  # row-major B (K x N) is column-major B^T (N x K), ld = N: no transpose
-        op_b, ldb = cublas.Operation.N, N
-    else:  # row-major B (N x K) is column-major (K x N), ld = K: transpose it back
-        op_b, ldb = cublas.Operation.T, K
+    # Row-major C is column-major C^T (N x M), so compute C^T = B^T . A^T. A row-major operand read as
+    # column-major is already its transpose (op N); a column-major one must be transposed (op T).
+    op = {"row": cublas.Operation.N, "col": cublas.Operation.T}
     h = handle(device)
     with _lock:
         _call("set_stream", cublas.set_stream, h, stream_handle(stream))
-        _call("gemm_ex", cublas.gemm_ex, h, op_b, cublas.Operation.N, N, M, K, s, b_ptr, dt, ldb, a_ptr, dt, K,
-              s + scalars.itemsize, c_ptr, dt, N, compute, cublas.GemmAlgo.DEFAULT_TENSOR_OP)
+        _call("gemm_ex", cublas.gemm_ex, h, op[b_order], op[a_order], N, M, K, s, b_ptr, dt, ldb, a_ptr, dt, lda,
+              s + scalars.itemsize, c_ptr, dt, ldc, compute, cublas.GemmAlgo.DEFAULT_TENSOR_OP)

@@ -9,12 +9,13 @@ Sections (issue 7 targets in brackets):
   ragged   4095^3 and 4100^3, fp16 NN                  [>= 2x cuBLAS]
   sweep    1024, 2048, 4096, 8192 cubed, fp16 NN       [geomean >= 0.9x cuBLAS]
   smallm   M = 16 and 128 with N = K = 4096, NN and TN  [>= 0.9x cuBLAS]
-  layouts  4096^3 with column-major A and/or B, bf16 and fp32 at 2048^3 (informative)
+  layouts  4096^3 with column-major A and/or B, bf16 and fp32 at 2048^3 (no target)
   overhead per-call cost of a tiny matmul: eager vs replayed from a CUDA graph
 
 Protocol (shared/GPU.md): random N(0,1) data, verify first (sampled rows against float64), CUDA
 events, warm-up, an L2 flush before every timed run, the median; cuBLAS = the faster of fp32- and
-fp16-accumulate tensor-op GEMM in the same layout. The route matmul chose is printed per row.
+fp16-accumulate tensor-op GEMM (bf16: fp32; fp32: exact fp32) on the same buffers in the same layout
+(hgemm_rt.cublas.matmul). The route matmul chose is printed per row.
 Both sides are timed as GPU time (time_fn queue_ahead: the timed launches are queued behind a busy
 GPU, so neither side's Python host cost, ~10-30 us, leaks into a 4 us GEMM); the host cost per call
 is reported on its own in the overhead section.
@@ -32,6 +33,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import hgemm_rt as hg  # noqa: E402
+from hgemm_rt import cublas  # noqa: E402
 from hgemm_rt.testing import reference, rel_error  # noqa: E402
 from hgemm_rt.timing import L2Flusher, time_fn  # noqa: E402
 
@@ -68,7 +70,6 @@ class Case:
         self.A = hg.to_device(self.a_host) if a_order == "row" else _transposed_view(self.a_host)
         self.B = hg.to_device(self.b_host) if b_order == "row" else _transposed_view(self.b_host)
         self.C = hg.empty((M, N), dtype)
-        self.Bt = hg.to_device(np.ascontiguousarray(self.b_host.T)) if b_order == "row" else None
 
     def check(self, rows):
         c = self.C.to_numpy() if isinstance(self.C, hg.DeviceArray) else self.C.float().cpu().numpy()
@@ -82,32 +83,26 @@ def _transposed_view(x):
     return hg.DeviceArray(t.ptr, x.shape, t.dtype, (t.strides[1], t.strides[0]), owner=t)
 
 
-def cublas_best(case, flush, iters, layouts=("NN",)):
-    """(us, label) of the fastest cuBLAS variant on this case's buffers."""
+def cublas_best(case, flush, iters):
+    """(us, label) of the fastest cuBLAS variant on this case's own buffers and layout: fp16 with fp32
+    or fp16 accumulation; bf16 with fp32; fp32 in exact fp32 (matmul's fp32 path does not round to
+    TF32, so neither does its baseline)."""
     best = (math.inf, "-")
-    if case.dtype != "f16" or not isinstance(case.A, hg.DeviceArray) or not case.A.is_c_contiguous:
-        return best
-    for layout in layouts:
-        if layout == "NN" and case.B.is_c_contiguous:
-            name, b = "hgemm_cublas_tensor_op_nn", case.B
-        elif layout == "TN" and case.Bt is not None:
-            name, b = "hgemm_cublas_tensor_op_tn", case.Bt
-        else:
-            continue
-        entry = hg.get_kernel(name)
-        for acc in ("f32", "f16"):
-            try:
-                t = time_fn(lambda: entry(case.A, b, case.C, acc=acc), warmup=3, iters=iters, flush=flush, queue_ahead=True)
-            except Exception as exc:  # no cuBLAS on this machine
-                print(f"  cuBLAS unavailable: {exc}")
-                return best
-            us = t.median_ms * 1e3
-            if us < best[0]:
-                best = (us, f"{layout}/{acc}")
+    for acc in {"f16": ("f32", "f16"), "bf16": ("f32",), "f32": ("f32",)}[case.dtype]:
+        try:
+            layout = cublas.matmul(case.A, case.B, case.C, acc=acc)
+            t = time_fn(lambda: cublas.matmul(case.A, case.B, case.C, acc=acc), warmup=3, iters=iters, flush=flush,
+                        queue_ahead=True)
+        except hg.HgemmError as exc:  # no cuBLAS on this machine
+            print(f"  cuBLAS unavailable: {exc}")
+            return best
+        us = t.median_ms * 1e3
+        if us < best[0]:
+            best = (us, f"{layout}, acc {acc}")
     return best
 
 
-def run_case(label, case, flush, iters, args, rng, cublas_layouts=("NN",)):
+def run_case(label, case, flush, iters, args, rng):
     M, N, K = case.M, case.N, case.K
     if args.autotune:
         res = hg.autotune(case.A, case.B, case.C, candidates=args.candidates, iters=max(3, iters // 2))
@@ -121,7 +116,7 @@ def run_case(label, case, flush, iters, args, rng, cublas_layouts=("NN",)):
     err = case.check(rows)
     t = time_fn(lambda: hg.matmul(case.A, case.B, case.C), warmup=3, iters=iters, flush=flush, queue_ahead=True)
     ours = t.median_ms * 1e3
-    cb, cb_label = cublas_best(case, flush, iters, cublas_layouts)
+    cb, cb_label = cublas_best(case, flush, iters)
     ratio = cb / ours if math.isfinite(cb) else float("nan")
     print(f"{label:<22} {M:>5}x{N:>5}x{K:>5}  matmul {ours:9.1f} us {tflops(M, N, K, ours):7.1f} TFLOPS | "
           f"cuBLAS {cb:9.1f} us {tflops(M, N, K, cb) if math.isfinite(cb) else float('nan'):7.1f} ({cb_label}) | "
@@ -265,9 +260,7 @@ def main(argv=None) -> int:
         for M in (16, 128):
             for b_order, lay in (("row", "NN"), ("col", "TN")):
                 case = Case(M, 4096, 4096, rng, b_order=b_order)
-                if b_order == "col":  # cuBLAS TN takes B as N x K row-major: the same bytes
-                    case.Bt = hg.DeviceArray(case.B.ptr, (4096, 4096), "f16", owner=case.B)
-                r, good = run_case(f"small-M {M} {lay}", case, flush, args.iters, args, rng, (lay,))
+                r, good = run_case(f"small-M {M} {lay}", case, flush, args.iters, args, rng)
                 ok &= good
                 print(f"  -> {r:.2f}x cuBLAS {'(met)' if r >= 0.9 else '(NOT met)'}")
     if "layouts" in only:

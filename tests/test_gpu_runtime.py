@@ -77,3 +77,29 @@ def test_matmul_takes_transposed_device_array_views(rng):
         c = hg.matmul(A.T, B)
         got = c.to_numpy() if hasattr(c, "to_numpy") else np.asarray(c)
     assert rel_error(got, reference(a.T, b, "NN")) < 1e-3
+
+
+@pytest.mark.parametrize("dtype, acc, bound", [("f16", "f32", 1e-3), ("f16", "f16", 1e-2), ("f32", "f32", 1e-5)])
+@pytest.mark.parametrize("a_order, b_order", [("row", "row"), ("row", "col"), ("col", "row"), ("col", "col")])
+def test_cublas_matmul_takes_every_layout(rng, dtype, acc, bound, a_order, b_order):
+    from hgemm_rt import cublas
+
+    M, N, K = 67, 130, 96
+    a, b = random_operands(M, N, K, "NN", dtype, rng)
+    c0 = rng.standard_normal((M, N), dtype=np.float32).astype(a.dtype)
+
+    owners = []
+
+    def put(x, order):  # a column-major operand: the transposed view of its transpose, no copy
+        owners.append(hg.to_device(x if order == "row" else np.ascontiguousarray(x.T)))
+        return owners[-1] if order == "row" else owners[-1].T
+
+    A, B, C = put(a, a_order), put(b, b_order), put(c0, "row")
+    try:
+        label = cublas.matmul(A, B, C, acc=acc, alpha=0.5, beta=2.0)
+        got = C.to_numpy()
+    finally:
+        for x in owners:
+            x.close()
+    assert label == f"A {a_order}, B {b_order}"
+    assert rel_error(got, 0.5 * reference(a, b, "NN") + 2.0 * c0.astype(np.float64)) < bound

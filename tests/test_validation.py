@@ -104,6 +104,21 @@ def test_cublas_entry_validates_too():
         entry(*ok_operands("TN", 64, 96, 32), acc="f64")
 
 
+@pytest.mark.parametrize("make, message", [
+    (lambda: (fake((64, 32, 2)), fake((32, 96)), fake((64, 96))), "must be 2-D"),
+    (lambda: (fake((64, 32)), fake((33, 96)), fake((64, 96))), r"A \(64, 32\) . B \(33, 96\) does not give"),
+    (lambda: (fake((64, 32)), fake((32, 96), "f32"), fake((64, 96))), "dtypes f16, f32, f16"),
+    (lambda: (fake((64, 32), strides=(128, 4)), fake((32, 96)), fake((64, 96))), "neither row- nor column-major"),
+    (lambda: (fake((64, 32)), fake((32, 96)), fake((96, 64)).T), "C must be row-major"),
+    (lambda: (fake((64, 32)), fake((32, 96)), fake((64, 96))), "acc='tf32' is not one of"),
+])
+def test_cublas_matmul_refuses_bad_operands_before_any_call(make, message):
+    from hgemm_rt import cublas
+
+    with pytest.raises(hg.ValidationError, match=message):
+        cublas.matmul(*make(), acc="tf32" if "tf32" in message else "f32")
+
+
 def test_transposed_view_is_refused_by_a_kernel_that_needs_row_major():
     a = fake((64, 256))
     t = a.T
