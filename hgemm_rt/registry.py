@@ -108,6 +108,8 @@ class CublasKernel:
 BASELINES = (
     CublasKernel("hgemm_cublas_tensor_op_nn", "NN", "f16", ("f32", "f16"), "cublasGemmEx, NN, default tensor-op algo"),
     CublasKernel("hgemm_cublas_tensor_op_tn", "TN", "f16", ("f32", "f16"), "cublasGemmEx, TN, default tensor-op algo"),
+    CublasKernel("hgemm_cublas_tensor_op_nn_bf16", "NN", "bf16", ("f32",), "cublasGemmEx, bf16 NN, default tensor-op algo"),
+    CublasKernel("hgemm_cublas_tensor_op_tn_bf16", "TN", "bf16", ("f32",), "cublasGemmEx, bf16 TN, default tensor-op algo"),
     CublasKernel("sgemm_cublas", "NN", "f32", ("f32", "tf32"), "cublasGemmEx fp32 (f32) or TF32 tensor ops (tf32)"),
 )
 

@@ -63,9 +63,8 @@ def baseline_for(layout: str, dtype: str) -> str | None:
     """The cuBLAS entry computing the same product, for error and speed comparisons."""
     if dtype == "f32":
         return "sgemm_cublas" if layout == "NN" else None
-    if dtype == "f16":
-        return {"NN": "hgemm_cublas_tensor_op_nn", "TN": "hgemm_cublas_tensor_op_tn"}[layout]
-    return None
+    suffix = {"f16": "", "bf16": "_bf16"}[dtype]
+    return {"NN": "hgemm_cublas_tensor_op_nn", "TN": "hgemm_cublas_tensor_op_tn"}[layout] + suffix
 
 
 def baseline_acc(dtype: str, acc: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import hgemm_rt as hg
+from hgemm_rt.registry import BASELINES
 from hgemm_rt.testing import run_checked
 from kernel_cases import load_manifest_or_none, refusal_shapes, shapes_for
 
@@ -57,12 +58,10 @@ def test_kernel_refuses_shapes_it_cannot_take(name, shape):
             entry(A, B, C)
 
 
-@pytest.mark.parametrize("name", ["hgemm_cublas_tensor_op_nn", "hgemm_cublas_tensor_op_tn", "sgemm_cublas"])
-@pytest.mark.parametrize("acc_index", [0, 1])
+@pytest.mark.parametrize("name,acc", [(e.name, acc) for e in BASELINES for acc in e.variants["acc"]])
 @pytest.mark.parametrize("shape", [(256, 384, 512), (33, 65, 17)])
-def test_cublas_baseline_matches_float64_reference(name, acc_index, shape, rng):
+def test_cublas_baseline_matches_float64_reference(name, acc, shape, rng):
     entry = hg.get_kernel(name)
-    acc = entry.variants["acc"][acc_index]
     r = run_checked(entry, *shape, rng, with_cublas=False, acc=acc)
     assert r["error"] <= r["bound"], f"{name} acc={acc} at {shape}: {r['error']:.3e} > {r['bound']:.3e}"
 
