@@ -51,11 +51,20 @@ def variant_choices(entry: Any) -> list[dict[str, Any]]:
     return [dict(zip(axes, vals)) for vals in itertools.product(*(entry.variants[a] for a in axes))]
 
 
+def default_choice(entry: Any) -> dict[str, Any]:
+    """The variant a plain launch runs: the kernel's declared `default` where it has one (the
+    measured-fastest variant), else the first value of every axis."""
+    spec = getattr(entry, "spec", None)
+    if spec is not None and hasattr(spec, "resolve_variant"):
+        return spec.resolve_variant({})
+    return variant_choices(entry)[0]
+
+
 def expand(entry: Any, every_variant: bool) -> list[Case]:
     """cuBLAS: every accumulation (the ratio is to the best). Kernels: the default variant, or all."""
     choices = variant_choices(entry)
     if not (every_variant or entry.is_baseline):
-        choices = choices[:1]  # first value of every axis: the declared default
+        choices = [default_choice(entry)]
     swizzles = ("off", "on") if every_variant else ("auto",)
     if not has_swizzle(entry):
         swizzles = ("",)

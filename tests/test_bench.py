@@ -143,6 +143,14 @@ def test_kernels_pattern_alone_and_with_groups():
         ["hgemm_long_name"]
 
 
+def test_default_variant_is_the_declared_launch_default():
+    declared = entry("cute", "cute", 1, layout="TN", variants=STAGED, grid="tiles+swizzle")
+    declared.spec.resolve_variant = lambda given: {"stages": 4, "acc": "f32"}  # toml `default`
+    assert [c.label for c in expand(declared, False)] == ["stages=4,acc=f32,swizzle=auto"]
+    # no declared default: the first value of every axis
+    assert [c.label for c in expand(FAKE[5], False)] == ["stages=2,acc=f16,swizzle=auto"]
+
+
 def test_cublas_runs_every_accumulation_and_can_be_dropped():
     assert [c.label for c in expand(FAKE[-2], False)] == ["acc=f32", "acc=f16"]
     assert select(FAKE, cli.parse_args(["--no-default", "--no-cublas"])) == []
