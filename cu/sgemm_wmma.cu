@@ -74,26 +74,20 @@ __device__ __forceinline__ void load_slice(float* stage, const float* A, const f
 // array): 64-bit address arithmetic and LD.E / ST.E instead of LDS / STS. These wrappers issue the
 // .shared forms of the same PTX instructions into the same nvcuda::wmma fragments (identical register
 // layout: the state space only changes the addressing). p must be 32-byte aligned, ldm in elements.
-template <typename Frag>
-__device__ __forceinline__ void load_a_shared(Frag& f, const float* p, int ldm) {
-  static_assert(Frag::num_elements == 4, "m16n16k8 TF32 matrix_a fragment");
-  uint32_t r[4];
-  asm volatile("wmma.load.a.sync.aligned.row.m16n16k8.shared.tf32 {%0, %1, %2, %3}, [%4], %5;\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(hg::smem_u32(p)), "r"(ldm));
-#pragma unroll
-  for (int t = 0; t < 4; ++t) f.x[t] = __uint_as_float(r[t]);
-}
-template <typename Frag>
-__device__ __forceinline__ void load_b_shared(Frag& f, const float* p, int ldm) {
-  static_assert(Frag::num_elements == 4, "m16n16k8 TF32 matrix_b fragment");
-  uint32_t r[4];
-  asm volatile("wmma.load.b.sync.aligned.row.m16n16k8.shared.tf32 {%0, %1, %2, %3}, [%4], %5;\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(hg::smem_u32(p)), "r"(ldm));
-#pragma unroll
-  for (int t = 0; t < 4; ++t) f.x[t] = __uint_as_float(r[t]);
-}
+// One body for both operand loads: only the fragment letter (a or b) of the instruction differs.
+#define HG_TF32_LOAD_SHARED(fn, ab)                                                                  \
+  template <typename Frag>                                                                          \
+  __device__ __forceinline__ void fn(Frag& f, const float* p, int ldm) {                            \
+    static_assert(Frag::num_elements == 4, "m16n16k8 TF32 matrix_" #ab " fragment");                \
+    uint32_t r[4];                                                                                  \
+    asm volatile("wmma.load." #ab ".sync.aligned.row.m16n16k8.shared.tf32 {%0, %1, %2, %3}, [%4], %5;\n" \
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])                                   \
+                 : "r"(hg::smem_u32(p)), "r"(ldm));                                                 \
+    _Pragma("unroll") for (int t = 0; t < 4; ++t) f.x[t] = __uint_as_float(r[t]);                  \
+  }
+HG_TF32_LOAD_SHARED(load_a_shared, a)
+HG_TF32_LOAD_SHARED(load_b_shared, b)
+#undef HG_TF32_LOAD_SHARED
 template <typename Frag>
 __device__ __forceinline__ void store_c_shared(float* p, const Frag& f, int ldm) {
   static_assert(Frag::num_elements == 8, "m16n16k8 fp32 accumulator fragment");
