@@ -22,13 +22,8 @@
 #include "common/mma.cuh"
 
 namespace {
-using hg::mma::Config;
-using hg::mma::Layout;
-using hg::mma::Smem;
-using hg::mma::Store;
-
-// Config<layout, warps_m, warps_n, wmt, wnt, BK, stages, f32, smem, b_x4, reg_db, store,
-//        serpentine, dsmem, min_blocks>
+using namespace hg::mma;  // Config<layout, warps_m, warps_n, wmt, wnt, BK, stages, f32, smem, b_x4,
+                          //        reg_db, store, serpentine, dsmem, min_blocks>: see common/mma.cuh
 template <bool F32, int S>
 using Tn = Config<Layout::TN, 2, 4, 4, 4, 32, S, F32, Smem::Pad, false, false, Store::Direct, false, true, 2>;
 template <bool F32, int S>

@@ -14,13 +14,9 @@
 #include "common/mma.cuh"
 
 namespace {
-using hg::mma::Config;
-using hg::mma::Layout;
-using hg::mma::Smem;
-using hg::mma::Store;
-
-// Config<layout, warps_m, warps_n, wmt, wnt, BK, stages, f32, smem, b_x4, reg_db, store,
-//        serpentine, dsmem, min_blocks>. Two blocks per SM (<= 128 registers per thread).
+using namespace hg::mma;  // Config<layout, warps_m, warps_n, wmt, wnt, BK, stages, f32, smem, b_x4,
+                          //        reg_db, store, serpentine, dsmem, min_blocks>: see common/mma.cuh
+// Two blocks per SM (<= 128 registers per thread).
 using Warp4x4 = Config<Layout::NN, 2, 4, 4, 4, 16, 1, false, Smem::Pad, false, false, Store::Direct,
                        false, false, 2>;
 template <bool F32, int S>
