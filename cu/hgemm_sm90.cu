@@ -1,6 +1,8 @@
 // Family "hgemm_sm90": Hopper GEMM, TMA loads + wgmma from shared memory, warp-specialised.
 //
 //   Layouts : TN (A M x K row-major, B N x K row-major) and NN (A M x K, B K x N row-major); C M x N.
+//             The *_acol_* kernels take A column-major (stored K x M row-major, e.g. a transposed view)
+//             and read it MN-major through the transposed-A wgmma descriptor: no copy of A.
 //   Dtypes  : fp16 (or bf16) in, fp32 accumulate, fp16 (bf16) out.
 //   Threads : 384 = 3 warpgroups. Warpgroup 0 is the producer (one elected thread issues TMA, the
 //             rest only give their registers away through setmaxnreg), warpgroups 1 and 2 are the
@@ -24,6 +26,7 @@
 //   *_ws_persistent_cluster2_{tn,nn}   + 2-CTA cluster along M: each CTA loads half of the shared B
 //                                      tile and multicasts it to both (B traffic from L2 halved)
 //   *_ws_persistent_cluster2_direct_tn the same with 4 stages and direct stores (no staging buffer)
+//   *_ws_persistent_acol_{tn,nn}       the persistent kernels with A column-major
 #include <cuda.h>  // CUtensorMap (128-byte, 64-byte aligned opaque struct)
 #include "common/sm90.cuh"
 
@@ -57,9 +60,10 @@ constexpr int kGroupRows = 2048;
 // ping-pong consumers owning whole 64 x 256 tiles (0.92x the cooperative kernel at 4096^3: 1.7x the
 // smem fill per flop), and consumers staggered by 1-2 k-blocks so their epilogues overlap the other's
 // wgmma (no measurable change: the tile-boundary bubble is not where the time goes).
-template <typename T_, bool kNN_, int kStages_, int kClusterM_, bool kPersistent_, bool kTmaStore_>
+template <typename T_, bool kAT_, bool kNN_, int kStages_, int kClusterM_, bool kPersistent_, bool kTmaStore_>
 struct Kn {
   using T = T_;
+  static constexpr bool kAT = kAT_;  // A column-major: BM/64 boxes of 64 K rows x 64 M columns
   static constexpr bool kNN = kNN_;
   static constexpr int kStages = kStages_;
   static constexpr int kClusterM = kClusterM_;
@@ -241,7 +245,14 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
           hg90::mbar_wait(&empty[stage], phase ^ 1);
           hg90::mbar_arrive_expect_tx(&full[stage], K::kStageBytes);
           const int k0 = kb * BK;
-          hg90::tma_load_2d(sA + stage * K::kABytes, &tmA, &full[stage], k0, m0);
+          if (!K::kAT) {
+            hg90::tma_load_2d(sA + stage * K::kABytes, &tmA, &full[stage], k0, m0);
+          } else {
+            // A^T is K x M row-major: one 64-column (M) panel per consumer warpgroup, 64 K rows each
+#pragma unroll
+            for (int c = 0; c < BM / 64; ++c)
+              hg90::tma_load_2d(sA + stage * K::kABytes + c * (64 * 128), &tmA, &full[stage], m0 + 64 * c, k0);
+          }
           uint8_t* b = sB + stage * K::kBBytes;
           if (!K::kNN) {
             // TN: B tile = BN rows of N, each 64 K elements (128 B); this CTA's slice of rows.
@@ -290,10 +301,11 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
       int prev = -1;
       for (int kb = 0; kb < nk; ++kb) {
         hg90::mbar_wait(&full[stage], phase);
+        // K-major: this consumer's 64 rows of 128 B; MN-major (kAT): its 64-column panel, the same offset
         const uint32_t a_base = smem_u32(sA + stage * K::kABytes) + cw * kWgRows * 128;
         const uint32_t b_base = smem_u32(sB + stage * K::kBBytes);
         hg90::wgmma_fence();
-        hg90::wgmma_kblock<T, K::kNN, BK>(d, a_base, b_base, kb > 0);
+        hg90::wgmma_kblock<T, K::kAT, K::kNN, BK>(d, a_base, b_base, kb > 0);
         hg90::wgmma_commit();
         // Keep one k-block of MMAs in flight; the one before it is done, so its stage is free.
         hg90::wgmma_wait<1>();
@@ -332,19 +344,20 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
   extern "C" __global__ void __launch_bounds__(kThreads, 1)                                              \
       NAME(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB, T* C, int M, \
            int N, int K) {                                                                               \
-    sm90_gemm<Kn<T, NN, STAGES, CLUSTER_M, PERSISTENT, false>>(tmA, tmB, C, M, N, K);                    \
+    sm90_gemm<Kn<T, false, NN, STAGES, CLUSTER_M, PERSISTENT, false>>(tmA, tmB, C, M, N, K);             \
   }
 // TMA-store kernels, one symbol per stage count: variants = { stages = [3, 4] } (3 stages +
-// whole-tile staging, or 4 stages + half-tile staging).
-#define HG90_KERNEL_TMAC1(NAME, T, NN, STAGES, CLUSTER_M)                                                \
+// whole-tile staging, or 4 stages + half-tile staging). AT: A column-major.
+#define HG90_KERNEL_TMAC1(NAME, T, AT, NN, STAGES, CLUSTER_M)                                            \
   extern "C" __global__ void __launch_bounds__(kThreads, 1)                                              \
       NAME##__stages##STAGES(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB, \
                              const __grid_constant__ CUtensorMap tmC, int M, int N, int K) {             \
-    sm90_gemm<Kn<T, NN, STAGES, CLUSTER_M, true, true>>(tmA, tmB, tmC, M, N, K);                         \
+    sm90_gemm<Kn<T, AT, NN, STAGES, CLUSTER_M, true, true>>(tmA, tmB, tmC, M, N, K);                     \
   }
-#define HG90_KERNEL_TMAC(NAME, T, NN, CLUSTER_M) \
-  HG90_KERNEL_TMAC1(NAME, T, NN, 3, CLUSTER_M)   \
-  HG90_KERNEL_TMAC1(NAME, T, NN, 4, CLUSTER_M)
+#define HG90_KERNEL_TMAC_AT(NAME, T, AT, NN, CLUSTER_M) \
+  HG90_KERNEL_TMAC1(NAME, T, AT, NN, 3, CLUSTER_M)      \
+  HG90_KERNEL_TMAC1(NAME, T, AT, NN, 4, CLUSTER_M)
+#define HG90_KERNEL_TMAC(NAME, T, NN, CLUSTER_M) HG90_KERNEL_TMAC_AT(NAME, T, false, NN, CLUSTER_M)
 
 HG90_KERNEL_PTRC(hgemm_sm90_wgmma_tma_ws_tn, __half, false, 4, 1, false)
 HG90_KERNEL_PTRC(hgemm_sm90_wgmma_tma_ws_nn, __half, true, 4, 1, false)
@@ -356,3 +369,5 @@ HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_cluster2_nn, __half, true, 2
 HG90_KERNEL_PTRC(hgemm_sm90_wgmma_tma_ws_persistent_cluster2_direct_tn, __half, false, 4, 2, true)
 HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_cluster2_tn_bf16, __nv_bfloat16, false, 2)
 HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_cluster2_nn_bf16, __nv_bfloat16, true, 2)
+HG90_KERNEL_TMAC_AT(hgemm_sm90_wgmma_tma_ws_persistent_acol_tn, __half, true, false, 1)
+HG90_KERNEL_TMAC_AT(hgemm_sm90_wgmma_tma_ws_persistent_acol_nn, __half, true, true, 1)

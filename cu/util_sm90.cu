@@ -195,7 +195,7 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
       const uint32_t a_base = smem_u32(sA + stage * W::kABytes) + cw * 64 * 128;
       const uint32_t b_base = smem_u32(sB + stage * W::kBBytes);
       hg90::wgmma_fence();
-      hg90::wgmma_kblock<T, W::kNN, BK>(d, a_base, b_base, true);
+      hg90::wgmma_kblock<T, false, W::kNN, BK>(d, a_base, b_base, true);
       hg90::wgmma_commit();
       hg90::wgmma_wait<1>();  // one k-block in flight; the one before it has finished reading its stage
       if (prev >= 0 && tid == 0) hg90::mbar_arrive(&empty[prev]);

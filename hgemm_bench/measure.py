@@ -101,16 +101,20 @@ class ShapeInputs:
         self.b32 = rng.standard_normal((K, N), dtype=np.float32)
         full = check_rows == 0 or check_rows >= M or M * N * K <= _FULL_CHECK_ELEMS
         self.rows = np.arange(M) if full else np.sort(rng.choice(M, size=check_rows, replace=False))
-        self._dev: dict[tuple[str, str], tuple[DeviceArray, DeviceArray]] = {}
+        self._dev: dict[tuple[str, str, str], tuple[DeviceArray, DeviceArray]] = {}
+        self._uploads: list[DeviceArray] = []  # what close() frees (_dev may hold .T views of them)
         self._out: dict[str, DeviceArray] = {}
         self._host: dict[str, np.ndarray] = {}
         self._ref: dict[str, np.ndarray] = {}
 
-    def operands(self, layout: str, dtype: str) -> tuple[DeviceArray, DeviceArray]:
-        key = (layout, dtype)
+    def operands(self, layout: str, dtype: str, a_order: str = "row") -> tuple[DeviceArray, DeviceArray]:
+        """A (M x K; column-major: the transposed view of a K x M upload) and B as the layout takes it."""
+        key = (layout, dtype, a_order)
         if key not in self._dev:
-            b = rounded(self.b32, dtype)
-            self._dev[key] = (upload(rounded(self.a32, dtype), dtype), upload(b if layout == "NN" else b.T, dtype))
+            a, b = rounded(self.a32, dtype), rounded(self.b32, dtype)
+            a_up, b_up = upload(a if a_order == "row" else a.T, dtype), upload(b if layout == "NN" else b.T, dtype)
+            self._uploads += [a_up, b_up]
+            self._dev[key] = (a_up if a_order == "row" else a_up.T, b_up)
         return self._dev[key]
 
     def output(self, dtype: str) -> DeviceArray:
@@ -132,9 +136,9 @@ class ShapeInputs:
         return self._ref[dtype]
 
     def close(self) -> None:
-        for A, B in self._dev.values():
-            A.close()
-            B.close()
+        for x in self._uploads:
+            x.close()
+        self._uploads.clear()
         for C in self._out.values():
             C.close()
         self._dev.clear()
@@ -171,7 +175,7 @@ def measure_case(case: Case, inp: ShapeInputs, cc: tuple[int, int], flusher: L2F
     if reason is not None:
         raise Skip(reason)
     opts, stride = launch_options(case, N)
-    A, B = inp.operands(e.layout, e.dtype)
+    A, B = inp.operands(e.layout, e.dtype, getattr(e, "a_order", "row"))
     C = inp.output(e.out)
     run: Callable[[], Any] = lambda: e(A, B, C, **opts)  # noqa: E731
 

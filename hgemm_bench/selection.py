@@ -80,12 +80,13 @@ def aliases_of(e: Any) -> tuple[str, ...]:
 
 
 def default_set(entries: list[Any]) -> list[Any]:
-    """The top rung of each tensor-core ladder, per layout, fp16: each ladder's latest kernel."""
-    top: dict[tuple[str, str], Any] = {}
+    """The top rung of each tensor-core ladder, per layout (and A order), fp16: each ladder's latest
+    kernel."""
+    top: dict[tuple[str, str, str], Any] = {}
     for e in entries:
         if e.is_baseline or e.ladder not in TENSOR_CORE_LADDERS or e.dtype != "f16":
             continue
-        key = (e.ladder, e.layout)
+        key = (e.ladder, e.layout, getattr(e, "a_order", "row"))
         if key not in top or (e.step, e.name) > (top[key].step, top[key].name):
             top[key] = e
     return list(top.values())

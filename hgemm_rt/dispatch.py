@@ -307,7 +307,10 @@ def plan_steps(route: Route, prob: Problem, manifest: Manifest) -> PlanSpec | No
     Mk, Nk, Kk = _round_up(M, rq.get("M", 1)), _round_up(N, rq.get("N", 1)), _round_up(K, rq.get("K", 1))
     tm = _tmap_operands(spec)
     a = p.a
-    if not fits(a, Mk, Kk, tma="A" in tm, align=spec.align, itemsize=isz):
+    if spec.a_order == "col":  # the kernel reads A^T, K x M row-major (A stays an M x K view)
+        if not fits(a.T, Kk, Mk, tma="A" in tm, align=spec.align, itemsize=isz):
+            a = pack("tA", a.T, Kk, Mk, tma="A" in tm).T
+    elif not fits(a, Mk, Kk, tma="A" in tm, align=spec.align, itemsize=isz):
         a = pack("tA", a, Mk, Kk, tma="A" in tm)
     if spec.layout == "NN":
         b = p.b

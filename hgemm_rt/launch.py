@@ -79,7 +79,10 @@ def _i32_param(spec: KernelSpec, what: str, ctx: dict) -> Any:
 def _tmap_param(spec: KernelSpec, what: str, ctx: dict) -> Any:
     from . import tma  # Hopper only: imported on first use
 
-    return tma.build_param(spec, what, ctx["arrays"][what], spec.name)
+    array = ctx["arrays"][what]
+    if what == "A" and spec.a_order == "col":
+        array = array.T  # the map describes A^T: K x M, row-major
+    return tma.build_param(spec, what, array, spec.name)
 
 
 PARAM_BUILDERS: dict[str, ParamBuilder] = {"ptr": _ptr_param, "i32": _i32_param, "tmap": _tmap_param}

@@ -17,7 +17,8 @@ from .errors import ManifestError, NotBuiltForDeviceError
 from .expr import eval_int_expr
 
 SCHEMA_VERSION = 1
-LAYOUTS = ("NN", "TN")
+LAYOUTS = ("NN", "TN")  # B as K x N or as N x K (row-major)
+A_ORDERS = ("row", "col")  # A row-major (M x K) or column-major (stored K x M)
 DTYPES = ("f16", "bf16", "f32")
 ACCS = ("f16", "f32", "tf32")
 GRID_POLICIES = ("tiles", "tiles+swizzle", "persistent")
@@ -96,6 +97,7 @@ class KernelSpec:
     sass: tuple[str, ...]
     tma: Mapping[str, Any] | None
     default: Mapping[str, Any] = field(default_factory=dict)  # launch default per variant axis
+    a_order: str = "row"  # "col": A is taken column-major (a transposed view), read through tmap:A
     builds: Mapping[str, ArchBuild] = field(default_factory=dict)
     ptx: PtxBuild | None = None
 
@@ -207,7 +209,10 @@ def kernel_spec_from_dict(d: Mapping[str, Any], with_builds: bool = True) -> Ker
         sass=tuple(d.get("sass", ())),
         tma=d.get("tma"),
         default=dict(d.get("default", {}) or {}),
+        a_order=_choice(d.get("a_order", "row"), A_ORDERS, "a_order", name),
     )
+    if spec.a_order == "col" and "tmap:A" not in spec.params:
+        raise ManifestError(f"{name}: a_order = \"col\" needs a tmap:A parameter (the tensor map reads A^T)")
     for axis, value in spec.default.items():
         if value not in spec.variants.get(axis, ()):
             raise ManifestError(f"{name}: default {axis}={value!r} is not among its variants {dict(spec.variants)}")

@@ -33,6 +33,7 @@ class CubinKernel:
     dtype = property(lambda self: self.spec.dtype)
     out = property(lambda self: self.spec.out)
     variants = property(lambda self: self.spec.variants)
+    a_order = property(lambda self: self.spec.a_order)
     technique = property(lambda self: self.spec.technique)
 
     def acc_for(self, choice: Mapping[str, Any]) -> str:
@@ -67,6 +68,7 @@ class _BaselineSpec:
     out: str
     align: int = 2
     require: Mapping[str, int] = field(default_factory=dict)
+    a_order: str = "row"
 
 
 class CublasKernel:
@@ -75,6 +77,7 @@ class CublasKernel:
     is_baseline = True
     ladder = "cublas"
     step = 0
+    a_order = "row"
 
     def __init__(self, name: str, layout: str, dtype: str, accs: tuple[str, ...], technique: str):
         self.name, self.layout, self.dtype, self.out = name, layout, dtype, dtype

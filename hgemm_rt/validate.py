@@ -30,7 +30,13 @@ def validate_operands(spec: KernelSpec, a: DeviceArray, b: DeviceArray, c: Devic
             raise ValidationError(f"{name}: {label} must be 2-D, got shape {arr.shape}")
         if arr.dtype != want:
             raise ValidationError(f"{name}: {label} has dtype {arr.dtype}, this kernel takes {want}")
-        if not arr.is_c_contiguous:
+        if label == "A" and spec.a_order == "col":
+            if not arr.T.is_c_contiguous:  # A^T, K x M, must be dense row-major: what the tensor map reads
+                raise ValidationError(
+                    f"{name}: A must be column-major (the transposed view of a dense row-major K x M array, "
+                    f"e.g. x.T); got strides {arr.strides} for shape {arr.shape}"
+                )
+        elif not arr.is_c_contiguous:
             raise ValidationError(
                 f"{name}: {label} must be C-contiguous (row-major, dense); got strides {arr.strides} "
                 f"for shape {arr.shape}"

@@ -53,9 +53,10 @@ def test_kernel_refuses_shapes_it_cannot_take(name, shape):
     entry = hg.get_kernel(name)
     M, N, K = shape
     b_shape = (K, N) if entry.layout == "NN" else (N, K)
-    with hg.empty((M, K), entry.dtype) as A, hg.empty(b_shape, entry.dtype) as B, hg.empty((M, N), entry.out) as C:
+    a_shape = (M, K) if entry.a_order == "row" else (K, M)  # column-major A: the .T view of K x M
+    with hg.empty(a_shape, entry.dtype) as A, hg.empty(b_shape, entry.dtype) as B, hg.empty((M, N), entry.out) as C:
         with pytest.raises(hg.ValidationError, match="not a multiple of"):
-            entry(A, B, C)
+            entry(A if entry.a_order == "row" else A.T, B, C)
 
 
 @pytest.mark.parametrize("name,acc", [(e.name, acc) for e in BASELINES for acc in e.variants["acc"]])

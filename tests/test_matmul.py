@@ -129,7 +129,9 @@ def _check_plan_contract(plan, prob, manifest):
                 assert v % spec.require.get(dim, 1) == 0, (step, dim)
             tm = dispatch._tmap_operands(spec)
             b_dims = (step.K, step.N) if spec.layout == "NN" else (step.N, step.K)
-            for name, v, dims in (("A", step.a, (step.M, step.K)), ("B", step.b, b_dims), ("C", step.c, (step.M, step.N))):
+            # a column-major-A kernel reads A^T (K x M row-major) through its tensor map
+            a = (step.a.T, (step.K, step.M)) if spec.a_order == "col" else (step.a, (step.M, step.K))
+            for name, v, dims in (("A", *a), ("B", step.b, b_dims), ("C", step.c, (step.M, step.N))):
                 assert dispatch.fits(v, *dims, tma=name in tm, align=spec.align, itemsize=ISZ[prob.dtype]), (step, name)
                 if v.base in temps:
                     assert (temps[v.base].rows, temps[v.base].cols) == dims
@@ -173,6 +175,11 @@ def test_heuristic_picks_the_fast_paths_on_hopper():
         pytest.skip("no Hopper kernels in this build")
     p = h(4096, 4096, 4096)
     assert MANIFEST.kernels[p.route.kernel].ladder == "hopper" and len(p.steps) == 1  # no copies
+    # column-major A (a transposed view), B either way: the A-column-major kernels, still no copies
+    for b_order in ("row", "col"):
+        p = h(4096, 4096, 4096, orders=("col", b_order, "row"))
+        k = MANIFEST.kernels[p.route.kernel]
+        assert k.ladder == "hopper" and k.a_order == "col" and len(p.steps) == 1, dispatch.describe(p)
     p = h(4095, 4095, 4095)  # unaligned: padded copies, then a TMA + wgmma kernel
     k = MANIFEST.kernels[p.route.kernel]
     assert (k.ladder == "hopper" or k.name.startswith("util_gemm_wgmma_")) and len(p.steps) >= 2
@@ -360,6 +367,7 @@ ROUTE_CASES = [
     ("f16", 200, 136, 120, ("row", "row", "row"), (0, 0, 0)),
     ("f16", 131, 77, 261, ("col", "row", "row"), (1, 3, 0)),
     ("f16", 64, 256, 96, ("row", "col", "col"), (0, 0, 5)),
+    ("f16", 192, 136, 120, ("col", "col", "row"), (0, 0, 0)),  # A column-major in place (acol kernels)
     ("bf16", 150, 260, 70, ("row", "col", "row"), (0, 0, 0)),
     ("f32", 97, 141, 100, ("row", "row", "row"), (0, 0, 0)),
 ]

@@ -119,6 +119,20 @@ def test_cublas_matmul_refuses_bad_operands_before_any_call(make, message):
         cublas.matmul(*make(), acc="tf32" if "tf32" in message else "f32")
 
 
+def test_column_major_a_kernel_takes_a_transposed_view_and_refuses_row_major_a():
+    tmaps = ["tmap:A", "tmap:B", "tmap:C", "i32:M", "i32:N", "i32:K"]
+    col = spec(a_order="col", params=tmaps, tma={"A": {"box": [64, 64]}})
+    M, N, K = 256, 256, 64
+    p = validate_operands(col, fake((K, M)).T, fake((K, N)), fake((M, N)))
+    assert (p.M, p.N, p.K) == (M, N, K)
+    with pytest.raises(hg.ValidationError, match="A must be column-major .* x.T"):
+        validate_operands(col, fake((M, K)), fake((K, N)), fake((M, N)))
+    with pytest.raises(hg.ManifestError, match="needs a tmap:A parameter"):
+        spec(a_order="col")
+    with pytest.raises(hg.ManifestError, match="a_order='diag' is not one of"):
+        spec(a_order="diag")
+
+
 def test_transposed_view_is_refused_by_a_kernel_that_needs_row_major():
     a = fake((64, 256))
     t = a.T

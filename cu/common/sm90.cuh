@@ -185,7 +185,8 @@ __device__ __forceinline__ void fence_regs(float& r) { asm volatile("" : "+f"(r)
 
 // D(64x256, fp32) (+)= A(64x16, smem desc) * B(16x256, smem desc).
 // scale_d = 0 overwrites D (first K step of a tile), 1 accumulates. TRANS_B = 1 reads B MN-major
-// (the NN layout: B is K x N row-major in global memory); 0 reads it K-major (TN).
+// (the NN layout: B is K x N row-major in global memory); 0 reads it K-major (TN). TRANS_A = 1
+// reads A MN-major (A column-major: K x M row-major in global memory); 0 reads it K-major.
 #define HG90_WGMMA_ACC_LIST(X)                                                                                 \
   X(0), X(1), X(2), X(3), X(4), X(5), X(6), X(7), X(8), X(9), X(10), X(11), X(12), X(13), X(14), X(15), X(16), \
       X(17), X(18), X(19), X(20), X(21), X(22), X(23), X(24), X(25), X(26), X(27), X(28), X(29), X(30), X(31),   \
@@ -214,24 +215,24 @@ __device__ __forceinline__ void fence_regs(float& r) { asm volatile("" : "+f"(r)
 #define HG90_WGMMA_ACC_LIST32(X)                                                                               \
   X(0), X(1), X(2), X(3), X(4), X(5), X(6), X(7), X(8), X(9), X(10), X(11), X(12), X(13), X(14), X(15), X(16), \
       X(17), X(18), X(19), X(20), X(21), X(22), X(23), X(24), X(25), X(26), X(27), X(28), X(29), X(30), X(31)
-#define HG90_WGMMA_M64N64K16_ASM(TYPE, TRANS_B)                                                                 \
+#define HG90_WGMMA_M64N64K16_ASM(TYPE, TRANS_A, TRANS_B)                                                        \
   "{\n"                                                                                                        \
   ".reg .pred p;\n"                                                                                            \
   "setp.ne.b32 p, %34, 0;\n"                                                                                   \
   "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE "\n"                                            \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                    \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},\n"                         \
-  "%32, %33, p, 1, 1, 0, " TRANS_B ";\n"                                                                      \
+  "%32, %33, p, 1, 1, " TRANS_A ", " TRANS_B ";\n"                                                            \
   "}\n"
-#define HG90_WGMMA_M64N128K16_ASM(TYPE, TRANS_B)                                                                \
+#define HG90_WGMMA_M64N128K16_ASM(TYPE, TRANS_A, TRANS_B)                                                       \
   "{\n"                                                                                                        \
   ".reg .pred p;\n"                                                                                            \
   "setp.ne.b32 p, %66, 0;\n"                                                                                   \
   "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE "\n" HG90_ACC_REGS64 ",\n"                     \
-  "%64, %65, p, 1, 1, 0, " TRANS_B ";\n"                                                                      \
+  "%64, %65, p, 1, 1, " TRANS_A ", " TRANS_B ";\n"                                                            \
   "}\n"
 
-#define HG90_WGMMA_M64N256K16_ASM(TYPE, TRANS_B)                                                                \
+#define HG90_WGMMA_M64N256K16_ASM(TYPE, TRANS_A, TRANS_B)                                                       \
   "{\n"                                                                                                        \
   ".reg .pred p;\n"                                                                                            \
   "setp.ne.b32 p, %130, 0;\n"                                                                                  \
@@ -244,64 +245,70 @@ __device__ __forceinline__ void fence_regs(float& r) { asm volatile("" : "+f"(r)
   "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "                            \
   "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "                \
   "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127},\n"          \
-  "%128, %129, p, 1, 1, 0, " TRANS_B ";\n"                                                                    \
+  "%128, %129, p, 1, 1, " TRANS_A ", " TRANS_B ";\n"                                                          \
   "}\n"
 
-template <typename T, int TRANS_B>
+template <typename T, int TRANS_A, int TRANS_B>
 __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d);
-template <typename T, int TRANS_B>
+template <typename T, int TRANS_A, int TRANS_B>
 __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d);
-template <typename T, int TRANS_B>
+template <typename T, int TRANS_A, int TRANS_B>
 __device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d);
 
-#define HG90_DEFINE_WGMMA(CTYPE, TYPE, TB)                                                                  \
+#define HG90_DEFINE_WGMMA(CTYPE, TYPE, TA, TB)                                                              \
   template <>                                                                                              \
-  __device__ __forceinline__ void wgmma_m64n256k16<CTYPE, TB>(float(&d)[128], uint64_t desc_a,             \
+  __device__ __forceinline__ void wgmma_m64n256k16<CTYPE, TA, TB>(float(&d)[128], uint64_t desc_a,         \
                                                               uint64_t desc_b, int scale_d) {              \
-    asm volatile(HG90_WGMMA_M64N256K16_ASM(TYPE, #TB)                                                       \
+    asm volatile(HG90_WGMMA_M64N256K16_ASM(TYPE, #TA, #TB)                                                  \
                  : HG90_WGMMA_ACC_LIST(HG90_ACC_OPERAND)                                                    \
                  : "l"(desc_a), "l"(desc_b), "r"(scale_d));                                                \
   }                                                                                                        \
   template <>                                                                                              \
-  __device__ __forceinline__ void wgmma_m64n128k16<CTYPE, TB>(float(&d)[64], uint64_t desc_a,              \
+  __device__ __forceinline__ void wgmma_m64n128k16<CTYPE, TA, TB>(float(&d)[64], uint64_t desc_a,          \
                                                               uint64_t desc_b, int scale_d) {              \
-    asm volatile(HG90_WGMMA_M64N128K16_ASM(TYPE, #TB)                                                       \
+    asm volatile(HG90_WGMMA_M64N128K16_ASM(TYPE, #TA, #TB)                                                  \
                  : HG90_WGMMA_ACC_LIST64(HG90_ACC_OPERAND)                                                  \
                  : "l"(desc_a), "l"(desc_b), "r"(scale_d));                                                \
   }                                                                                                        \
   template <>                                                                                              \
-  __device__ __forceinline__ void wgmma_m64n64k16<CTYPE, TB>(float(&d)[32], uint64_t desc_a,               \
+  __device__ __forceinline__ void wgmma_m64n64k16<CTYPE, TA, TB>(float(&d)[32], uint64_t desc_a,           \
                                                              uint64_t desc_b, int scale_d) {               \
-    asm volatile(HG90_WGMMA_M64N64K16_ASM(TYPE, #TB)                                                        \
+    asm volatile(HG90_WGMMA_M64N64K16_ASM(TYPE, #TA, #TB)                                                   \
                  : HG90_WGMMA_ACC_LIST32(HG90_ACC_OPERAND)                                                  \
                  : "l"(desc_a), "l"(desc_b), "r"(scale_d));                                                \
   }
-HG90_DEFINE_WGMMA(__half, "f16", 0)
-HG90_DEFINE_WGMMA(__half, "f16", 1)
-HG90_DEFINE_WGMMA(__nv_bfloat16, "bf16", 0)
-HG90_DEFINE_WGMMA(__nv_bfloat16, "bf16", 1)
+HG90_DEFINE_WGMMA(__half, "f16", 0, 0)
+HG90_DEFINE_WGMMA(__half, "f16", 0, 1)
+HG90_DEFINE_WGMMA(__half, "f16", 1, 0)
+HG90_DEFINE_WGMMA(__half, "f16", 1, 1)
+HG90_DEFINE_WGMMA(__nv_bfloat16, "bf16", 0, 0)
+HG90_DEFINE_WGMMA(__nv_bfloat16, "bf16", 0, 1)
 #undef HG90_DEFINE_WGMMA
 
 using hg::pack2;  // cu/common/pack.cuh
 
 // One k-block of BK elements as BK/16 wgmma m64nNk16 (N = 2 * accumulators: 256, 128 or 64) from
-// 128-byte-swizzled shared memory: A K-major (this warpgroup's 64 rows at a_base), B K-major (TN) or
-// MN-major (kNN, 64-wide column panels). The k-th 16-element slice of a K-major row starts 32 bytes
-// further (the hardware applies the swizzle to the full address); of an MN-major B, 16 K rows
-// further. With accumulate == false the first slice overwrites d (scale-d 0), so d needs no zeroing.
-template <typename T, bool kNN, int BK, int NACC>
+// 128-byte-swizzled shared memory: A K-major (this warpgroup's 64 rows at a_base) or MN-major (kAT:
+// one 64-wide M panel of BK rows), B K-major (TN) or MN-major (kNN, 64-wide column panels). The k-th
+// 16-element slice of a K-major row starts 32 bytes further (the hardware applies the swizzle to the
+// full address); of an MN-major operand, 16 K rows further. With accumulate == false the first slice
+// overwrites d (scale-d 0), so d needs no zeroing.
+template <typename T, bool kAT, bool kNN, int BK, int NACC>
 __device__ __forceinline__ void wgmma_kblock(float (&d)[NACC], uint32_t a_base, uint32_t b_base, bool accumulate) {
   static_assert(NACC == 128 || NACC == 64 || NACC == 32, "m64n256, m64n128 or m64n64 accumulators");
+  constexpr int kTA = kAT ? 1 : 0, kTB = kNN ? 1 : 0;
 #pragma unroll
   for (int k = 0; k < BK / 16; ++k) {
-    const uint64_t da = wgmma_desc(a_base + k * 32, 16, 1024);
+    // an m64 MN-major A is exactly one 64-wide panel: its leading byte offset is never used
+    const uint64_t da = kAT ? wgmma_desc(a_base + k * 16 * 128, 64 * 128, 1024) : wgmma_desc(a_base + k * 32, 16, 1024);
     const uint64_t db = kNN ? wgmma_desc(b_base + k * 16 * 128, 64 * 128, 1024) : wgmma_desc(b_base + k * 32, 16, 1024);
+    const int scale_d = (accumulate || k > 0) ? 1 : 0;
     if constexpr (NACC == 128)
-      wgmma_m64n256k16<T, kNN ? 1 : 0>(d, da, db, (accumulate || k > 0) ? 1 : 0);
+      wgmma_m64n256k16<T, kTA, kTB>(d, da, db, scale_d);
     else if constexpr (NACC == 64)
-      wgmma_m64n128k16<T, kNN ? 1 : 0>(d, da, db, (accumulate || k > 0) ? 1 : 0);
+      wgmma_m64n128k16<T, kTA, kTB>(d, da, db, scale_d);
     else
-      wgmma_m64n64k16<T, kNN ? 1 : 0>(d, da, db, (accumulate || k > 0) ? 1 : 0);
+      wgmma_m64n64k16<T, kTA, kTB>(d, da, db, scale_d);
   }
 }
 
