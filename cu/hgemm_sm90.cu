@@ -26,7 +26,7 @@
 //   *_ws_persistent_cluster2_{tn,nn}   + 2-CTA cluster along M: each CTA loads half of the shared B
 //                                      tile and multicasts it to both (B traffic from L2 halved)
 //   *_ws_persistent_cluster2_direct_tn the same with 4 stages and direct stores (no staging buffer)
-//   *_ws_persistent_acol_{tn,nn}       the persistent kernels with A column-major
+//   *_ws_persistent_acol_{tn,nn}[_bf16] the persistent kernels with A column-major
 #include <cuda.h>  // CUtensorMap (128-byte, 64-byte aligned opaque struct)
 #include "common/sm90.cuh"
 
@@ -371,3 +371,5 @@ HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_cluster2_tn_bf16, __nv_bfloa
 HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_cluster2_nn_bf16, __nv_bfloat16, true, 2)
 HG90_KERNEL_TMAC_AT(hgemm_sm90_wgmma_tma_ws_persistent_acol_tn, __half, true, false, 1)
 HG90_KERNEL_TMAC_AT(hgemm_sm90_wgmma_tma_ws_persistent_acol_nn, __half, true, true, 1)
+HG90_KERNEL_TMAC_AT(hgemm_sm90_wgmma_tma_ws_persistent_acol_tn_bf16, __nv_bfloat16, true, false, 1)
+HG90_KERNEL_TMAC_AT(hgemm_sm90_wgmma_tma_ws_persistent_acol_nn_bf16, __nv_bfloat16, true, true, 1)

@@ -176,10 +176,11 @@ def test_heuristic_picks_the_fast_paths_on_hopper():
     p = h(4096, 4096, 4096)
     assert MANIFEST.kernels[p.route.kernel].ladder == "hopper" and len(p.steps) == 1  # no copies
     # column-major A (a transposed view), B either way: the A-column-major kernels, still no copies
-    for b_order in ("row", "col"):
-        p = h(4096, 4096, 4096, orders=("col", b_order, "row"))
-        k = MANIFEST.kernels[p.route.kernel]
-        assert k.ladder == "hopper" and k.a_order == "col" and len(p.steps) == 1, dispatch.describe(p)
+    for dtype in ("f16", "bf16"):
+        for b_order in ("row", "col"):
+            p = h(4096, 4096, 4096, dtype, orders=("col", b_order, "row"))
+            k = MANIFEST.kernels[p.route.kernel]
+            assert k.ladder == "hopper" and k.a_order == "col" and len(p.steps) == 1, dispatch.describe(p)
     p = h(4095, 4095, 4095)  # unaligned: padded copies, then a TMA + wgmma kernel
     k = MANIFEST.kernels[p.route.kernel]
     assert (k.ladder == "hopper" or k.name.startswith("util_gemm_wgmma_")) and len(p.steps) >= 2

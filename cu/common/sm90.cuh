@@ -283,6 +283,8 @@ HG90_DEFINE_WGMMA(__half, "f16", 1, 0)
 HG90_DEFINE_WGMMA(__half, "f16", 1, 1)
 HG90_DEFINE_WGMMA(__nv_bfloat16, "bf16", 0, 0)
 HG90_DEFINE_WGMMA(__nv_bfloat16, "bf16", 0, 1)
+HG90_DEFINE_WGMMA(__nv_bfloat16, "bf16", 1, 0)
+HG90_DEFINE_WGMMA(__nv_bfloat16, "bf16", 1, 1)
 #undef HG90_DEFINE_WGMMA
 
 using hg::pack2;  // cu/common/pack.cuh
