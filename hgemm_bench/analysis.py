@@ -49,23 +49,30 @@ def judge(rows: list[Record]) -> None:
 
 
 def best_cublas(rows: Iterable[Record]) -> dict[str, float]:
-    """Per class, the best cuBLAS TFLOPS among correct rows: fp16 and bf16 kernels both compare with
-    the faster of fp16 and bf16 cuBLAS (the same tensor-core rate), so a kernel's ratio does not
-    depend on which other kernels were selected."""
+    """The best cuBLAS TFLOPS among correct rows, per input dtype (fp16 kernels against fp16 cuBLAS,
+    bf16 against bf16, fp32 against the better of fp32 and TF32) and per class (the fallback for a
+    results file recorded before bf16 cuBLAS was measured)."""
     best: dict[str, float] = {}
     for r in rows:
         if r["baseline"] and r.get("ok"):
-            c = klass(r["dtype"])
-            best[c] = max(best.get(c, 0.0), r["tflops"])
+            for key in (r["dtype"], klass(r["dtype"])):
+                best[key] = max(best.get(key, 0.0), r["tflops"])
     return best
 
 
 def set_ratios(rows: list[Record]) -> None:
-    """ratio = TFLOPS / best cuBLAS of the same class at the same shape (None without cuBLAS)."""
+    """ratio = TFLOPS / the best cuBLAS of the same input dtype at the same shape (of the same class
+    where that dtype has no cuBLAS row; None without cuBLAS)."""
     best = best_cublas(rows)
     for r in rows:
-        b = best.get(klass(r["dtype"]))
+        b = best.get(r["dtype"]) or best.get(klass(r["dtype"]))
         r["ratio"] = r["tflops"] / b if b else None
+
+
+def rejudge(records: list[Record]) -> None:
+    """Bounds, verdicts and ratios again from the raw measurements, with the current rules."""
+    for shape in shapes_in_order(records):
+        finish_shape([r for r in records if shape_of(r) == shape])
 
 
 def finish_shape(rows: list[Record]) -> None:

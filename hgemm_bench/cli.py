@@ -34,9 +34,9 @@ selection (the groups come from each kernel's `ladder` in the build manifest, ne
   --kernels P comma-separated globs or substrings: alone it runs exactly the matching kernels (every
               variant); with group flags it keeps only the matching ones
   cuBLAS (NN and TN: fp16 with fp32 and fp16 accumulation, bf16 with fp32; fp32 and TF32 for SGEMM)
-  always runs unless --no-cublas: ratios are to its best variant in the same run and input class
-  (HGEMM: fp16 and bf16 kernels against the fastest fp16 or bf16 cuBLAS, the same tensor-core rate;
-  SGEMM: against the better of fp32 and TF32 cuBLAS).
+  always runs unless --no-cublas: ratios are to its best variant of the same input type in the same
+  run (fp16 kernels against the fastest fp16 cuBLAS, bf16 against bf16; SGEMM: against the better of
+  fp32 and TF32 cuBLAS).
 
 shapes: --MNK S (one square), --M/--N/--K (missing ones from --MNK), --MMNK MAX [--SEP STEP] (squares
   STEP, 2*STEP, ... <= MAX); default: squares 1024, 2048, 4096, 8192.

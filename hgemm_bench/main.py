@@ -45,6 +45,8 @@ def readme_mode(s: Settings) -> int:
         doc = results.load(s.readme)
         from .readme import update_readme
 
+        an.rejudge(doc["measurements"])  # ratios by the current rules, whatever rules the run used
+
         update_readme(doc, s.readme, s.readme_file, s.readme_plot, s.readme_shape)
     except (OSError, ValueError, RuntimeError) as exc:
         err(str(exc))
