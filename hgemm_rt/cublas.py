@@ -106,7 +106,15 @@ def _order(what: str, x: Any) -> tuple[str, int]:
                           f"column-major; copy it to a contiguous array first")
 
 
-_COMPUTE_OF = {"f16": ("f32", "f16"), "bf16": ("f32",), "f32": ("f32", "tf32")}
+# (input dtype, accumulation) -> the cublasComputeType_t member: the one list of what the baseline runs
+_COMPUTE_TYPE = {
+    ("f16", "f16"): "COMPUTE_16F",
+    ("f16", "f32"): "COMPUTE_32F",
+    ("bf16", "f32"): "COMPUTE_32F",
+    ("f32", "f32"): "COMPUTE_32F",
+    ("f32", "tf32"): "COMPUTE_32F_FAST_TF32",
+}
+_COMPUTE_OF = {d: tuple(a for dd, a in _COMPUTE_TYPE if dd == d) for d, _ in _COMPUTE_TYPE}
 
 
 def _gemm_ex(a_ptr: int, a_order: str, lda: int, b_ptr: int, b_order: str, ldb: int, c_ptr: int, ldc: int,
@@ -119,13 +127,7 @@ def _gemm_ex(a_ptr: int, a_order: str, lda: int, b_ptr: int, b_order: str, ldb: 
     from nvmath import CudaDataType
 
     dt = {"f16": CudaDataType.CUDA_R_16F, "bf16": CudaDataType.CUDA_R_16BF, "f32": CudaDataType.CUDA_R_32F}[dtype]
-    compute = {
-        ("f16", "f16"): cublas.ComputeType.COMPUTE_16F,
-        ("f16", "f32"): cublas.ComputeType.COMPUTE_32F,
-        ("bf16", "f32"): cublas.ComputeType.COMPUTE_32F,
-        ("f32", "f32"): cublas.ComputeType.COMPUTE_32F,
-        ("f32", "tf32"): cublas.ComputeType.COMPUTE_32F_FAST_TF32,
-    }[(dtype, acc)]
+    compute = getattr(cublas.ComputeType, _COMPUTE_TYPE[(dtype, acc)])
     # alpha/beta live in host memory with the compute type's precision (cuBLAS's default pointer mode)
     scalars = np.array([alpha, beta], dtype=_SCALAR[acc])
     s = scalars.ctypes.data

@@ -74,15 +74,15 @@ def baseline_acc(dtype: str, acc: str) -> str:
     return "f16" if acc == "f16" else "f32"
 
 
-def upload_a(a: np.ndarray, a_order: str = "row"):
-    """A on the GPU as a kernel with this `a_order` takes it: (owner, view). Column-major A is the
-    transposed view of a row-major K x M copy; close the owner, not the view."""
+def upload_ordered(x: np.ndarray, order: str = "row"):
+    """x on the GPU, row- or column-major: (owner, view). A column-major array is the transposed view
+    of a row-major copy of x.T; close the owner, not the view (the view keeps the owner alive)."""
     from .memory import DeviceArray
 
-    if a_order == "row":
-        owner = DeviceArray.from_numpy(a)
+    if order == "row":
+        owner = DeviceArray.from_numpy(x)
         return owner, owner
-    owner = DeviceArray.from_numpy(np.ascontiguousarray(a.T))
+    owner = DeviceArray.from_numpy(np.ascontiguousarray(x.T))
     return owner, owner.T
 
 
@@ -98,7 +98,7 @@ def run_checked(entry, M: int, N: int, K: int, rng: np.random.Generator, *, with
     ref = reference(a, b, entry.layout)
     choice = {k: v for k, v in options.items() if k in entry.variants}
     acc = entry.acc_for(choice)
-    a_owner, A = upload_a(a, entry.a_order)
+    a_owner, A = upload_ordered(a, entry.a_order)
     with a_owner, DeviceArray.from_numpy(b) as B, DeviceArray.empty((M, N), entry.out) as C:
         C.fill_bytes(0xFF)  # NaN everywhere: an element the kernel does not write fails the check
         entry(A, B, C, **options)

@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import hgemm_rt as hg  # noqa: E402
 from hgemm_rt import cublas  # noqa: E402
-from hgemm_rt.testing import reference, rel_error  # noqa: E402
+from hgemm_rt.testing import reference, rel_error, upload_ordered  # noqa: E402
 from hgemm_rt.timing import L2Flusher, time_fn  # noqa: E402
 
 SECTIONS = ("ragged", "sweep", "smallm", "layouts", "overhead")
@@ -67,8 +67,8 @@ class Case:
             return
         self.a_host, self.b_host = gen(M, K).astype(npdt), gen(K, N).astype(npdt)
         # column-major = the transpose of a row-major array, viewed back
-        self.A = hg.to_device(self.a_host) if a_order == "row" else _transposed_view(self.a_host)
-        self.B = hg.to_device(self.b_host) if b_order == "row" else _transposed_view(self.b_host)
+        self.A = upload_ordered(self.a_host, a_order)[1]  # column-major: a view that keeps its upload alive
+        self.B = upload_ordered(self.b_host, b_order)[1]
         self.C = hg.empty((M, N), dtype)
 
     def check(self, rows):
@@ -76,11 +76,6 @@ class Case:
         if not np.isfinite(c).all():
             return float("inf")
         return rel_error(c[rows], reference(self.a_host[rows], self.b_host, "NN"))
-
-
-def _transposed_view(x):
-    t = hg.to_device(np.ascontiguousarray(x.T))
-    return hg.DeviceArray(t.ptr, x.shape, t.dtype, (t.strides[1], t.strides[0]), owner=t)
 
 
 def cublas_best(case, flush, iters):

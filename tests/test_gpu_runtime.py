@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import hgemm_rt as hg
-from hgemm_rt.testing import random_operands, reference, rel_error
+from hgemm_rt.testing import random_operands, reference, rel_error, upload_ordered
 from interop import OnlyDlpack
 
 pytestmark = pytest.mark.gpu
@@ -88,13 +88,8 @@ def test_cublas_matmul_takes_every_layout(rng, dtype, acc, bound, a_order, b_ord
     a, b = random_operands(M, N, K, "NN", dtype, rng)
     c0 = rng.standard_normal((M, N), dtype=np.float32).astype(a.dtype)
 
-    owners = []
-
-    def put(x, order):  # a column-major operand: the transposed view of its transpose, no copy
-        owners.append(hg.to_device(x if order == "row" else np.ascontiguousarray(x.T)))
-        return owners[-1] if order == "row" else owners[-1].T
-
-    A, B, C = put(a, a_order), put(b, b_order), put(c0, "row")
+    (a_own, A), (b_own, B), (C, _) = upload_ordered(a, a_order), upload_ordered(b, b_order), upload_ordered(c0)
+    owners = (a_own, b_own, C)
     try:
         label = cublas.matmul(A, B, C, acc=acc, alpha=0.5, beta=2.0)
         got = C.to_numpy()
