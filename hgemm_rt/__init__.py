@@ -27,14 +27,13 @@ from .errors import (
 from .manifest import KernelSpec, Manifest
 from .memory import DeviceArray, as_device_array, empty, to_device
 from .registry import CubinKernel, CublasKernel, Registry, get_registry
-from .matmul import explain, matmul  # any shape, layout, alignment
-from .autotune import autotune
+from .api import Matmul, PlanCache, autotune, explain, matmul, plans  # any shape, layout, alignment
 
 __all__ = [
     "CubinKernel", "CublasKernel", "Device", "DeviceArray", "DriverError", "Event", "HgemmError", "KernelSpec",
-    "Manifest", "ManifestError", "NoGpuError", "NotBuiltForDeviceError", "Registry", "Stream",
+    "Manifest", "ManifestError", "Matmul", "NoGpuError", "NotBuiltForDeviceError", "PlanCache", "Registry", "Stream",
     "UnknownKernelError", "ValidationError", "as_device_array", "autotune", "empty", "explain", "get_device",
-    "get_kernel", "get_registry", "gpu_available", "kernels", "launch", "matmul", "to_device",
+    "get_kernel", "get_registry", "gpu_available", "kernels", "launch", "matmul", "plans", "to_device",
 ]
 
 

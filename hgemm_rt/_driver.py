@@ -1,7 +1,9 @@
 """The CUDA driver API through cuda-python, and the one `check()` every driver call goes through."""
 from __future__ import annotations
 
+import ctypes
 import functools
+import os
 from typing import Any
 
 from .errors import DriverError, NoGpuError
@@ -68,3 +70,43 @@ def gpu_available() -> bool:
         return True
     except NoGpuError:
         return False
+
+
+# -- the calls on matmul's per-call path, through ctypes -------------------------------------------
+# cuda-python's wrappers convert every argument into binding objects, a few microseconds per call;
+# the handful of calls a repeated matmul makes go straight to libcuda instead. Handles are passed as
+# integers (int(handle) of the cuda-python objects), results are checked like every other call.
+
+_P = ctypes.c_void_p
+_U = ctypes.c_uint
+
+
+@functools.lru_cache(maxsize=None)
+def native() -> Any | None:
+    """libcuda with the prototypes of the per-call functions, or None where it cannot be loaded (the
+    callers then go through cuda-python)."""
+    try:
+        lib = ctypes.CDLL("nvcuda.dll" if os.name == "nt" else "libcuda.so.1")
+    except OSError:
+        return None
+    protos = {
+        "cuLaunchKernel": [_P, _U, _U, _U, _U, _U, _U, _U, _P, _P, _P],
+        "cuLaunchKernelEx": [_P, _P, _P, _P],
+        "cuCtxGetCurrent": [ctypes.POINTER(_P)],
+        "cuCtxSetCurrent": [_P],
+        "cuEventRecord": [_P, _P],
+        "cuStreamWaitEvent": [_P, _P, _U],
+    }
+    try:
+        for name, args in protos.items():
+            fn = getattr(lib, name)
+            fn.argtypes, fn.restype = args, ctypes.c_int
+    except AttributeError:  # a driver older than CUDA 11.8 (no cuLaunchKernelEx)
+        return None
+    return lib
+
+
+def check_code(code: int, op: str, kernel: str | None = None) -> None:
+    """check() for a raw CUresult integer from a native() call."""
+    if code:
+        check((driver().CUresult(code),), op, kernel)

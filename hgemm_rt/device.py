@@ -1,13 +1,14 @@
 """The device, its primary context, streams and events."""
 from __future__ import annotations
 
+import ctypes
 import functools
 import threading
 import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from ._driver import check, driver, init
+from ._driver import check, check_code, driver, init, native
 from .errors import NoGpuError, ValidationError
 
 
@@ -34,6 +35,7 @@ class Device:
             raise NoGpuError(f"GPU {ordinal} does not exist: the driver sees {count}")
         self.handle = check(drv.cuDeviceGet(ordinal), "cuDeviceGet")
         self.context = check(drv.cuDevicePrimaryCtxRetain(self.handle), "cuDevicePrimaryCtxRetain")
+        self._context_ptr = int(self.context)
         self._finalizer = weakref.finalize(self, _release_primary, self.handle)
         self.make_current()
         attr = drv.CUdevice_attribute
@@ -57,6 +59,18 @@ class Device:
     def make_current(self) -> None:
         """Contexts are per thread: every entry point calls this before driver work."""
         check(driver().cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
+
+    def ensure_current(self) -> None:
+        """make_current() for the per-call path: one cheap query, and a switch only where another
+        library (or device) left a different context current on this thread."""
+        lib = native()
+        if lib is None:
+            self.make_current()
+            return
+        cur = ctypes.c_void_p()
+        check_code(lib.cuCtxGetCurrent(ctypes.byref(cur)), "cuCtxGetCurrent")
+        if cur.value != self._context_ptr:
+            check_code(lib.cuCtxSetCurrent(self._context_ptr), "cuCtxSetCurrent")
 
     def synchronize(self) -> None:
         self.make_current()

@@ -23,6 +23,13 @@ DTYPES = ("f16", "bf16", "f32")
 ACCS = ("f16", "f32", "tf32")
 GRID_POLICIES = ("tiles", "tiles+swizzle", "persistent")
 LADDERS = ("cuda", "wmma", "mma", "cute", "hopper", "sgemm", "util")  # util: helpers, not GEMMs
+# What a kernel does in matmul's recipes (hgemm_rt/planner.py):
+#   gemm                the catalogue ABI: dense operands (or TMA maps) in the kernel's layout, C = A.B
+#   copy                util_copy2d: strided/transposing copy with zero padding and an alpha/beta epilogue
+#   gemm_strided_mma    mma.sync GEMM on strided A/B/C (lda, ldb, ldc_r, ldc_c), alpha/beta, split-K clusters
+#   gemm_strided_wgmma  wgmma GEMM on TMA maps of A/B, strided C, alpha/beta, split-K clusters (sm_90a)
+#   gemm_strided_simt   CUDA-core GEMM on any strides, alpha/beta: the fallback for every shape
+ROLES = ("gemm", "copy", "gemm_strided_mma", "gemm_strided_wgmma", "gemm_strided_simt")
 ARCHS = ("80", "86", "89", "90", "90a")
 DEFAULT_PARAMS = ("ptr:A", "ptr:B", "ptr:C", "i32:M", "i32:N", "i32:K")
 PARAM_KINDS = ("ptr", "i32", "tmap")
@@ -98,6 +105,7 @@ class KernelSpec:
     tma: Mapping[str, Any] | None
     default: Mapping[str, Any] = field(default_factory=dict)  # launch default per variant axis
     a_order: str = "row"  # "col": A is taken column-major (a transposed view), read through tmap:A
+    role: str = "gemm"  # one of ROLES
     builds: Mapping[str, ArchBuild] = field(default_factory=dict)
     ptx: PtxBuild | None = None
 
@@ -210,7 +218,11 @@ def kernel_spec_from_dict(d: Mapping[str, Any], with_builds: bool = True) -> Ker
         tma=d.get("tma"),
         default=dict(d.get("default", {}) or {}),
         a_order=_choice(d.get("a_order", "row"), A_ORDERS, "a_order", name),
+        role=_choice(d.get("role", "gemm"), ROLES, "role", name),
     )
+    if (spec.ladder == "util") != (spec.role != "gemm"):
+        raise ManifestError(f"{name}: a util kernel declares one of the helper roles {list(ROLES[1:])}, a catalogue "
+                            f"kernel the role \"gemm\"; got ladder {spec.ladder!r} with role {spec.role!r}")
     if spec.a_order == "col" and "tmap:A" not in spec.params:
         raise ManifestError(f"{name}: a_order = \"col\" needs a tmap:A parameter (the tensor map reads A^T)")
     for axis, value in spec.default.items():

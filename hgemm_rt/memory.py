@@ -11,40 +11,8 @@ import numpy as np
 
 from ._driver import check, driver, init
 from .device import get_device, stream_handle
+from .dtypes import ITEMSIZE, dtype_code, numpy_dtype
 from .errors import ValidationError
-
-# dtype code <-> numpy
-_NP = {"f16": np.dtype(np.float16), "f32": np.dtype(np.float32)}
-try:  # bf16 has no numpy dtype of its own; ml_dtypes (a JAX dependency) provides one
-    import ml_dtypes
-
-    _NP["bf16"] = np.dtype(ml_dtypes.bfloat16)
-except ImportError:  # pragma: no cover - optional
-    pass
-_ITEMSIZE = {"f16": 2, "bf16": 2, "f32": 4}
-
-
-def dtype_code(dtype: Any) -> str:
-    """'f16' | 'bf16' | 'f32' from a code, a numpy dtype or a name such as 'float16'."""
-    if isinstance(dtype, str) and dtype in _ITEMSIZE:
-        return dtype
-    try:
-        dt = np.dtype(dtype)
-    except TypeError:
-        raise ValidationError(f"unsupported dtype {dtype!r}: use float16, bfloat16 or float32") from None
-    for code, npdt in _NP.items():
-        if dt == npdt:
-            return code
-    if dt.name == "bfloat16":
-        return "bf16"
-    raise ValidationError(f"unsupported dtype {dt}: use float16, bfloat16 or float32")
-
-
-def numpy_dtype(code: str) -> np.dtype:
-    if code not in _NP:
-        raise ValidationError(f"dtype {code} has no numpy equivalent here (install ml_dtypes for bf16)")
-    return _NP[code]
-
 
 class DeviceArray:
     """A 2-D (or N-D) array in GPU memory: a pointer, a shape, byte strides and a dtype code.
@@ -58,7 +26,7 @@ class DeviceArray:
         self.ptr = int(ptr)
         self.shape = tuple(int(s) for s in shape)
         self.dtype = dtype
-        self.itemsize = _ITEMSIZE[dtype]
+        self.itemsize = ITEMSIZE[dtype]
         self.strides = tuple(strides) if strides is not None else _c_strides(self.shape, self.itemsize)
         self.device = device
         self.readonly = readonly
@@ -71,7 +39,7 @@ class DeviceArray:
         code = dtype_code(dtype)
         if any((not isinstance(s, (int, np.integer))) or s < 0 for s in shape):
             raise ValidationError(f"shape must be non-negative integers, got {shape!r}")
-        nbytes = max(1, math.prod(shape) * _ITEMSIZE[code])
+        nbytes = max(1, math.prod(shape) * ITEMSIZE[code])
         dev = get_device(device)
         ptr = check(driver().cuMemAlloc(nbytes), f"cuMemAlloc({nbytes} bytes)")
         arr = cls(int(ptr), tuple(int(s) for s in shape), code, device=device)
@@ -106,7 +74,7 @@ class DeviceArray:
     @property
     def T(self) -> "DeviceArray":
         """The transposed view (no copy): reversed shape and strides; it keeps this array alive."""
-        self._check_open()
+        self.check_open()
         return DeviceArray(self.ptr, self.shape[::-1], self.dtype, self.strides[::-1], owner=self,
                            device=self.device, readonly=self.readonly)
 
@@ -122,7 +90,7 @@ class DeviceArray:
 
     # -- transfers ----------------------------------------------------------------------------
     def to_numpy(self) -> np.ndarray:
-        self._check_open()
+        self.check_open()
         if not self.is_c_contiguous:
             raise ValidationError("to_numpy() needs a C-contiguous array")
         out = np.empty(self.shape, dtype=numpy_dtype(self.dtype))
@@ -135,13 +103,13 @@ class DeviceArray:
         a = np.ascontiguousarray(a, dtype=numpy_dtype(self.dtype))
         if a.shape != self.shape:
             raise ValidationError(f"shape {a.shape} does not match the device array's {self.shape}")
-        self._check_open()
+        self.check_open()
         get_device(self.device)
         check(driver().cuMemcpyHtoD(self.ptr, a.ctypes.data, a.nbytes), "cuMemcpyHtoD")
 
     def fill_bytes(self, byte: int, stream: Any = None) -> None:
         """Set every byte (0xFF makes every fp16/fp32 element a NaN: poison before a launch)."""
-        self._check_open()
+        self.check_open()
         get_device(self.device)
         check(driver().cuMemsetD8Async(self.ptr, byte, self.nbytes, stream_handle(stream)), "cuMemsetD8Async")
 
@@ -155,7 +123,7 @@ class DeviceArray:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def _check_open(self) -> None:
+    def check_open(self) -> None:
         if self.closed or (isinstance(self._owner, DeviceArray) and self._owner.closed):
             raise ValidationError("this device array was closed; its memory is freed")
 
@@ -206,15 +174,22 @@ class _DLTensor(ctypes.Structure):
 
 
 _DL_CUDA = 2  # kDLCUDA
+LEGACY_DLPACK_STREAM = 1  # DLPack's name for the legacy default stream (0 is disallowed)
 _DL_DTYPES = {(2, 16): "f16", (2, 32): "f32", (4, 16): "bf16"}  # (kDLFloat|kDLBfloat, bits)
 
 
-def _from_dlpack(obj: Any) -> DeviceArray:
+def from_dlpack(obj: Any, stream: int | None = None) -> DeviceArray:
+    """A view of a DLPack producer's CUDA array. `stream` (DLPack's convention: 1 = the legacy default
+    stream, 2 = per-thread default, else a handle) is where the caller will use it: the producer
+    orders its pending work before that stream."""
     dev_type, dev_id = obj.__dlpack_device__()
     if int(dev_type) != _DL_CUDA:
         raise ValidationError(f"{type(obj).__name__} lives on DLPack device type {int(dev_type)}, not a CUDA "
                               "GPU: copy it with hgemm_rt.to_device(numpy_array)")
-    capsule = obj.__dlpack__()
+    try:
+        capsule = obj.__dlpack__(stream=stream)
+    except TypeError:  # a producer older than the stream keyword
+        capsule = obj.__dlpack__()
     get_ptr = ctypes.pythonapi.PyCapsule_GetPointer
     get_ptr.restype, get_ptr.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
     # The DLManagedTensor starts with its DLTensor. The capsule stays unconsumed and alive inside the
@@ -224,14 +199,15 @@ def _from_dlpack(obj: Any) -> DeviceArray:
     if code is None or t.dtype.lanes != 1:
         raise ValidationError(f"unsupported DLPack dtype (code {t.dtype.code}, {t.dtype.bits} bits)")
     shape = tuple(t.shape[i] for i in range(t.ndim))
-    itemsize = _ITEMSIZE[code]
+    itemsize = ITEMSIZE[code]
     strides = (tuple(t.strides[i] * itemsize for i in range(t.ndim)) if t.strides
                else _c_strides(shape, itemsize))
     return DeviceArray((t.data or 0) + t.byte_offset, shape, code, strides, owner=(obj, capsule),
                        device=int(dev_id))
 
 
-def _from_cai(obj: Any) -> DeviceArray:
+def from_cai(obj: Any) -> DeviceArray:
+    """A view of an object's `__cuda_array_interface__` (its `stream` key is the caller's to honour)."""
     cai = obj.__cuda_array_interface__
     ptr, readonly = cai["data"]
     typestr = cai["typestr"]
@@ -253,7 +229,7 @@ def as_device_array(obj: Any, what: str = "array") -> DeviceArray:
     """A DeviceArray for `obj` without copying: our own arrays, `__cuda_array_interface__` objects
     (CuPy, Numba, PyTorch) or DLPack producers on a CUDA device. Host arrays are refused."""
     if isinstance(obj, DeviceArray):
-        obj._check_open()
+        obj.check_open()
         return obj
     if isinstance(obj, np.ndarray):
         raise ValidationError(f"{what} is a numpy array in host memory: copy it first with hgemm_rt.to_device()")
@@ -262,9 +238,21 @@ def as_device_array(obj: Any, what: str = "array") -> DeviceArray:
     except TypeError:  # torch raises TypeError (not AttributeError) for bf16: DLPack still works
         has_cai = False
     if has_cai:
-        return _from_cai(obj)
+        return from_cai(obj)
     if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
-        return _from_dlpack(obj)
+        return from_dlpack(obj, LEGACY_DLPACK_STREAM)
     raise ValidationError(
         f"{what} of type {type(obj).__name__} is not a GPU array (no __cuda_array_interface__ or DLPack)"
     )
+
+
+def byte_extent(ptr: int, shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> tuple[int, int]:
+    """[lo, hi) bytes a strided view can touch."""
+    lo = hi = ptr
+    for n, s in zip(shape, strides):
+        if n > 1:
+            if s < 0:
+                lo += (n - 1) * s
+            else:
+                hi += (n - 1) * s
+    return lo, hi + itemsize

@@ -11,7 +11,7 @@ from typing import Any, Mapping
 from . import cublas
 from .device import get_device
 from .errors import NotBuiltForDeviceError, UnknownKernelError, ValidationError
-from .launch import LaunchConfig, launch_spec
+from .launcher import LaunchConfig, launch_spec
 from .manifest import KernelSpec, Manifest
 from .memory import as_device_array
 from .validate import unsupported_reason, validate_operands

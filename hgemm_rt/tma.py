@@ -22,13 +22,11 @@ import functools
 from typing import Any, Mapping
 
 from ._driver import check, driver
+from .dtypes import ITEMSIZE
 from .errors import ManifestError, ValidationError
 
 TENSOR_MAP_BYTES = 128
 TENSOR_MAP_ALIGN = 64  # cuTensorMapEncodeTiled and the kernel parameter both want 64-byte alignment
-
-_ITEMSIZE = {"f16": 2, "bf16": 2, "f32": 4}
-
 
 def _data_type(dtype: str) -> Any:
     t = driver().CUtensorMapDataType
@@ -80,7 +78,7 @@ def encode_2d(ptr: int, rows: int, cols: int, row_stride_bytes: int, dtype: str,
               swizzle_bytes: int, kernel: str, operand: str) -> ctypes.Array:
     """cuTensorMapEncodeTiled for a row-major rows x cols matrix; returns the aligned 128-byte map
     (treat it as read-only: it is shared by every launch with the same arguments)."""
-    item = _ITEMSIZE[dtype]
+    item = ITEMSIZE[dtype]
     # TMA's own rules, checked here so the message names the operand instead of a bare
     # CUDA_ERROR_INVALID_VALUE (validate.py normally refuses these shapes first via `require`/`align`).
     if ptr % 16:
@@ -129,7 +127,7 @@ def build_param(spec: Any, operand: str, array: Any, kernel_name: str) -> ctypes
     if len(array.shape) != 2:
         raise ValidationError(f"{kernel_name}: operand {operand} must be 2-D for TMA, got shape {array.shape}")
     rows, cols = array.shape
-    item = _ITEMSIZE[array.dtype]
+    item = ITEMSIZE[array.dtype]
     if array.strides[1] != item:
         raise ValidationError(
             f"{kernel_name}: operand {operand} must be contiguous along its rows for TMA; strides {array.strides}"

@@ -12,7 +12,7 @@ from .memory import DeviceArray
 
 
 @dataclass(frozen=True)
-class Problem:
+class GemmShape:
     M: int
     N: int
     K: int
@@ -23,7 +23,7 @@ def expected_b_shape(layout: str, N: int, K: int) -> tuple[int, int]:
 
 
 def validate_operands(spec: KernelSpec, a: DeviceArray, b: DeviceArray, c: DeviceArray,
-                      acc: str | None = None) -> Problem:
+                      acc: str | None = None) -> GemmShape:
     name = spec.name
     for label, arr, want in (("A", a, spec.dtype), ("B", b, spec.dtype), ("C", c, spec.out)):
         if arr.ndim != 2:
@@ -70,7 +70,7 @@ def validate_operands(spec: KernelSpec, a: DeviceArray, b: DeviceArray, c: Devic
     for label, x in (("A", a), ("B", b)):
         if x.ptr < c.ptr + c.nbytes and c.ptr < x.ptr + x.nbytes:
             raise ValidationError(f"{name}: C overlaps {label} in memory; the output must not alias an input")
-    return Problem(M, N, K)
+    return GemmShape(M, N, K)
 
 
 def unsupported_reason(spec: KernelSpec, M: int, N: int, K: int) -> str | None:

@@ -11,7 +11,7 @@ float64, and prints which kernels it launched:
 
 - catalogue GEMMs: every variant, the test suite's aligned and ragged shapes, into a NaN-poisoned C;
 - the "util" kernels (util_copy2d_*, util_gemm_{mma,wgmma,simt}_*), which only hgemm_rt.matmul
-  launches: through matmul's plans (hgemm_rt.dispatch) on a few problems per dtype and shape class
+  launches: through matmul's recipes (hgemm_rt.planner) on a few problems per dtype and shape class
   (plain; alpha/beta into a strided C; misaligned operands with odd leading dimensions). Of every
   plan matmul could run, the cheapest one that launches something not yet covered is run (a util
   kernel, a variant, split-K > 1, alpha/beta, a transposing or misaligned copy). The operands' row
@@ -88,22 +88,22 @@ class UtilCase:
         return UTIL_SHAPES[self.shape]
 
     def views(self):
-        from hgemm_rt import dispatch
+        from hgemm_rt import problem
 
         M, N, K = self.MNK
-        isz = dispatch.ITEMSIZE[self.dtype]
+        isz = problem.ITEMSIZE[self.dtype]
         out = []
         for base, op, (rows, cols) in (("A", self.a, (M, K)), ("B", self.b, (K, N)), ("C", self.c, (M, N))):
             rs, cs = op.strides(rows, cols)
             # buffers come from cuMemAlloc (256-byte aligned): the view's alignment is its offset's
-            out.append(dispatch.View.make(base, rows, cols, rs, cs, dispatch.ptr_alignment(op.offset * isz)))
+            out.append(problem.View.make(base, rows, cols, rs, cs, problem.ptr_alignment(op.offset * isz)))
         return out
 
     def problem(self):
-        from hgemm_rt import dispatch
+        from hgemm_rt import problem
 
         a, b, c = self.views()
-        return dispatch.Problem(self.dtype, "f32", a, b, c, plain=self.alpha == 1.0 and self.beta == 0.0,
+        return problem.Problem(self.dtype, "f32", a, b, c, plain=self.alpha == 1.0 and self.beta == 0.0,
                                 beta_zero=self.beta == 0.0)
 
     def __str__(self) -> str:
@@ -138,12 +138,12 @@ def _cfast(v) -> bool:
 def plan_keys(plan, prob, shape: str, manifest) -> set[tuple[str, str, str]]:
     """(kernel, feature, shape class) for every util kernel a plan launches; feature "" is the
     launch itself, then its variant, split-K, alpha/beta, transposing / misaligned copies."""
-    from hgemm_rt import dispatch
+    from hgemm_rt.problem import Copy
 
     keys = set()
     for s in plan.steps:
-        if isinstance(s, dispatch.Copy):
-            name = f"util_copy2d_{prob.dtype}"
+        if isinstance(s, Copy):
+            name = s.kernel
             feats = {""}
             if _cfast(s.src) != _cfast(s.dst):
                 feats.add("transposing")
@@ -167,14 +167,14 @@ def plan_keys(plan, prob, shape: str, manifest) -> set[tuple[str, str, str]]:
 def util_schedule(manifest, cc: tuple[int, int], sm_count: int, names: set[str]):
     """[(case, plan)] to run, and the keys they cover: per case, matmul's plans cheapest first, each
     taken only if it covers a key of a selected kernel that no earlier plan covered."""
-    from hgemm_rt import dispatch
+    from hgemm_rt import planner
 
     dtypes = sorted({manifest.kernels[n].dtype for n in names})
     covered: set = set()
     out = []
     for case in util_cases(dtypes):
         prob = case.problem()
-        for _est, plan in dispatch.ranked_plans(prob, manifest, cc, sm_count):
+        for _est, plan in planner.ranked_recipes(prob, manifest, cc, sm_count):
             new = {k for k in plan_keys(plan, prob, case.shape, manifest) if k[0] in names} - covered
             if new:
                 out.append((case, plan))
@@ -190,9 +190,9 @@ def tma_stored_temps(plan, manifest) -> list[str]:
     it (H200: every read of tC after the hgemm_sm90 kernels with a TMA-store epilogue; none
     after the kernels that store with st.global). The runner fills these temporaries with NaN first:
     initialised for the tool, and a wrong result if the kernel leaves any element unwritten."""
-    from hgemm_rt import dispatch
+    from hgemm_rt.problem import Gemm
 
-    return [s.c.base for s in plan.steps if isinstance(s, dispatch.Gemm) and s.c.base not in ("A", "B", "C")
+    return [s.c.base for s in plan.steps if isinstance(s, Gemm) and s.c.base not in ("A", "B", "C")
             and "tmap:C" in manifest.kernels[s.kernel].params]
 
 
@@ -241,13 +241,13 @@ class Buffer:
         import numpy as np
 
         import hgemm_rt as hg
-        from hgemm_rt import dispatch
         from hgemm_rt._driver import check, driver
+        from hgemm_rt.dtypes import ITEMSIZE
 
         self.check, self.drv = check, driver()
         rows, cols = values.shape
         rs, cs = op.strides(rows, cols)
-        self.isz = dispatch.ITEMSIZE[dtype]
+        self.isz = ITEMSIZE[dtype]
         n = op.offset + (rows - 1) * rs + (cols - 1) * cs + 1
         store, self.exact = _to_bits(values, dtype)
         self.buf = hg.empty((n,), dtype)
@@ -283,8 +283,9 @@ def run_util(names: set[str]) -> tuple[int, int, set]:
     import numpy as np
 
     import hgemm_rt as hg
-    from hgemm_rt import dispatch
-    from hgemm_rt.matmul import Plan, problem_of
+    from hgemm_rt import planner
+    from hgemm_rt.executor import Execution
+    from hgemm_rt.problem import problem_of_arrays
     from hgemm_rt.testing import error_floor, rel_error
 
     dev = hg.get_device()
@@ -303,14 +304,14 @@ def run_util(names: set[str]) -> tuple[int, int, set]:
                           Buffer(rng.standard_normal((K, N)), case.dtype, case.b, False),
                           Buffer(c0, case.dtype, case.c, True)]
         A, B, C = bufs[case]
-        prob = problem_of(A.view, B.view, C.view, "f32", case.alpha, case.beta)
+        prob = problem_of_arrays(A.view, B.view, C.view, "f32", case.alpha, case.beta)
         if prob.key() != case.problem().key():  # the plan was chosen for these exact views
             raise RuntimeError(f"{case}: views {prob.key()} differ from the planned {case.problem().key()}")
         C.upload()
-        runnable = Plan(plan, case.dtype, dev.info.ordinal)
+        runnable = Execution(plan, case.dtype, dev.info.ordinal, manifest)
         for name in tma_stored_temps(plan, manifest):
             runnable.temps[name].fill_bytes(0xFF)  # NaN: the kernel must overwrite every element read later
-        runnable.run({"A": A.view.ptr, "B": B.view.ptr, "C": C.view.ptr}, case.alpha, case.beta, 0)
+        runnable.run((A.view.ptr, B.view.ptr, C.view.ptr), case.alpha, case.beta, 0)
         now = C.download()
         runnable.close()
         got = now[C.idx].astype(np.float64) if case.dtype != "bf16" else _to_f64_bf16(now[C.idx])
@@ -322,7 +323,7 @@ def run_util(names: set[str]) -> tuple[int, int, set]:
         bad += not ok
         launches += len(plan.steps)
         covered |= {k for k in plan_keys(plan, prob, case.shape, manifest) if k[0] in names}
-        print(f"{'ok ' if ok else 'BAD'} {dispatch.describe(plan)} | {case} err={err:.2e} launches={len(plan.steps)}",
+        print(f"{'ok ' if ok else 'BAD'} {planner.describe(plan)} | {case} err={err:.2e} launches={len(plan.steps)}",
               flush=True)
     bufs.clear()
     return bad, launches, covered

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import hgemm_rt as hg
-from hgemm_rt import DeviceArray, dispatch
+from hgemm_rt import DeviceArray, planner, problem, tuning
 from hgemm_rt.errors import UnknownKernelError, ValidationError
 from hgemm_rt.testing import error_floor
 from kernel_cases import load_manifest_or_none
@@ -30,7 +30,7 @@ NP = {"f16": np.float16, "f32": np.float32}
 # the compute capabilities this build can serve (the SIMT fallback is built for each of them)
 CCS = sorted({(int(a[0]), int(a[1])) for a in MANIFEST.kernels["util_gemm_simt_f16"].builds if not a.endswith("a")}) \
     if MANIFEST and "util_gemm_simt_f16" in MANIFEST.kernels else [(9, 0)]
-ISZ = dispatch.ITEMSIZE
+ISZ = problem.ITEMSIZE
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -100,19 +100,19 @@ def test_unknown_kernel_names_close_matches():
 
 def _view(base, rows, cols, order, pad=0, align=256):
     if order == "row":
-        return dispatch.View.make(base, rows, cols, cols + pad, 1, align)
+        return problem.View.make(base, rows, cols, cols + pad, 1, align)
     if order == "col":
-        return dispatch.View.make(base, rows, cols, 1, rows + pad, align)
-    return dispatch.View.make(base, rows, cols, 2 * cols + pad, 2, align)  # neither stride is 1
+        return problem.View.make(base, rows, cols, 1, rows + pad, align)
+    return problem.View.make(base, rows, cols, 2 * cols + pad, 2, align)  # neither stride is 1
 
 
 def _problem(M, N, K, dtype="f16", acc=None, orders=("row", "row", "row"), pads=(0, 0, 0), aligns=(256,) * 3,
              plain=True):
-    acc = acc or dispatch.ACCUMULATE[dtype][0]
+    acc = acc or problem.ACCUMULATE[dtype][0]
     a = _view("A", M, K, orders[0], pads[0], aligns[0])
     b = _view("B", K, N, orders[1], pads[1], aligns[1])
     c = _view("C", M, N, orders[2], pads[2], aligns[2])
-    return dispatch.Problem(dtype, acc, a, b, c, plain=plain, beta_zero=plain)
+    return problem.Problem(dtype, acc, a, b, c, plain=plain, beta_zero=plain)
 
 
 def _check_plan_contract(plan, prob, manifest):
@@ -120,37 +120,37 @@ def _check_plan_contract(plan, prob, manifest):
     copy stays inside its source; the last step writes C."""
     temps = {t.name: t for t in plan.temps}
     for step in plan.steps:
-        if isinstance(step, dispatch.Copy):
+        if isinstance(step, problem.Copy):
             assert step.src_rows <= step.dst.rows and step.src_cols <= step.dst.cols or step.epilogue
             continue
         spec = manifest.kernels[step.kernel]
-        if step.kind == "catalog":
+        if step.role == "gemm":
             for dim, v in (("M", step.M), ("N", step.N), ("K", step.K)):
                 assert v % spec.require.get(dim, 1) == 0, (step, dim)
-            tm = dispatch._tmap_operands(spec)
+            tm = planner.tmap_operands(spec)
             b_dims = (step.K, step.N) if spec.layout == "NN" else (step.N, step.K)
             # a column-major-A kernel reads A^T (K x M row-major) through its tensor map
             a = (step.a.T, (step.K, step.M)) if spec.a_order == "col" else (step.a, (step.M, step.K))
             for name, v, dims in (("A", *a), ("B", step.b, b_dims), ("C", step.c, (step.M, step.N))):
-                assert dispatch.fits(v, *dims, tma=name in tm, align=spec.align, itemsize=ISZ[prob.dtype]), (step, name)
+                assert planner.fits(v, *dims, tma=name in tm, align=spec.align, itemsize=ISZ[prob.dtype]), (step, name)
                 if v.base in temps:
                     assert (temps[v.base].rows, temps[v.base].cols) == dims
-        elif step.kind == "mma":
+        elif step.role == "gemm_strided_mma":
             assert step.a.cs == 1 and (step.M == 1 or step.a.rs % 8 == 0) and step.a.align >= 16
             lay = dict(step.variant)["b"]
             ld = step.b.rs if lay == "row" else step.b.cs
             assert (step.b.cs if lay == "row" else step.b.rs) == 1 and step.b.align >= 16
             assert ld % 8 == 0 or (step.K == 1 if lay == "row" else step.N == 1)
-            assert step.splits in dispatch.SPLITS
-        elif step.kind == "wgmma":
+            assert step.splits in planner.SPLITS
+        elif step.role == "gemm_strided_wgmma":
             b_dims = (step.K, step.N) if spec.layout == "NN" else (step.N, step.K)
             for v, dims in ((step.a, (step.M, step.K)), (step.b, b_dims)):
                 rows, cols = (v.rows, v.cols)
                 assert v.cs == 1 and v.align >= 16 and v.rs * ISZ[prob.dtype] % 16 == 0 and v.rs >= cols
                 assert rows == dims[0] and cols >= dims[1]  # a packed operand may carry zero columns
-            assert step.splits in dispatch.SPLITS
+            assert step.splits in planner.SPLITS
     last = plan.steps[-1]
-    assert (last.dst.base if isinstance(last, dispatch.Copy) else last.c.base) == "C"
+    assert (last.dst.base if isinstance(last, problem.Copy) else last.c.base) == "C"
 
 
 @needs_manifest
@@ -162,7 +162,7 @@ def _check_plan_contract(plan, prob, manifest):
        plain=st.booleans(), cc=st.sampled_from(CCS))
 def test_every_plan_respects_the_kernel_contracts(M, N, K, dtype, orders, pads, aligns, plain, cc):
     prob = _problem(M, N, K, dtype, orders=orders, pads=pads, aligns=aligns, plain=plain)
-    ranked = dispatch.ranked_plans(prob, MANIFEST, cc, 132)
+    ranked = planner.ranked_recipes(prob, MANIFEST, cc, 132)
     assert ranked, "no route at all: the SIMT fallback must always be there"
     for _, plan in ranked:
         _check_plan_contract(plan, prob.transposed() if plan.route.transpose else prob, MANIFEST)
@@ -170,7 +170,7 @@ def test_every_plan_respects_the_kernel_contracts(M, N, K, dtype, orders, pads, 
 
 @needs_manifest
 def test_heuristic_picks_the_fast_paths_on_hopper():
-    h = lambda *a, **k: dispatch.heuristic_plan(_problem(*a, **k), MANIFEST, (9, 0), 132)  # noqa: E731
+    h = lambda *a, **k: planner.heuristic_recipe(_problem(*a, **k), MANIFEST, (9, 0), 132)  # noqa: E731
     if not any(s.ladder == "hopper" for s in MANIFEST.kernels.values()):
         pytest.skip("no Hopper kernels in this build")
     p = h(4096, 4096, 4096)
@@ -180,7 +180,7 @@ def test_heuristic_picks_the_fast_paths_on_hopper():
         for b_order in ("row", "col"):
             p = h(4096, 4096, 4096, dtype, orders=("col", b_order, "row"))
             k = MANIFEST.kernels[p.route.kernel]
-            assert k.ladder == "hopper" and k.a_order == "col" and len(p.steps) == 1, dispatch.describe(p)
+            assert k.ladder == "hopper" and k.a_order == "col" and len(p.steps) == 1, planner.describe(p)
     p = h(4095, 4095, 4095)  # unaligned: padded copies, then a TMA + wgmma kernel
     k = MANIFEST.kernels[p.route.kernel]
     assert (k.ladder == "hopper" or k.name.startswith("util_gemm_wgmma_")) and len(p.steps) >= 2
@@ -192,12 +192,12 @@ def test_heuristic_picks_the_fast_paths_on_hopper():
 
 
 def test_route_json_roundtrip_and_rejects_junk():
-    r = dispatch.Route("util_gemm_mma_f16_m16", True, (("splits", 4),))
-    assert dispatch.Route.from_json(json.loads(json.dumps(r.to_json()))) == r
+    r = problem.Route("util_gemm_mma_f16_m16", True, (("splits", 4),))
+    assert problem.Route.from_json(json.loads(json.dumps(r.to_json()))) == r
     for bad in ({"kernel": 3, "transpose": False}, {"kernel": "k", "transpose": "no"},
                 {"kernel": "k", "transpose": False, "options": {"x": [1]}}):
         with pytest.raises(ValueError):
-            dispatch.Route.from_json(bad)
+            problem.Route.from_json(bad)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -206,12 +206,10 @@ def test_route_json_roundtrip_and_rejects_junk():
 
 @needs_manifest
 def test_autotune_cache_roundtrip_and_corruption_is_never_trusted(tmp_path, monkeypatch):
-    import sys  # (the attribute hgemm_rt.autotune is the function; the module is in sys.modules)
-
-    at = sys.modules["hgemm_rt.autotune"]
+    at = tuning
     monkeypatch.setenv("HGEMM_CACHE_DIR", str(tmp_path))
     name, h = "NVIDIA H100 80GB HBM3", MANIFEST.build_hash
-    route = dispatch.Route("util_gemm_mma_f16_m16", False, (("splits", 2),))
+    route = problem.Route("util_gemm_mma_f16_m16", False, (("splits", 2),))
     path = at.save({"k1": {"route": route, "us": 12.5}}, name, h)
     assert path.parent == tmp_path and "H100" in path.name
     with warnings.catch_warnings():
@@ -227,7 +225,7 @@ def test_autotune_cache_roundtrip_and_corruption_is_never_trusted(tmp_path, monk
     }
     for what, text in corruptions.items():
         if text is None:
-            at.save({"k1": {"route": dispatch.Route("no_such_kernel"), "us": 1.0}}, name, h)
+            at.save({"k1": {"route": problem.Route("no_such_kernel"), "us": 1.0}}, name, h)
         else:
             path.write_text(text)
         with pytest.warns(RuntimeWarning, match="not trusted"):
@@ -340,7 +338,7 @@ def _case(M, N, K, dtype, orders, offsets, pads, alpha, beta, acc, rng, out_give
     else:
         assert isinstance(res, DeviceArray) and res.shape == (M, N) and res.is_c_contiguous
         got = _from_bits(_download(res, np.empty((M, N), _storage(dtype))), dtype)
-    return _rel(got, ref), _bound(dtype, acc or dispatch.ACCUMULATE[dtype][0], K)
+    return _rel(got, ref), _bound(dtype, acc or problem.ACCUMULATE[dtype][0], K)
 
 
 PRIMES = [1, 2, 3, 5, 7, 13, 17, 31, 61, 127, 251, 509, 1021]
@@ -377,7 +375,7 @@ ROUTE_CASES = [
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype,M,N,K,orders,offsets", ROUTE_CASES)
 def test_every_route_is_correct(dtype, M, N, K, orders, offsets, rng):
-    from hgemm_rt.matmul import problem_of, run_plan
+    from hgemm_rt.executor import Execution
 
     dev = hg.get_device()
     manifest = hg.get_registry().manifest
@@ -387,12 +385,14 @@ def test_every_route_is_correct(dtype, M, N, K, orders, offsets, rng):
     ref = 0.5 * (a.exact @ b.exact) + 2.0 * c.exact
     tested, bad = 0, []
     for alpha, beta, want in ((1.0, 0.0, a.exact @ b.exact), (0.5, 2.0, ref)):
-        prob = problem_of(a.view, b.view, c.view, "f16" if dtype == "f16" else dispatch.ACCUMULATE[dtype][-1],
-                          alpha, beta)
-        for est, plan in dispatch.ranked_plans(prob, manifest, dev.info.cc, dev.info.sm_count):
+        prob = problem.problem_of_arrays(a.view, b.view, c.view,
+                                         "f16" if dtype == "f16" else problem.ACCUMULATE[dtype][-1], alpha, beta)
+        for est, plan in planner.ranked_recipes(prob, manifest, dev.info.cc, dev.info.sm_count):
             _upload(c.buf, c.host)  # C back to its initial values
-            run_plan(plan, a.view, b.view, c.view, prob, alpha, beta, 0)
+            ex = Execution(plan, dtype, 0, manifest)
+            ex.run((a.view.ptr, b.view.ptr, c.view.ptr), alpha, beta, 0)
             dev.synchronize()
+            ex.close()
             err, bound = _rel(c.read(), want), _bound(dtype, prob.acc, K)
             tested += 1
             if not err <= bound or not c.outside_untouched():
@@ -495,12 +495,9 @@ def test_cuda_graph_capture_replays_matmul(rng):
 
 @pytest.mark.gpu
 def test_autotune_writes_a_cache_that_matmul_then_uses(tmp_path, monkeypatch, rng):
-    import sys
-
-    at, mm = sys.modules["hgemm_rt.autotune"], sys.modules["hgemm_rt.matmul"]
     monkeypatch.setenv("HGEMM_CACHE_DIR", str(tmp_path))
-    at.forget()
-    mm.clear_plans()
+    tuning.forget()
+    hg.plans.clear()
     a = rng.standard_normal((96, 513)).astype(np.float16)
     b = rng.standard_normal((513, 200)).astype(np.float16)
     A, B, C = hg.to_device(a), hg.to_device(b), hg.empty((96, 200), "f16")
@@ -511,22 +508,18 @@ def test_autotune_writes_a_cache_that_matmul_then_uses(tmp_path, monkeypatch, rn
         assert len(files) == 1
         entry = next(iter(json.loads(files[0].read_text())["entries"].values()))
         assert entry["route"]["kernel"] == results[0]["route"].kernel
-        prob = mm.problem_of(A, B, C, "f32", 1.0, 0.0)
-        assert mm.plan_for(prob).route == results[0]["route"]
+        assert hg.Matmul(A, B, C).recipe.route == results[0]["route"]  # a new plan object sees the winner
         hg.matmul(A, B, out=C)
         assert _rel(C.to_numpy().astype(np.float64), a.astype(np.float64) @ b) < 1e-3
     finally:
-        at.forget()
-        mm.clear_plans()
+        tuning.forget()
+        hg.plans.clear()
 
 
 @pytest.mark.gpu
 def test_repeated_calls_take_the_validated_call_cache_and_stay_correct(rng):
     """matmul's hot path (a repeat call on the same DeviceArrays skips validation): new scalars, a
     second output and back again all give the right result, and a closed array is still refused."""
-    import sys
-
-    mm = sys.modules["hgemm_rt.matmul"]
     M, N, K = 130, 264, 200  # a split-K util route (cluster launch) at this size
     a = rng.standard_normal((M, K)).astype(np.float16)
     b = rng.standard_normal((K, N)).astype(np.float16)
@@ -538,7 +531,7 @@ def test_repeated_calls_take_the_validated_call_cache_and_stay_correct(rng):
             C.fill_bytes(0xFF)
             assert hg.matmul(A, B, C, alpha=alpha) is C
             assert _rel(C.to_numpy().astype(np.float64), alpha * ref) <= _bound("f16", "f32", K)
-    assert any(key[2][0] == outs[0].ptr for key in mm._calls)  # the repeats were served from the cache
+    assert any(key[2][0] == outs[0].ptr for key in hg.plans.calls)  # the repeats were served from the cache
     outs[1].close()
     with pytest.raises(ValidationError, match="closed"):
         hg.matmul(A, B, outs[1])

@@ -8,7 +8,7 @@ import sys
 import pytest
 from kernel_cases import ROOT, load_manifest_or_none
 
-from hgemm_rt import dispatch
+from hgemm_rt import planner
 
 MANIFEST = load_manifest_or_none()
 _spec = importlib.util.spec_from_file_location("sanitize", ROOT / "scripts" / "sanitize.py")
@@ -42,7 +42,7 @@ def test_every_util_kernel_is_scheduled_at_an_aligned_and_a_ragged_shape(cc):
         for f in ("transposing", "misaligned source") + (("alpha/beta",) if cc >= (9, 0) else ()):
             assert (f"util_copy2d_{dt}", f) in feats
     for case, plan in sched:  # each is the plan matmul builds for that route and problem
-        assert dispatch.plan_steps(plan.route, case.problem(), MANIFEST) == plan
+        assert planner.recipe_for(plan.route, case.problem(), MANIFEST) == plan
     assert len(sched) < 150  # a few shapes per kernel: racecheck must end inside one GPU call
 
 

@@ -1,7 +1,9 @@
-"""Autotuning `matmul`: time the candidate routes of a problem on the GPU, keep the fastest correct
-one in an on-disk cache that `matmul(kernel="auto")` consults before the heuristic.
+"""The tuning cache: measured routes per problem, on disk, and the measuring that fills it.
 
-    hg.autotune(a, b, out)          # same arguments as matmul; returns the timings, fastest first
+    hg.Matmul(a, b, out).autotune()   # or hg.autotune(a, b, out): the timings, fastest first
+
+`time_routes` times the candidate recipes of a problem on the GPU; the fastest correct one is kept in
+an on-disk cache that matmul (kernel="auto") consults before the heuristic.
 
 The cache is one JSON file per (GPU name, manifest build hash) in $HGEMM_CACHE_DIR, else
 ~/.cache/hgemm. A new build (or another GPU) therefore never sees stale winners. On load the file is
@@ -29,9 +31,15 @@ from typing import Any
 
 import numpy as np
 
-from . import dispatch
+from ._driver import check, driver
 from .device import DeviceInfo, get_device
+from .dtypes import ITEMSIZE, numpy_dtype
+from .executor import Execution
+from .launcher import ArrayRef
+from .memory import DeviceArray, byte_extent
 from .manifest import Manifest
+from .planner import SPLITS
+from .problem import Recipe, Route
 
 SCHEMA = 1
 _lock = threading.Lock()
@@ -52,13 +60,13 @@ def _checksum(entries: dict) -> str:
     return hashlib.sha256(json.dumps(entries, sort_keys=True).encode()).hexdigest()
 
 
-def _route_ok(route: dispatch.Route, manifest: Manifest) -> bool:
+def _route_ok(route: Route, manifest: Manifest) -> bool:
     spec = manifest.kernels.get(route.kernel)
     if spec is None:
         return False
     for k, v in route.options:
         if k == "splits":
-            if v not in dispatch.SPLITS:
+            if v not in SPLITS:
                 return False
         elif k not in spec.variants or v not in spec.variants[k]:
             return False
@@ -82,7 +90,7 @@ def load(device_name: str, build_hash: str, manifest: Manifest, path: Path | Non
             raise ValueError("checksum mismatch (edited or truncated)")
         out = {}
         for key, e in entries.items():
-            route = dispatch.Route.from_json(e["route"])
+            route = Route.from_json(e["route"])
             us = float(e["us"])
             if not _route_ok(route, manifest) or not np.isfinite(us) or us <= 0:
                 raise ValueError(f"entry {key!r} names a route this build cannot run: {route}")
@@ -117,9 +125,18 @@ def _entries(info: DeviceInfo, manifest: Manifest) -> dict:
         return _loaded[path]
 
 
-def lookup(info: DeviceInfo, manifest: Manifest, key: str) -> dispatch.Route | None:
+def lookup(info: DeviceInfo, manifest: Manifest, key: str) -> Route | None:
     e = _entries(info, manifest).get(key)
     return e["route"] if e else None
+
+
+def record(info: DeviceInfo, manifest: Manifest, key: str, results: list[dict]) -> Path:
+    """Keep the fastest of `results` (time_routes' list) as the route for problem `key`, on disk."""
+    entries = _entries(info, manifest)
+    with _lock:
+        entries[key] = {"route": results[0]["route"], "us": results[0]["us"],
+                        "tried": [[str(r["route"]), r["us"]] for r in results]}
+        return save(entries, info.name, manifest.build_hash)
 
 
 def forget() -> None:
@@ -132,117 +149,108 @@ def forget() -> None:
 # measuring
 # ---------------------------------------------------------------------------------------------------
 
-def _download(arr) -> np.ndarray:
-    """A host copy of a strided device view (the bytes it spans, viewed with its strides)."""
-    from ._driver import check, driver
-    from .matmul import _extent
-    from .memory import numpy_dtype
-
-    lo, hi = _extent(arr)
+def _download(ref: ArrayRef, device: int) -> np.ndarray:
+    """A host copy (float64-able) of a strided device view: the bytes it spans, viewed with its strides."""
+    isz = ITEMSIZE[ref.dtype]
+    lo, hi = byte_extent(ref.ptr, ref.shape, ref.strides, isz)
     buf = np.empty(hi - lo, dtype=np.uint8)
-    get_device(arr.device)
+    get_device(device)
     check(driver().cuMemcpyDtoH(buf.ctypes.data, lo, hi - lo), "cuMemcpyDtoH")
-    base = buf[arr.ptr - lo:]
-    if arr.dtype == "bf16":  # numpy has no bfloat16 without ml_dtypes: widen the bits to fp32
-        bits = np.lib.stride_tricks.as_strided(base.view(np.uint16), arr.shape, arr.strides)
+    base = buf[ref.ptr - lo:]
+    if ref.dtype == "bf16":  # numpy has no bfloat16 without ml_dtypes: widen the bits to fp32
+        bits = np.lib.stride_tricks.as_strided(base.view(np.uint16), ref.shape, ref.strides)
         return (bits.astype(np.uint32) << 16).view(np.float32)
-    return np.lib.stride_tricks.as_strided(base.view(numpy_dtype(arr.dtype)), arr.shape, arr.strides).copy()
+    return np.lib.stride_tricks.as_strided(base.view(numpy_dtype(ref.dtype)), ref.shape, ref.strides).copy()
 
 
-def _scratch_like(arr):
-    """A buffer with the same shape, strides and address alignment (mod 256) as `arr`, so that a
+def _scratch_like(ref: ArrayRef, device: int) -> tuple[ArrayRef, DeviceArray]:
+    """A buffer with the same shape, strides and address alignment (mod 256) as `ref`, so that a
     route's validity and speed are those of the real output, which autotune never touches."""
-    from .matmul import _extent
-    from .memory import DeviceArray
-
-    lo, hi = _extent(arr)
-    owner = DeviceArray.empty(((hi - lo + 512) // arr.itemsize + 1,), arr.dtype, arr.device)
+    isz = ITEMSIZE[ref.dtype]
+    lo, hi = byte_extent(ref.ptr, ref.shape, ref.strides, isz)
+    owner = DeviceArray.empty(((hi - lo + 512) // isz + 1,), ref.dtype, device)
     start = owner.ptr + 256 + (lo % 256)
-    view = DeviceArray(start + (arr.ptr - lo), arr.shape, arr.dtype, arr.strides, owner=owner, device=arr.device)
-    return view, owner
+    return ref._replace(ptr=start + (ref.ptr - lo)), owner
 
 
-def autotune(a: Any, b: Any, out: Any = None, *, alpha: float = 1.0, beta: float = 0.0,
-             accumulate: str | None = None, stream: Any = None, candidates: int = 8, iters: int = 10,
-             warmup: int = 2, save_result: bool = True) -> list[dict]:
-    """Time up to `candidates` routes for matmul(a, b, out, ...) (the heuristic's best ones, with up
-    to three of every kernel kind), verify each on sampled rows, cache the fastest correct one.
-    Returns [{"route", "plan", "us", "error", "estimate_us"}], fastest first. `out` is not written."""
-    from .matmul import Plan, _inputs, _validate, problem_of
-    from .registry import get_registry
-    from .testing import error_floor
-    from .timing import L2Flusher, time_fn
+def _kind(recipe: Recipe, manifest: Manifest) -> str:
+    spec = manifest.kernels[recipe.route.kernel]
+    return spec.ladder if spec.role == "gemm" else f"{spec.role}:{spec.tile[1]}"
 
-    call = _validate(a, b, out, alpha, beta, accumulate, "auto", stream)
-    A, B, C0, ours = _inputs(call)
-    C, owner = (C0, None) if ours else _scratch_like(C0)
-    prob = problem_of(A, B, C, call.acc, call.alpha, call.beta)
-    dev = get_device(call.device)
-    manifest = get_registry().manifest
-    ranked = dispatch.ranked_plans(prob, manifest, dev.info.cc, dev.info.sm_count)
-    if ranked:  # hopeless routes (say the SIMT fallback at 8192^3) would only burn time
+
+def choose_candidates(ranked: list, manifest: Manifest, candidates: int) -> list:
+    """Up to `candidates` of the ranked (estimate, recipe) pairs: the best three of each kernel kind
+    first, then the rest by estimate; hopeless ones (20x the best estimate) never."""
+    if ranked:  # the SIMT fallback at 8192^3 would only burn time
         ranked = [r for r in ranked if r[0] <= 20 * ranked[0][0] + 50]
     chosen, per_kind = [], {}
-    for est, plan in ranked:  # the best of each kernel kind first, then the rest by estimate
-        kind = plan.route.kernel.rsplit("_m", 1)[0] if plan.route.kernel.startswith("util_") else \
-            manifest.kernels[plan.route.kernel].ladder
+    for est, recipe in ranked:
+        kind = _kind(recipe, manifest)
         if per_kind.get(kind, 0) < 3:
             per_kind[kind] = per_kind.get(kind, 0) + 1
-            chosen.append((est, plan))
+            chosen.append((est, recipe))
     for item in ranked:
         if len(chosen) >= max(candidates, len(per_kind)):
             break
         if item not in chosen:
             chosen.append(item)
-    chosen = chosen[:max(candidates, 1)]
+    return chosen[:max(candidates, 1)]
 
+
+def time_routes(chosen: list, refs: tuple[ArrayRef, ArrayRef, ArrayRef], dtype: str, acc: str, alpha: float,
+                beta: float, device: int, stream: int, manifest: Manifest, iters: int = 10,
+                warmup: int = 2, c_is_scratch: bool = False) -> list[dict]:
+    """Time each (estimate, recipe) of `chosen` on the operands `refs` (A, B, C). C is written only
+    when `c_is_scratch`; otherwise a look-alike scratch buffer takes its place. Each candidate is checked
+    against a float64 reference on sampled rows first: a wrong one gets us = inf and never wins.
+    Returns [{"route", "recipe", "us", "error", "estimate_us"}], fastest first."""
+    from .testing import error_floor
+    from .timing import L2Flusher, time_fn
+
+    A, B, C = refs
+    owner = None
+    if not c_is_scratch:
+        C, owner = _scratch_like(C, device)
+    M, K = A.shape
+    dev = get_device(device)
     rng = np.random.default_rng()
-    rows = np.sort(rng.choice(call.M, size=min(call.M, 16), replace=False))
-    try:
-        a_h, b_h = _download(A)[rows].astype(np.float64), _download(B).astype(np.float64)
-        ref = call.alpha * (a_h @ b_h)
-    except Exception:  # bf16 without ml_dtypes: time only
-        ref = None
-    bound = 4 * error_floor(call.dtype, call.acc, call.dtype, call.K)
-    flusher = L2Flusher(call.device)
+    rows = np.sort(rng.choice(M, size=min(M, 16), replace=False))
+    a_h, b_h = _download(A, device)[rows].astype(np.float64), _download(B, device).astype(np.float64)
+    ref = alpha * (a_h @ b_h)
+    bound = 4 * error_floor(dtype, acc, dtype, K)
+    flusher = L2Flusher(device)
     results = []
+    ptrs = (A.ptr, B.ptr, C.ptr)
     try:
-        for est, spec in chosen:
-            plan = Plan(spec, call.dtype, call.device)
+        for est, recipe in chosen:
+            ex = Execution(recipe, dtype, device, manifest)
             try:
-                ptrs = {"A": A.ptr, "B": B.ptr, "C": C.ptr}
-                (C if owner is None else owner).fill_bytes(0, call.stream)  # beta's term is checked nowhere
-                plan.run(ptrs, call.alpha, 0.0, call.stream)
-                err = float("nan")
-                if ref is not None:
-                    dev.synchronize()
-                    got = _download(C)[rows].astype(np.float64)
-                    err = float(np.linalg.norm(got - ref) / max(np.linalg.norm(ref), 1e-30)) \
-                        if np.isfinite(got).all() else float("inf")
-                if ref is not None and not err <= bound:
-                    results.append({"route": spec.route, "plan": spec, "us": float("inf"), "error": err,
-                                    "estimate_us": est})
-                    continue
-                t = time_fn(lambda: plan.run(ptrs, call.alpha, call.beta, call.stream), warmup=warmup,
-                            iters=iters, stream=call.stream, flush=flusher, queue_ahead=True)
-                results.append({"route": spec.route, "plan": spec, "us": t.median_ms * 1e3, "error": err,
-                                "estimate_us": est})
+                _zero(C, device, stream)  # beta's term is checked nowhere: start from zeros
+                ex.run(ptrs, alpha, 0.0, stream)
+                dev.synchronize()
+                got = _download(C, device)[rows].astype(np.float64)
+                err = float(np.linalg.norm(got - ref) / max(np.linalg.norm(ref), 1e-30)) \
+                    if np.isfinite(got).all() else float("inf")
+                us = float("inf")
+                if err <= bound:
+                    packed = ex.pack(ptrs, alpha, beta)
+                    t = time_fn(lambda: ex.launch(packed, stream), warmup=warmup, iters=iters, stream=stream,
+                                flush=flusher, queue_ahead=True)
+                    us = t.median_ms * 1e3
+                results.append({"route": recipe.route, "recipe": recipe, "us": us, "error": err, "estimate_us": est})
             finally:
                 dev.synchronize()
-                plan.close()
+                ex.close()
     finally:
         flusher.close()
         if owner is not None:
             owner.close()
     results.sort(key=lambda r: r["us"])
-    if results and np.isfinite(results[0]["us"]) and save_result:
-        entries = _entries(dev.info, manifest)
-        with _lock:
-            entries[prob.key()] = {"route": results[0]["route"], "us": results[0]["us"],
-                                   "tried": [[str(r["route"]), r["us"]] for r in results]}
-            save(entries, dev.info.name, manifest.build_hash)
-        from .matmul import _calls, _choices, _fast
-        _choices.clear()  # the next matmul sees the new winner
-        _fast.clear()
-        _calls.clear()
     return results
+
+
+def _zero(ref: ArrayRef, device: int, stream: int) -> None:
+    """Zero every byte a strided view spans."""
+    lo, hi = byte_extent(ref.ptr, ref.shape, ref.strides, ITEMSIZE[ref.dtype])
+    get_device(device)
+    check(driver().cuMemsetD8Async(lo, 0, hi - lo, stream), "cuMemsetD8Async")

@@ -1,10 +1,13 @@
-"""Loading cubins and launching kernels: grid policies, the shared-memory attribute, parameters.
+"""Loading cubins and launching kernels: grid policies, the shared-memory attribute, parameters, and
+the one launch path every caller (launch(), matmul's executor, bench, tests) goes through.
 
     launch("hgemm_cute_tn", a, b, c, stages=3, swizzle=True)
 
 validates the operands (validate.py) before any driver call, then selects the cubin for this GPU,
 loads it once (checking its sha256 against the manifest), sets the dynamic shared-memory attribute
-once per function, computes the grid and launches with cuLaunchKernel (cuLaunchKernelEx for clusters).
+once per function, computes the grid, packs the kernel's declared parameters by name and launches
+through a `KernelLaunch`: the native launch arguments (the CUlaunchConfig struct for clusters) built
+once, so a call costs one driver call.
 """
 from __future__ import annotations
 
@@ -13,14 +16,14 @@ import math
 import threading
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Mapping, NamedTuple
 
-from ._driver import check, driver
+from ._driver import check, check_code, driver, native
 from .device import Device, get_device, stream_handle
 from .errors import ManifestError, ValidationError
 from .manifest import KernelSpec, Manifest, Selection, variant_symbol
 from .memory import as_device_array
-from .validate import Problem, validate_operands
+from .validate import GemmShape, validate_operands
 
 STATIC_SMEM_LIMIT = 48 * 1024  # above this a block needs the opt-in attribute
 
@@ -42,7 +45,7 @@ class LaunchConfig:
     cluster: tuple[int, int, int]
 
 
-def tile_grid(spec: KernelSpec, p: Problem, swizzle_stride: int | None) -> tuple[int, int, int]:
+def tile_grid(spec: KernelSpec, p: GemmShape, swizzle_stride: int | None) -> tuple[int, int, int]:
     BM, BN, _ = spec.tile
     tiles_n, tiles_m = math.ceil(p.N / BN), math.ceil(p.M / BM)
     if spec.grid == "tiles" or not swizzle_stride:
@@ -51,7 +54,7 @@ def tile_grid(spec: KernelSpec, p: Problem, swizzle_stride: int | None) -> tuple
     return math.ceil(tiles_n / nz), tiles_m, nz
 
 
-def persistent_grid(spec: KernelSpec, p: Problem, resident_blocks: int) -> tuple[int, int, int]:
+def persistent_grid(spec: KernelSpec, p: GemmShape, resident_blocks: int) -> tuple[int, int, int]:
     """One CTA per resident slot (never more than there are tiles), in whole clusters."""
     BM, BN, _ = spec.tile
     tiles = math.ceil(p.M / BM) * math.ceil(p.N / BN)
@@ -62,40 +65,50 @@ def persistent_grid(spec: KernelSpec, p: Problem, resident_blocks: int) -> tuple
 
 # -- parameters -------------------------------------------------------------------------------------
 
-ParamBuilder = Callable[[KernelSpec, str, dict], Any]
+class ArrayRef(NamedTuple):
+    """What a parameter needs of an operand: its address and, for a TMA map, its 2-D geometry."""
+
+    ptr: int
+    shape: tuple[int, int]
+    strides: tuple[int, int]  # bytes
+    dtype: str
+
+    @property
+    def T(self) -> "ArrayRef":
+        return ArrayRef(self.ptr, self.shape[::-1], self.strides[::-1], self.dtype)
 
 
-def _ptr_param(spec: KernelSpec, what: str, ctx: dict) -> Any:
-    return ctypes.c_void_p(ctx["arrays"][what].ptr)
+class PackedParams:
+    """A `void*[]` of the addresses of a launch's parameter values, and the values it points into."""
+
+    __slots__ = ("array", "address", "values")
+
+    def __init__(self, values: list[Any]):
+        self.values = values  # kept alive while the array may be launched
+        self.array = (ctypes.c_void_p * max(1, len(values)))(*[ctypes.addressof(v) for v in values])
+        self.address = ctypes.addressof(self.array)
 
 
-def _i32_param(spec: KernelSpec, what: str, ctx: dict) -> Any:
-    value = getattr(ctx["problem"], what, None)
-    if value is None:
-        raise ManifestError(f"{spec.name}: unknown integer parameter {what!r}")
-    return ctypes.c_int32(value)
-
-
-def _tmap_param(spec: KernelSpec, what: str, ctx: dict) -> Any:
-    from . import tma  # Hopper only: imported on first use
-
-    array = ctx["arrays"][what]
-    if what == "A" and spec.a_order == "col":
-        array = array.T  # the map describes A^T: K x M, row-major
-    return tma.build_param(spec, what, array, spec.name)
-
-
-PARAM_BUILDERS: dict[str, ParamBuilder] = {"ptr": _ptr_param, "i32": _i32_param, "tmap": _tmap_param}
-
-
-def pack_params(spec: KernelSpec, ctx: dict) -> tuple[Any, list[Any]]:
-    """A `void*[]` of addresses of the parameter values; the values list must outlive the launch."""
-    values = []
+def pack_params(spec: KernelSpec, arrays: Mapping[str, Any], scalars: Mapping[str, int]) -> PackedParams:
+    """The kernel's declared `params`, in order: `ptr:X` the address of arrays[X], `i32:X` scalars[X],
+    `tmap:X` a TMA map of arrays[X] (A^T for a kernel that reads A column-major)."""
+    values: list[Any] = []
     for p in spec.params:
         kind, _, what = p.partition(":")
-        values.append(PARAM_BUILDERS[kind](spec, what, ctx))
-    array = (ctypes.c_void_p * max(1, len(values)))(*[ctypes.addressof(v) for v in values])
-    return array, values
+        if kind == "i32":
+            if what not in scalars:
+                raise ManifestError(f"{spec.name}: no value for its integer parameter {what!r}")
+            values.append(ctypes.c_int32(scalars[what]))
+        elif what not in arrays:
+            raise ManifestError(f"{spec.name}: no operand for its parameter {p!r}")
+        elif kind == "ptr":
+            values.append(ctypes.c_void_p(arrays[what].ptr))
+        else:  # tmap
+            from . import tma  # Hopper only: imported on first use
+
+            array = arrays[what].T if what == "A" and spec.a_order == "col" else arrays[what]
+            values.append(tma.build_param(spec, what, array, spec.name))
+    return PackedParams(values)
 
 
 # -- modules and functions --------------------------------------------------------------------------
@@ -159,7 +172,7 @@ def _resident_blocks(fn: LoadedFunction, spec: KernelSpec, dsmem: int, symbol: s
     return int(clusters) * csize
 
 
-def prepare(manifest: Manifest, spec: KernelSpec, dev: Device, p: Problem, variant: dict,
+def prepare(manifest: Manifest, spec: KernelSpec, dev: Device, p: GemmShape, variant: dict,
             swizzle: bool, swizzle_stride: int | None) -> tuple[LoadedFunction, LaunchConfig]:
     symbol = variant_symbol(spec.name, variant)
     sel = manifest.select(spec, dev.info.cc)
@@ -194,8 +207,20 @@ def prepare(manifest: Manifest, spec: KernelSpec, dev: Device, p: Problem, varia
     return fn, LaunchConfig(symbol, grid, spec.block, dsmem, spec.cluster)
 
 
+class _LaunchAttribute(ctypes.Structure):  # CUlaunchAttribute: an id, padding, a 64-byte value union
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_uint * 16)]
+
+
+class _LaunchConfig(ctypes.Structure):  # CUlaunchConfig
+    _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
+                ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
+                ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p),
+                ("attrs", ctypes.POINTER(_LaunchAttribute)), ("numAttrs", ctypes.c_uint)]
+
+
 def _launch_struct(cfg: LaunchConfig, stream: int) -> Any:
-    """A CUlaunchConfig with the cluster-dimension attribute."""
+    """cuda-python's CUlaunchConfig with the cluster-dimension attribute (occupancy queries, and launches
+    where libcuda cannot be reached through ctypes)."""
     drv = driver()
     lc = drv.CUlaunchConfig()
     lc.gridDimX, lc.gridDimY, lc.gridDimZ = cfg.grid
@@ -210,14 +235,55 @@ def _launch_struct(cfg: LaunchConfig, stream: int) -> Any:
     return lc
 
 
-def launch_config(fn: LoadedFunction, cfg: LaunchConfig, params: Any, stream: int) -> None:
-    drv = driver()
-    if cfg.cluster == (1, 1, 1):
-        check(drv.cuLaunchKernel(fn.handle, *cfg.grid, *cfg.block, cfg.dsmem, stream, ctypes.addressof(params), 0),
-              "cuLaunchKernel", cfg.symbol)
-    else:
-        check(drv.cuLaunchKernelEx(_launch_struct(cfg, stream), fn.handle, ctypes.addressof(params), 0),
-              "cuLaunchKernelEx", cfg.symbol)
+class KernelLaunch:
+    """One function with its launch geometry fixed. Calling it launches with a packed parameter array
+    on a stream: one driver call (cuLaunchKernel, or cuLaunchKernelEx with a cluster attribute)."""
+
+    __slots__ = ("fn", "cfg", "handle", "_lib", "_configs", "_lock")
+
+    def __init__(self, fn: LoadedFunction, cfg: LaunchConfig):
+        self.fn, self.cfg = fn, cfg
+        self.handle = int(fn.handle)
+        self._lib = native()
+        self._configs: dict[int, Any] = {}  # stream -> launch config struct (clusters), built once
+        self._lock = threading.Lock()
+
+    def _config(self, stream: int) -> Any:
+        cfg = self.cfg
+        if self._lib is None:
+            return _launch_struct(cfg, stream)
+        lc = _LaunchConfig(*cfg.grid, *cfg.block, cfg.dsmem, stream or None)
+        attr = _LaunchAttribute()
+        attr.id = int(driver().CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
+        attr.value[0], attr.value[1], attr.value[2] = cfg.cluster
+        lc.attrs, lc.numAttrs = ctypes.pointer(attr), 1  # (the pointer keeps attr alive in lc._objects)
+        return lc
+
+    def __call__(self, params: PackedParams, stream: int) -> None:
+        cfg, lib = self.cfg, self._lib
+        if cfg.cluster == (1, 1, 1):
+            if lib is not None:
+                g, b = cfg.grid, cfg.block
+                code = lib.cuLaunchKernel(self.handle, g[0], g[1], g[2], b[0], b[1], b[2], cfg.dsmem, stream or None,
+                                          params.address, None)
+                if code:
+                    check_code(code, "cuLaunchKernel", cfg.symbol)
+                return
+            check(driver().cuLaunchKernel(self.fn.handle, *cfg.grid, *cfg.block, cfg.dsmem, stream, params.address, 0),
+                  "cuLaunchKernel", cfg.symbol)
+            return
+        lc = self._configs.get(stream)
+        if lc is None:
+            with self._lock:
+                lc = self._configs[stream] = self._config(stream)
+                if len(self._configs) > 16:
+                    self._configs.pop(next(iter(self._configs)))
+        if lib is not None:
+            code = lib.cuLaunchKernelEx(ctypes.addressof(lc), self.handle, params.address, None)
+            if code:
+                check_code(code, "cuLaunchKernelEx", cfg.symbol)
+            return
+        check(driver().cuLaunchKernelEx(lc, self.fn.handle, params.address, 0), "cuLaunchKernelEx", cfg.symbol)
 
 
 def launch_spec(manifest: Manifest, spec: KernelSpec, a: Any, b: Any, c: Any, *, stream: Any = None,
@@ -227,6 +293,6 @@ def launch_spec(manifest: Manifest, spec: KernelSpec, a: Any, b: Any, c: Any, *,
     p = validate_operands(spec, arrays["A"], arrays["B"], arrays["C"])
     dev = get_device(arrays["C"].device)
     fn, cfg = prepare(manifest, spec, dev, p, choice, swizzle, swizzle_stride)
-    params, _keep = pack_params(spec, {"arrays": arrays, "problem": p})
-    launch_config(fn, cfg, params, stream_handle(stream))
+    params = pack_params(spec, arrays, {"M": p.M, "N": p.N, "K": p.K})
+    KernelLaunch(fn, cfg)(params, stream_handle(stream))
     return cfg

@@ -1,0 +1,487 @@
+"""The public matmul API: `Matmul`, a plan object described once and run many times, and the one-shot
+`matmul` on top of it.
+
+    import hgemm_rt as hg
+    c = hg.matmul(a, b)                          # a: M x K, b: K x N; fp16, bf16 or fp32
+    mm = hg.Matmul(a, b.T, out=c, alpha=2.0, beta=1.0)
+    print(mm.explain()); mm.autotune()           # optional: measure the candidates, keep the fastest
+    mm(a2, b2.T, out=c2)                         # new buffers of the same description
+
+Operands: PyTorch tensors, CuPy and JAX arrays, our DeviceArrays, anything with
+`__cuda_array_interface__` or DLPack (zero copy), or numpy arrays (copied to the GPU). Any row- or
+column-major or otherwise strided 2-D view, any pointer alignment, any M, N, K >= 1.
+
+Result: `out` when given (written in place; a numpy `out` is filled from the GPU result). Without
+`out`, a new C-contiguous M x N array of the inputs' kind: a torch tensor for torch inputs, a CuPy
+array for CuPy inputs, numpy when both inputs are numpy, else a DeviceArray.
+
+Stream: stream= (any handle, our Stream, torch/CuPy streams, `__cuda_stream__` objects); without it a
+call on torch tensors runs on torch's current stream and one on CuPy arrays on CuPy's, as their own
+operations do, anything else on the legacy default stream. Work a producer has pending on another
+stream (a CAI `stream`, DLPack, the torch/CuPy current stream when stream= names another) is ordered
+before the call, as the protocols require.
+
+accumulate: "f32" (default) or, for fp16 inputs, "f16" (also allows kernels that accumulate in fp16,
+the cuBLAS COMPUTE_16F error class); "tf32" for fp32 inputs allows TF32 tensor cores. bf16 takes "f32".
+kernel: "auto" (tuning cache, else the cost model's choice) or a kernel name, which forces that kernel
+(with whatever copies it needs around it).
+
+Every argument is checked before anything runs on the GPU. A repeat call on operands of the same
+identity (address, shape, strides, dtype, device: `operands.call_key`) and the same options skips
+validation and planning: it costs the key, a dictionary lookup and one driver launch per step.
+"""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+
+from . import operands as ops
+from . import planner, tuning
+from ._driver import check, driver
+from .device import get_device, stream_handle
+from .errors import ValidationError
+from .executor import Execution
+from .launcher import ArrayRef
+from .memory import DeviceArray, byte_extent
+from .operands import Operand
+from .problem import ACCUMULATE, Problem, Recipe, View, view_of
+from .registry import get_registry
+
+__all__ = ["Matmul", "PlanCache", "autotune", "explain", "matmul", "plans"]
+
+_I32 = 2**31 - 1
+
+
+# ---------------------------------------------------------------------------------------------------
+# validation of a call: every check, before anything touches the GPU
+# ---------------------------------------------------------------------------------------------------
+
+class Call:
+    """A validated matmul call: operands, sizes, options, device and stream."""
+
+    __slots__ = ("a", "b", "c", "M", "N", "K", "dtype", "acc", "alpha", "beta", "kernel", "device", "stream",
+                 "explicit_stream", "frameworks")
+
+    def __init__(self, **kw: Any):
+        for k, v in kw.items():
+            setattr(self, k, v)
+
+    @property
+    def operands(self) -> tuple:
+        return (self.a, self.b, self.c)
+
+
+def _self_overlapping(op: Operand) -> bool:
+    """True if two elements of a 2-D view share an address (zero or interleaved strides)."""
+    dims = sorted((abs(s), n) for n, s in zip(op.shape, op.strides) if n > 1)
+    if not dims:
+        return False
+    if dims[0][0] < op.itemsize:
+        return True
+    return len(dims) == 2 and dims[1][0] < dims[0][0] * dims[0][1]
+
+
+def validate_call(a: Any, b: Any, out: Any, alpha: Any, beta: Any, accumulate: str | None, kernel: str,
+                  stream: Any) -> Call:
+    explicit = stream is not None
+    given = stream_handle(stream) if explicit else ops.implied_stream((a, b, out))
+    A, B = ops.describe(a, "A", given), ops.describe(b, "B", given)
+    C = ops.describe(out, "out", given) if out is not None else None
+    for op in (A, B, C):
+        if op is not None and len(op.shape) != 2:
+            raise ValidationError(f"matmul: {op.what} must be 2-D, got shape {op.shape}")
+    if A.dtype != B.dtype:
+        raise ValidationError(f"matmul: dtype mismatch: A is {A.dtype}, B is {B.dtype}")
+    dtype = A.dtype
+    if C is not None and C.dtype != dtype:
+        raise ValidationError(f"matmul: out has dtype {C.dtype}, the inputs are {dtype} (out must match)")
+    choices = ACCUMULATE[dtype]
+    acc = choices[0] if accumulate is None else accumulate
+    if acc not in choices:
+        raise ValidationError(f"matmul: accumulate={accumulate!r} is not available for {dtype} inputs; "
+                              f"choose one of {list(choices)}")
+    (M, K), (K2, N) = A.shape, B.shape
+    if K != K2:
+        raise ValidationError(f"matmul: A is {M} x {K} but B is {K2} x {N}: inner dimensions differ")
+    if C is not None and C.shape != (M, N):
+        raise ValidationError(f"matmul: out has shape {C.shape}, the product is {M} x {N}")
+    if min(M, N, K) < 1:
+        raise ValidationError(f"matmul: M, N, K must be >= 1, got M={M}, N={N}, K={K}")
+    if max(M, N, K) > _I32:
+        raise ValidationError(f"matmul: dimensions above 2^31-1 are not supported (M={M}, N={N}, K={K})")
+    devices = {op.device for op in (A, B, C) if op is not None and op.device is not None}
+    if len(devices) > 1:
+        raise ValidationError(f"matmul: the arrays are on different GPUs {sorted(devices)}: move them to one")
+    for op in (A, B, C):
+        if op is None or op.host is not None:
+            continue
+        for s in op.strides:
+            if s % op.itemsize or abs(s // op.itemsize) > _I32:
+                raise ValidationError(f"matmul: {op.what} has byte strides {op.strides}, not whole "
+                                      f"{op.itemsize}-byte elements below 2^31")
+    if C is not None:
+        _validate_out(C, (A, B))
+    try:
+        alpha_f, beta_f = float(alpha), float(beta)
+    except (TypeError, ValueError):
+        raise ValidationError(f"matmul: alpha and beta must be real numbers, got {alpha!r}, {beta!r}") from None
+    name = None
+    if kernel != "auto":
+        entry = get_registry().get(kernel)  # UnknownKernelError with close matches
+        if entry.is_baseline:
+            raise ValidationError(f"matmul: {kernel} is a cuBLAS baseline, not a kernel of this build")
+        if entry.dtype != dtype:
+            raise ValidationError(f"matmul: kernel {entry.name} takes {entry.dtype}, the inputs are {dtype}")
+        name = entry.name
+    device = devices.pop() if devices else 0
+    frameworks = tuple(dict.fromkeys(op.framework for op in (A, B, C) if op is not None and op.framework))
+    s = given if explicit else ops.consumer_stream(None, frameworks, device)
+    return Call(a=A, b=B, c=C, M=M, N=N, K=K, dtype=dtype, acc=acc, alpha=alpha_f, beta=beta_f, kernel=name,
+                device=device, stream=s, explicit_stream=explicit, frameworks=frameworks)
+
+
+def _validate_out(C: Operand, inputs: tuple) -> None:
+    if C.host is None and _self_overlapping(C):
+        raise ValidationError(f"matmul: out's strides {C.strides} make distinct elements share memory")
+    if C.readonly:
+        raise ValidationError("matmul: out (numpy) is read-only" if C.host is not None else "matmul: out is read-only")
+    if C.framework == "torch" and C.obj.requires_grad:
+        raise ValidationError("matmul: out requires grad; matmul writes it in place, outside autograd "
+                              "(pass a tensor that does not require grad, or no out)")
+    for op in inputs:
+        if C.host is not None or op.host is not None:
+            if C.host is not None and op.host is not None and np.shares_memory(C.host, op.host):
+                raise ValidationError(f"matmul: out overlaps {op.what} in memory; it must not alias an input")
+            continue
+        lo, hi = byte_extent(C.ptr, C.shape, C.strides, C.itemsize)
+        olo, ohi = byte_extent(op.ptr, op.shape, op.strides, op.itemsize)
+        if lo < ohi and olo < hi:
+            raise ValidationError(f"matmul: out overlaps {op.what} in memory; it must not alias an input")
+
+
+def problem_of(call: Call) -> Problem:
+    """The Problem of a validated call. Host (numpy) operands are copied into dense buffers, and a
+    missing out is allocated dense: both are seen as row-major at 256-byte alignment."""
+    def view(op: Operand | None, base: str, rows: int, cols: int) -> View:
+        if op is None or op.host is not None:
+            return View.make(base, rows, cols, cols, 1, 256)
+        return view_of(base, op)
+
+    return Problem(call.dtype, call.acc, view(call.a, "A", call.M, call.K), view(call.b, "B", call.K, call.N),
+                   view(call.c, "C", call.M, call.N), plain=(call.alpha == 1.0 and call.beta == 0.0),
+                   beta_zero=(call.beta == 0.0))
+
+
+# ---------------------------------------------------------------------------------------------------
+# the one cache: recipes chosen, executions, validated calls
+# ---------------------------------------------------------------------------------------------------
+
+def _is_capturing(stream: int) -> bool:
+    drv = driver()
+    status = check(drv.cuStreamIsCapturing(drv.CUstream(stream)), "cuStreamIsCapturing")
+    return int(status) != int(drv.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE)
+
+
+class PlanCache:
+    """Recipes chosen per (device, problem, kernel), executions per (device, stream, problem, route) and
+    validated repeat calls, under one lock; clear() frees every execution's temporaries."""
+
+    MAX_EXECUTIONS = 16
+    MAX_RECIPES = 1024
+    MAX_CALLS = 256
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.recipes: OrderedDict = OrderedDict()
+        self.executions: OrderedDict = OrderedDict()
+        self.calls: OrderedDict = OrderedDict()
+
+    def recipe(self, prob: Problem, device: int, kernel: str | None) -> Recipe:
+        """The autotuned route if the tuning cache has one for this device and build, else the cost
+        model's cheapest."""
+        key = (device, prob.key_str, kernel)
+        with self.lock:
+            hit = self.recipes.get(key)
+            if hit is not None:
+                return hit
+        dev = get_device(device)
+        manifest = get_registry().manifest
+        recipe = None
+        if kernel is None:
+            route = tuning.lookup(dev.info, manifest, prob.key_str)
+            if route is not None:
+                recipe = planner.recipe_for(route, prob, manifest)
+        if recipe is None:
+            recipe = planner.heuristic_recipe(prob, manifest, dev.info.cc, dev.info.sm_count, kernel)
+        if recipe is None:
+            what = f"kernel {kernel}" if kernel else "any kernel of this build"
+            raise ValidationError(f"matmul: {what} cannot run {prob.key()} on {dev.info.name} "
+                                  f"(sm_{dev.info.cc[0]}{dev.info.cc[1]}); rebuild with build_kernels.py")
+        with self.lock:
+            self.recipes[key] = recipe
+            if len(self.recipes) > self.MAX_RECIPES:
+                self.recipes.popitem(last=False)
+        return recipe
+
+    def execution(self, recipe: Recipe, prob: Problem, device: int, stream: int) -> Execution:
+        key = (device, stream, prob.key_str, recipe.route)
+        with self.lock:
+            ex = self.executions.get(key)
+            if ex is not None:
+                self.executions.move_to_end(key)
+                return ex
+        if recipe.temps and _is_capturing(stream):
+            raise ValidationError("matmul: this call needs temporary buffers that are allocated on its first run; "
+                                  "call it once outside the CUDA-graph capture, then capture it")
+        ex = Execution(recipe, prob.dtype, device, get_registry().manifest)
+        with self.lock:
+            self.executions[key] = ex
+            while len(self.executions) > self.MAX_EXECUTIONS:
+                self.executions.popitem(last=False)[1].close()
+        return ex
+
+    def remember(self, key: tuple, bound: "Bound") -> None:
+        with self.lock:
+            self.calls[key] = bound
+            if len(self.calls) > self.MAX_CALLS:
+                self.calls.popitem(last=False)
+
+    def clear(self) -> None:
+        """Forget every choice and call, and free every execution's temporaries."""
+        with self.lock:
+            for ex in self.executions.values():
+                ex.close()
+            self.executions.clear()
+            self.recipes.clear()
+            self.calls.clear()
+
+
+plans = PlanCache()
+
+
+# ---------------------------------------------------------------------------------------------------
+# running a validated call
+# ---------------------------------------------------------------------------------------------------
+
+class Bound:
+    """A validated call, ready to run again on operands of the same identity: the per-call work is
+    the stream, the result (if new), the parameter lookup and the launches."""
+
+    __slots__ = ("call", "problem", "recipe", "dev", "stream_fn", "executions", "result_like", "alpha", "beta")
+
+    def __init__(self, call: Call, problem: Problem, recipe: Recipe):
+        self.call, self.problem, self.recipe = call, problem, recipe
+        self.dev = get_device(call.device)
+        self.alpha, self.beta = call.alpha, call.beta
+        # without stream=, the framework's current stream is read on every call (it can change)
+        fw = next((f for f in call.frameworks if f in ops.FRAMEWORK_STREAM), None)
+        self.stream_fn = None if call.explicit_stream or fw is None else ops.FRAMEWORK_STREAM[fw]
+        self.executions: dict[int, Execution] = {}
+        self.result_like = next((op for op in (call.a, call.b) if op.framework), None)
+
+    def stream(self) -> int:
+        return self.call.stream if self.stream_fn is None else self.stream_fn(self.call.device)
+
+    def execution(self, stream: int) -> Execution:
+        ex = self.executions.get(stream)
+        if ex is None or ex.closed:
+            ex = self.executions[stream] = plans.execution(self.recipe, self.problem, self.call.device, stream)
+        return ex
+
+    def new_result(self, stream: int) -> Any:
+        c = self.call
+        if self.result_like is not None:
+            return ops.new_result(self.result_like, c.M, c.N, c.device, stream)
+        if stream and _is_capturing(stream):
+            raise ValidationError("matmul: pass out= when capturing a CUDA graph (the result cannot be allocated "
+                                  "inside the capture)")
+        return DeviceArray.empty((c.M, c.N), c.dtype, c.device)
+
+    def run(self, pa: int, pb: int, out: Any, pc: int) -> Any:
+        """Launch on A, B at pa, pb into `out` at pc (None: a new result). Returns the result."""
+        s = self.stream()
+        ex = self.execution(s)
+        c = self.call
+        if c.explicit_stream and c.frameworks:
+            ops.wait_for(ops.framework_waits(c.frameworks, s, c.device), s, c.device)
+        self.dev.ensure_current()
+        if out is None:
+            out = self.new_result(s)
+            pc = ops.result_ptr(out)
+        ex.launch(ex.pack((pa, pb, pc), self.alpha, self.beta), s)
+        return out
+
+    def run_full(self) -> Any:
+        """The first run of a call: host operands uploaded, producers' streams waited for, numpy results
+        copied back."""
+        c = self.call
+        s = self.stream()
+        ex = self.execution(s)
+        ops.order_after_producers(c.operands, s, c.device, c.explicit_stream)
+        dev = self.dev
+        dev.make_current()
+        arrays = [DeviceArray.from_numpy(np.asarray(op.host), c.device) if op.host is not None else None
+                  for op in (c.a, c.b)]
+        if any(x is not None for x in arrays):  # the pageable upload may still be in flight for another stream
+            dev.synchronize()
+        pa = arrays[0].ptr if arrays[0] is not None else c.a.ptr
+        pb = arrays[1].ptr if arrays[1] is not None else c.b.ptr
+        host_out = c.c is not None and c.c.host is not None
+        if c.c is not None and not host_out:
+            result, pc = c.c.obj, c.c.ptr
+        elif host_out:
+            result = DeviceArray.empty((c.M, c.N), c.dtype, c.device)
+            if c.beta != 0.0:  # numpy out with beta: its values take part
+                result.copy_from_numpy(c.c.host)
+            pc = result.ptr
+        else:
+            result = self.new_result(s)
+            pc = ops.result_ptr(result)
+        ex.launch(ex.pack((pa, pb, pc), c.alpha, c.beta), s)
+        if host_out or (c.c is None and c.a.host is not None and c.b.host is not None):
+            check(driver().cuStreamSynchronize(driver().CUstream(s)), "cuStreamSynchronize")
+            host = result.to_numpy()
+            result.close()
+            if host_out:
+                np.copyto(c.c.host, host)
+                return c.c.obj
+            return host
+        return result
+
+
+def _stream_key(stream: Any) -> Any:
+    return stream if stream is None or type(stream) is int else stream_handle(stream)
+
+
+# ---------------------------------------------------------------------------------------------------
+# the public objects
+# ---------------------------------------------------------------------------------------------------
+
+class Matmul:
+    """C = alpha * A.B + beta * C, described once (validated, planned), run any number of times.
+
+    mm = Matmul(a, b, out=None, *, alpha=1.0, beta=0.0, accumulate=None, kernel="auto", stream=None)
+    mm.explain()   mm.autotune(...)   mm() or mm(a2, b2, out2, stream=...)
+    """
+
+    def __init__(self, a: Any, b: Any, out: Any = None, *, alpha: float = 1.0, beta: float = 0.0,
+                 accumulate: str | None = None, kernel: str = "auto", stream: Any = None):
+        self._args = (a, b, out)
+        self._options = dict(alpha=alpha, beta=beta, accumulate=accumulate, kernel=kernel)
+        self.call = validate_call(a, b, out, alpha, beta, accumulate, kernel, stream)
+        self.problem = problem_of(self.call)
+        self.recipe = plans.recipe(self.problem, self.call.device, self.call.kernel)
+        self._bound: dict[tuple, Bound] = {}
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return self.call.M, self.call.N, self.call.K
+
+    def explain(self) -> str:
+        """What runs, in one line: the kernel and the glue around it."""
+        return planner.describe(self.recipe)
+
+    def bind(self, call: Call) -> Bound:
+        """A runnable Bound for a call of this description (raises if it is another problem)."""
+        prob = problem_of(call)
+        if prob.key_str != self.problem.key_str or call.kernel != self.call.kernel:
+            raise ValidationError(f"matmul: these operands describe {prob.key()}, this Matmul was planned for "
+                                  f"{self.problem.key()}: make a new Matmul for them")
+        return Bound(call, self.problem, self.recipe)
+
+    def __call__(self, a: Any = None, b: Any = None, out: Any = None, *, stream: Any = None) -> Any:
+        """Run on new buffers of the same description (no arguments: the ones it was made with)."""
+        if a is None and b is None and out is None:
+            a, b, out = self._args
+        key = None
+        try:
+            ka, kb, kc = ops.call_key(a), ops.call_key(b), ops.call_key(out)
+            if ka is not None and kb is not None and kc is not None:
+                key = (ka, kb, kc, _stream_key(stream))
+                bound = self._bound.get(key)
+                if bound is not None:
+                    return bound.run(ka[0], kb[0], out, kc[0] if kc else 0)
+        except TypeError:  # an unhashable stream object: the full path says what is wrong with it
+            key = None
+        o = self._options
+        bound = self.bind(validate_call(a, b, out, o["alpha"], o["beta"], o["accumulate"], o["kernel"], stream))
+        result = bound.run_full()
+        if key is not None:
+            self._bound[key] = bound
+        return result
+
+    def autotune(self, *, candidates: int = 8, iters: int = 10, warmup: int = 2, save: bool = True) -> list[dict]:
+        """Time up to `candidates` recipes (the cost model's best, up to three of every kernel kind) on this
+        call's operands, verify each on sampled rows, keep the fastest correct one in the tuning cache
+        (save=True) and use it from now on. Returns [{"route", "recipe", "us", "error", "estimate_us"}],
+        fastest first. `out` is never written."""
+        c = self.call
+        dev = get_device(c.device)
+        manifest = get_registry().manifest
+        keep = []
+        refs = []
+        for op, rows, cols in ((c.a, c.M, c.K), (c.b, c.K, c.N), (c.c, c.M, c.N)):
+            if op is None or op.host is not None:
+                arr = DeviceArray.empty((rows, cols), c.dtype, c.device)
+                if op is not None and op.what != "out":
+                    arr.copy_from_numpy(op.host)
+                elif op is None or op.what == "out":
+                    arr.fill_bytes(0)
+                keep.append(arr)
+                refs.append(ArrayRef(arr.ptr, (rows, cols), arr.strides, c.dtype))
+            else:
+                refs.append(ArrayRef(op.ptr, op.shape, op.strides, c.dtype))
+        try:
+            ranked = planner.ranked_recipes(self.problem, manifest, dev.info.cc, dev.info.sm_count)
+            chosen = tuning.choose_candidates(ranked, manifest, candidates)
+            results = tuning.time_routes(chosen, tuple(refs), c.dtype, c.acc, c.alpha, c.beta, c.device, c.stream,
+                                         manifest, iters=iters, warmup=warmup,
+                                         c_is_scratch=c.c is None or c.c.host is not None)
+        finally:
+            dev.synchronize()
+            for arr in keep:
+                arr.close()
+        if results and np.isfinite(results[0]["us"]):
+            if save:
+                tuning.record(dev.info, manifest, self.problem.key_str, results)
+                plans.clear()  # every later call sees the new winner
+            self.recipe = results[0]["recipe"]
+            self._bound.clear()
+        return results
+
+
+def matmul(a: Any, b: Any, out: Any = None, *, alpha: float = 1.0, beta: float = 0.0,
+           accumulate: str | None = None, kernel: str = "auto", stream: Any = None) -> Any:
+    """C = alpha * a.b + beta * C (see the module docstring). Returns `out`, or the new result."""
+    try:
+        ka, kb, kc = ops.call_key(a), ops.call_key(b), ops.call_key(out)
+        key = (ka, kb, kc, alpha, beta, accumulate, kernel, _stream_key(stream)) \
+            if ka is not None and kb is not None and kc is not None else None
+        bound = plans.calls.get(key) if key is not None else None
+    except TypeError:  # unhashable scalars or stream: the full path says what is wrong with them
+        key = bound = None
+    if bound is not None:
+        return bound.run(ka[0], kb[0], out, kc[0] if kc else 0)
+    mm = Matmul(a, b, out, alpha=alpha, beta=beta, accumulate=accumulate, kernel=kernel, stream=stream)
+    bound = Bound(mm.call, mm.problem, mm.recipe)
+    result = bound.run_full()
+    if key is not None:
+        plans.remember(key, bound)
+    return result
+
+
+def explain(a: Any, b: Any, out: Any = None, *, alpha: float = 1.0, beta: float = 0.0,
+            accumulate: str | None = None, kernel: str = "auto") -> str:
+    """What matmul would run for these arguments, in one line (nothing is launched)."""
+    return Matmul(a, b, out, alpha=alpha, beta=beta, accumulate=accumulate, kernel=kernel).explain()
+
+
+def autotune(a: Any, b: Any, out: Any = None, *, alpha: float = 1.0, beta: float = 0.0,
+             accumulate: str | None = None, stream: Any = None, candidates: int = 8, iters: int = 10,
+             warmup: int = 2, save_result: bool = True) -> list[dict]:
+    """Matmul(a, b, out, ...).autotune(...): time the candidate recipes, cache the fastest correct one."""
+    mm = Matmul(a, b, out, alpha=alpha, beta=beta, accumulate=accumulate, stream=stream)
+    return mm.autotune(candidates=candidates, iters=iters, warmup=warmup, save=save_result)

@@ -1,0 +1,179 @@
+"""What a recipe costs on one GPU: a table of rates per architecture and the arithmetic that prices a
+recipe's GEMM and copy steps with it. Pure data, no GPU (tested on the CPU).
+
+Only the ratios between kernel classes rank the candidates; the wave, tile and bandwidth terms decide
+between a big tile and split-K. The Hopper table is measured (shared/GPU.md reference points and the
+matmul bench on an H200); the Ampere/Ada table is scaled from datasheet peaks and has not been
+measured on such a GPU, so `hg.Matmul(...).autotune()` is the way to a measured choice there.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from .manifest import KernelSpec, Manifest
+from .problem import ITEMSIZE, Copy, Gemm, Recipe
+
+
+@dataclass(frozen=True)
+class ArchRates:
+    """Sustained rates of each kernel class once the grid is full, and the memory system's speeds."""
+
+    name: str
+    ladder_tflops: Mapping[str, float]  # best kernel of each catalogue ladder
+    tf32_tflops: float
+    strided_mma_tflops: Mapping[int, float]  # gemm_strided_mma by BM
+    strided_wgmma_tflops: Mapping[tuple[int, int], float]  # gemm_strided_wgmma by (BM, BN)
+    simt_tflops: Mapping[str, float]
+    dram_bytes_per_s: float
+    copy_bytes_per_s: float  # copy kernel, row-major destination with 16-byte rows
+    copy_transpose_bytes_per_s: float  # column-major destination
+    copy_unaligned_bytes_per_s: float  # destination rows not 16-byte aligned: element stores
+    sm_bytes_per_s: float  # how fast one CTA streams its operand panels from L2
+    smem_bytes_per_s: float  # one SM writing and re-reading its fp32 partial tile (strided GEMM epilogue)
+    dsmem_bytes_per_s: float  # one SM summing its rows of the cluster's partial tiles (split-K epilogue)
+    launch_us: float = 2.5  # GPU-side cost of one more kernel in the sequence
+    hopper_bonus: Mapping[str, float] = field(default_factory=dict)  # persistent / cluster / tma_store
+
+
+LADDER_FLOOR = 0.25  # the first rung of a ladder runs at about this fraction of its last (naive kernels)
+REUSE_FULL = 42.0  # BM*BN/(BM+BN) of a 128 x 64 tile: smaller tiles re-read operands from L2 more
+ODD_N_DIRECT_STORE = 0.85  # direct-store epilogues fall back to element stores when N is odd (4095^3)
+
+# H100/H200 (measured): Hopper persistent ~775 TFLOPS at 4096^3, gemm_strided_mma ~217, SGEMM 8x8 ~40,
+# SIMT fp32 ~20; util_copy2d 2.5 / 1.5 / 0.75 TB/s (row-major / transposing / unaligned destination).
+HOPPER = ArchRates(
+    name="sm_90 (H100/H200, measured)",
+    ladder_tflops={"hopper": 640.0, "cute": 430.0, "mma": 250.0, "wmma": 180.0, "cuda": 20.0, "sgemm": 40.0},
+    tf32_tflops=120.0,
+    strided_mma_tflops={16: 70.0, 32: 120.0, 64: 170.0, 128: 210.0},
+    strided_wgmma_tflops={(64, 256): 520.0, (128, 256): 660.0, (64, 128): 400.0, (128, 128): 560.0,
+                          (64, 64): 300.0, (128, 64): 450.0},
+    simt_tflops={"f16": 15.0, "bf16": 15.0, "f32": 20.0},
+    dram_bytes_per_s=2.6e12,  # achievable on H100 SXM / H200 (3.35 / 4.8 TB/s peak)
+    copy_bytes_per_s=2.5e12,
+    copy_transpose_bytes_per_s=1.5e12,
+    copy_unaligned_bytes_per_s=0.75e12,
+    sm_bytes_per_s=120e9,  # ~64 B/clk from L2 per SM
+    smem_bytes_per_s=200e9,
+    dsmem_bytes_per_s=60e9,
+    # persistent grid with grouped tile order; B multicast across a 2-CTA cluster (no gain on the H200:
+    # 28.6 vs 29.6 us at 2048^3, 180.8 vs 182.1 at 4096^3); TMA-store epilogue overlapped with the next
+    # tile (180 vs 198 us at 4096^3)
+    hopper_bonus={"persistent": 40.0, "cluster": -3.0, "tma_store": 80.0},
+)
+
+# sm_80/86/89 (A100, A10/3090, L4/4090 class): the Hopper class rates without wgmma, scaled to an A100's
+# 312 TFLOPS dense fp16 peak and ~1.6 TB/s of DRAM; not measured here. mma.sync is the native tensor
+# path before Hopper and reaches a larger share of the peak there (~1.6x the share it gets on an H100).
+# Within one GPU only the ratios rank the candidates, so one table serves the family.
+_AMPERE_SCALE = 312.0 / 989.0 * 1.6
+AMPERE = ArchRates(
+    name="sm_80/86/89 (datasheet-scaled, not measured)",
+    ladder_tflops={k: v * _AMPERE_SCALE for k, v in
+                   {"cute": 430.0, "mma": 250.0, "wmma": 180.0, "cuda": 20.0, "sgemm": 40.0}.items()},
+    tf32_tflops=120.0 * _AMPERE_SCALE,
+    strided_mma_tflops={bm: v * _AMPERE_SCALE for bm, v in {16: 70.0, 32: 120.0, 64: 170.0, 128: 210.0}.items()},
+    strided_wgmma_tflops={},
+    simt_tflops={"f16": 8.0, "bf16": 8.0, "f32": 12.0},
+    dram_bytes_per_s=1.3e12,
+    copy_bytes_per_s=1.2e12,
+    copy_transpose_bytes_per_s=0.75e12,
+    copy_unaligned_bytes_per_s=0.4e12,
+    sm_bytes_per_s=90e9,
+    smem_bytes_per_s=150e9,
+    dsmem_bytes_per_s=60e9,  # unused: no clusters before sm_90
+)
+
+
+def rates_for(cc: tuple[int, int]) -> ArchRates:
+    return HOPPER if cc >= (9, 0) else AMPERE
+
+
+class CostModel:
+    """Prices recipes for one GPU (its architecture's rates and SM count) and one build."""
+
+    def __init__(self, rates: ArchRates, sm_count: int, manifest: Manifest | None = None):
+        self.rates, self.sm_count, self.manifest = rates, sm_count, manifest
+
+    @classmethod
+    def for_device(cls, cc: tuple[int, int], sm_count: int, manifest: Manifest | None = None) -> "CostModel":
+        return cls(rates_for(cc), sm_count, manifest)
+
+    def _step_rank(self, spec: KernelSpec) -> float:
+        """0 for the first rung of the kernel's ladder (same dtype and accumulation), 1 for the last."""
+        if self.manifest is None:
+            return 1.0
+        steps = [s.step for s in self.manifest.kernels.values()
+                 if s.ladder == spec.ladder and s.dtype == spec.dtype and s.acc == spec.acc]
+        lo, hi = min(steps), max(steps)
+        return 1.0 if hi == lo else (spec.step - lo) / (hi - lo)
+
+    def kernel_tflops(self, spec: KernelSpec) -> float:
+        r = self.rates
+        BM, BN, _ = spec.tile
+        if spec.role == "gemm_strided_mma":
+            return r.strided_mma_tflops.get(BM, 100.0)
+        if spec.role == "gemm_strided_wgmma":
+            return r.strided_wgmma_tflops.get((BM, BN), 400.0)
+        if spec.role == "gemm_strided_simt":
+            return r.simt_tflops.get(spec.dtype, 6.0)
+        rate = r.tf32_tflops if spec.ladder == "sgemm" and spec.acc == "tf32" else r.ladder_tflops.get(spec.ladder, 10.0)
+        if spec.ladder == "hopper":  # the Hopper steps are alternatives, not a maturity ladder
+            bonus = r.hopper_bonus
+            rate += bonus.get("persistent", 0.0) if spec.grid == "persistent" else 0.0
+            rate += bonus.get("cluster", 0.0) if spec.cluster != (1, 1, 1) else 0.0
+            rate += bonus.get("tma_store", 0.0) if "tmap:C" in spec.params else 0.0
+        else:
+            rate *= LADDER_FLOOR + (1 - LADDER_FLOOR) * self._step_rank(spec)
+        return rate * min(1.0, BM * BN / (BM + BN) / REUSE_FULL)
+
+    def gemm_us(self, spec: KernelSpec, g: Gemm, dtype: str) -> float:
+        """Estimated microseconds of one GEMM launch: the slowest of compute (at the class rate, scaled by
+        how evenly the CTAs spread over the SMs), DRAM traffic, and the operand panels one SM must stream."""
+        r = self.rates
+        isz = ITEMSIZE[dtype]
+        BM, BN, _ = spec.tile
+        tiles = math.ceil(g.M / BM) * math.ceil(g.N / BN) * g.splits
+        load = math.ceil(tiles / self.sm_count)  # CTAs on the busiest SM
+        eff = tiles / (load * self.sm_count)
+        Mt, Nt = math.ceil(g.M / BM) * BM, math.ceil(g.N / BN) * BN  # what the tiles compute, wasted or not
+        rate = self.kernel_tflops(spec)
+        if spec.role == "gemm" and "ptr:C" in spec.params and g.N % 2:
+            rate *= ODD_N_DIRECT_STORE
+        compute = 2.0 * Mt * Nt * g.K / (rate * 1e12 * eff)
+        memory = (g.M * g.K + g.K * g.N + g.M * g.N) * isz / r.dram_bytes_per_s
+        panel = load * (BM + BN) * (g.K / g.splits) * isz / r.sm_bytes_per_s
+        epilogue = 0.0
+        if spec.role in ("gemm_strided_mma", "gemm_strided_wgmma"):  # the fp32 tile goes through shared memory
+            tile_bytes = BM * BN * 4
+            epilogue = load * (tile_bytes / r.smem_bytes_per_s +
+                               (tile_bytes / r.dsmem_bytes_per_s if g.splits > 1 else 0.0))
+        return (max(compute, memory, panel) + epilogue) * 1e6
+
+    def copy_us(self, c: Copy, dtype: str, beta_zero: bool = True) -> float:
+        """A copy step: bytes over the rate its destination's access pattern reaches."""
+        r = self.rates
+        isz = ITEMSIZE[dtype]
+        nbytes = (c.src_rows * c.src_cols + c.dst.rows * c.dst.cols) * isz
+        if c.epilogue and not beta_zero:
+            nbytes += c.dst.rows * c.dst.cols * isz
+        if c.dst.cs != 1 and c.dst.rows > 1:
+            rate = r.copy_transpose_bytes_per_s
+        elif c.dst.align < 16 or (c.dst.rows > 1 and c.dst.rs * isz % 16):
+            rate = r.copy_unaligned_bytes_per_s
+        else:
+            rate = r.copy_bytes_per_s
+        return nbytes / rate * 1e6
+
+    def estimate_us(self, recipe: Recipe, dtype: str, beta_zero: bool = True) -> float:
+        if self.manifest is None:
+            raise ValueError("estimate_us needs the manifest the recipe's kernels come from")
+        t = 0.0
+        for step in recipe.steps:
+            if isinstance(step, Gemm):
+                t += self.gemm_us(self.manifest.kernels[step.kernel], step, dtype)
+            else:
+                t += self.copy_us(step, dtype, beta_zero)
+        return t + self.rates.launch_us * len(recipe.steps)

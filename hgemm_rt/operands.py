@@ -1,0 +1,318 @@
+"""The caller's arrays as matmul sees them: pointer, shape, byte strides, dtype, device, and the
+stream their pending work is on. No copies, and no per-call dictionaries for the common kinds.
+
+Recognised by type, read through their own cheap accessors:
+- our DeviceArray;
+- PyTorch tensors (any subclass, `nn.Parameter` and tensors that require grad included: matmul only
+  reads its inputs);
+- CuPy arrays;
+- JAX arrays (read-only: never an `out`);
+- numpy arrays (copied to the GPU; a numpy `out` is filled from the GPU result).
+Anything else is read through `__cuda_array_interface__` (v3, its `stream` key honoured) or DLPack
+(`__dlpack__(stream=consumer)`, so the producer orders its pending work before our stream).
+
+Streams (`consumer_stream`): an explicit stream= wins. Otherwise a call with PyTorch operands runs on
+torch's current stream of their device and one with CuPy operands on CuPy's current stream, as those
+libraries' own operations do; anything else on the legacy default stream. When the stream that runs
+the call is not the one a torch/CuPy producer is current on, or not the CAI `stream` of an operand,
+the call's stream first waits for that producer stream (an event), as both protocols require.
+
+`call_key(x)` is the cheap identity a repeat call is recognised by: everything validation depends
+on, read without building any object (None for kinds that have no cheap identity: those are read
+and validated in full on every call).
+"""
+from __future__ import annotations
+
+import sys
+import threading
+from typing import Any, Callable
+
+import numpy as np
+
+from ._driver import check, check_code, driver, native
+from .device import get_device, stream_handle
+from .dtypes import ITEMSIZE, dtype_code
+from .errors import ValidationError
+from .memory import DeviceArray, from_cai, from_dlpack
+
+LEGACY_STREAM = 1  # CU_STREAM_LEGACY, and DLPack's / CAI's name for the legacy default stream
+
+
+class Operand:
+    """One argument of a matmul, described."""
+
+    __slots__ = ("what", "ptr", "shape", "strides", "dtype", "device", "readonly", "host", "obj", "framework",
+                 "producer_stream", "keep")
+
+    def __init__(self, what: str, ptr: int, shape: tuple, strides: tuple, dtype: str, device: int | None,
+                 readonly: bool = False, host: np.ndarray | None = None, obj: Any = None, framework: str | None = None,
+                 producer_stream: int | None = None, keep: Any = None):
+        self.what, self.ptr, self.shape, self.strides, self.dtype = what, ptr, shape, strides, dtype
+        self.device, self.readonly, self.host, self.obj, self.framework = device, readonly, host, obj, framework
+        self.producer_stream = producer_stream  # CAI `stream`: work there must precede ours
+        self.keep = keep  # what must stay alive while the call runs (a DLPack capsule's owner)
+
+    @property
+    def itemsize(self) -> int:
+        return ITEMSIZE[self.dtype]
+
+    def array(self) -> DeviceArray:
+        """A DeviceArray view of a device operand (it keeps the caller's object alive)."""
+        return DeviceArray(self.ptr, self.shape, self.dtype, self.strides, owner=self.keep or self.obj,
+                           device=self.device or 0, readonly=self.readonly)
+
+
+# ---------------------------------------------------------------------------------------------------
+# the frameworks, found lazily (none of them is a dependency)
+# ---------------------------------------------------------------------------------------------------
+
+def _torch() -> Any:
+    return sys.modules.get("torch")
+
+
+def _cupy() -> Any:
+    return sys.modules.get("cupy")
+
+
+def _is_torch(x: Any) -> bool:
+    torch = _torch()
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def _is_cupy(x: Any) -> bool:
+    cupy = _cupy()
+    return cupy is not None and isinstance(x, cupy.ndarray)
+
+
+def _is_jax(x: Any) -> bool:
+    jax = sys.modules.get("jax")
+    return jax is not None and isinstance(x, jax.Array)
+
+
+_TORCH_DTYPES: dict[Any, str] = {}
+
+
+def _torch_dtype(t: Any) -> str:
+    code = _TORCH_DTYPES.get(t.dtype)
+    if code is None:
+        torch = _torch()
+        table = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32"}
+        if t.dtype not in table:
+            raise ValidationError(f"unsupported dtype {t.dtype}: use float16, bfloat16 or float32")
+        code = _TORCH_DTYPES[t.dtype] = table[t.dtype]
+    return code
+
+
+def torch_current_stream(device: int) -> int:
+    torch = _torch()
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return int(raw(device)) if raw is not None else int(torch.cuda.current_stream(device).cuda_stream)
+
+
+def cupy_current_stream(device: int) -> int:
+    cupy = _cupy()
+    with cupy.cuda.Device(device):
+        return int(cupy.cuda.get_current_stream().ptr)
+
+
+FRAMEWORK_STREAM: dict[str, Callable[[int], int]] = {"torch": torch_current_stream, "cupy": cupy_current_stream}
+
+
+# ---------------------------------------------------------------------------------------------------
+# describing an argument (the full path: every check, on first sight of a call)
+# ---------------------------------------------------------------------------------------------------
+
+def describe(x: Any, what: str, consumer_stream: int | None) -> Operand:
+    """The Operand for argument `x`. `consumer_stream` is the call's stream where the caller chose one
+    (a DLPack producer is asked to order its work before it)."""
+    if type(x) is DeviceArray or isinstance(x, DeviceArray):
+        x.check_open()
+        return Operand(what, x.ptr, x.shape, x.strides, x.dtype, x.device, x.readonly, obj=x)
+    if isinstance(x, np.ndarray):
+        return Operand(what, x.ctypes.data, tuple(x.shape), tuple(x.strides), dtype_code(x.dtype), None,
+                       not x.flags.writeable, host=x, obj=x)
+    if _is_torch(x):
+        if not x.is_cuda:
+            raise ValidationError(f"{what} is a torch tensor on {x.device}, not a CUDA GPU: move it with .cuda()")
+        isz = x.element_size()
+        return Operand(what, x.data_ptr(), tuple(x.shape), tuple(s * isz for s in x.stride()), _torch_dtype(x),
+                       x.get_device(), obj=x, framework="torch")
+    if _is_cupy(x):
+        return Operand(what, x.data.ptr, tuple(x.shape), tuple(x.strides), dtype_code(x.dtype), x.device.id,
+                       obj=x, framework="cupy")
+    if _is_jax(x):
+        x.block_until_ready()  # JAX runs its work on its own streams: the buffer must be complete
+        arr = from_dlpack(x, None) if dtype_code(x.dtype) == "bf16" else from_cai(x)
+        return Operand(what, arr.ptr, arr.shape, arr.strides, arr.dtype, arr.device, readonly=True, obj=x,
+                       keep=arr)
+    try:
+        has_cai = hasattr(x, "__cuda_array_interface__")
+    except TypeError:  # (torch raises TypeError, not AttributeError, for bf16 tensors)
+        has_cai = False
+    if has_cai:
+        arr, producer = from_cai(x), x.__cuda_array_interface__.get("stream")
+        if producer is not None and (not isinstance(producer, int) or producer == 0):
+            raise ValidationError(f"{what}: __cuda_array_interface__ stream {producer!r} is not a stream handle "
+                                  "(0 is disallowed by the protocol: 1 is the legacy default stream)")
+        return Operand(what, arr.ptr, arr.shape, arr.strides, arr.dtype, arr.device, arr.readonly, obj=x,
+                       producer_stream=producer, keep=arr)
+    if hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__"):
+        stream = consumer_stream if consumer_stream else LEGACY_STREAM  # DLPack: 0 is ambiguous, 1 = legacy
+        arr = from_dlpack(x, stream)
+        return Operand(what, arr.ptr, arr.shape, arr.strides, arr.dtype, arr.device, arr.readonly, obj=x, keep=arr)
+    raise ValidationError(f"{what} of type {type(x).__name__} is not a GPU array (no __cuda_array_interface__ "
+                          "or DLPack) nor a numpy array")
+
+
+# ---------------------------------------------------------------------------------------------------
+# the cheap identity of a repeat call
+# ---------------------------------------------------------------------------------------------------
+
+def _key_device_array(x: DeviceArray) -> tuple:
+    x.check_open()
+    return (x.ptr, x.shape, x.strides, x.dtype, x.device, x.readonly)
+
+
+def _key_torch(x: Any) -> tuple:
+    return (x.data_ptr(), x.shape, x.stride(), x.dtype, x.get_device(), x.requires_grad)
+
+
+def _key_cupy(x: Any) -> tuple:
+    return (x.data.ptr, x.shape, x.strides, x.dtype, x.device.id)
+
+
+_KEYERS: dict[type, Callable[[Any], tuple] | None] = {}
+
+
+def _keyer(tp: type, x: Any) -> Callable[[Any], tuple] | None:
+    if issubclass(tp, DeviceArray):
+        k = _key_device_array
+    elif _is_torch(x):
+        k = _key_torch
+    elif _is_cupy(x):
+        k = _key_cupy
+    else:
+        k = None  # numpy (its contents are copied every call), JAX, CAI/DLPack objects: the full path
+    _KEYERS[tp] = k
+    return k
+
+
+def call_key(x: Any) -> tuple | None:
+    """Everything validation reads of `x`, as a hashable tuple; None where there is no cheap identity.
+    Raises ValidationError for a closed DeviceArray."""
+    if x is None:
+        return ()
+    tp = type(x)
+    k = _KEYERS[tp] if tp in _KEYERS else _keyer(tp, x)
+    return None if k is None else k(x)
+
+
+# ---------------------------------------------------------------------------------------------------
+# streams
+# ---------------------------------------------------------------------------------------------------
+
+def consumer_stream(stream: Any, frameworks: tuple, device: int) -> int:
+    """The stream a call runs on: the explicit one, else the current stream of the operands'
+    framework (torch first), else the legacy default stream."""
+    if stream is not None:
+        return stream_handle(stream)
+    for fw in frameworks:
+        if fw in FRAMEWORK_STREAM:
+            return FRAMEWORK_STREAM[fw](device)
+    return 0
+
+
+def implied_stream(args: tuple) -> int | None:
+    """The current stream of the first torch/CuPy argument's framework (None if there is none): where a
+    call without stream= will run, and so what DLPack producers among the arguments are told."""
+    for x in args:
+        if _is_torch(x) and x.is_cuda:
+            return torch_current_stream(x.get_device())
+        if _is_cupy(x):
+            return cupy_current_stream(x.device.id)
+    return None
+
+
+class _Waits:
+    """One reusable event per device to make a stream wait for another's pending work."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._events: dict[int, Any] = {}
+
+    def wait(self, consumer: int, producer: int, device: int) -> None:
+        if producer == consumer or (producer in (0, LEGACY_STREAM) and consumer in (0, LEGACY_STREAM)):
+            return
+        drv = driver()
+        with self._lock:
+            ev = self._events.get(device)
+            if ev is None:
+                get_device(device)
+                ev = self._events[device] = check(drv.cuEventCreate(drv.CUevent_flags.CU_EVENT_DISABLE_TIMING),
+                                                  "cuEventCreate")
+            lib = native()
+            if lib is not None:
+                check_code(lib.cuEventRecord(int(ev), producer or None), "cuEventRecord (producer stream)")
+                check_code(lib.cuStreamWaitEvent(consumer or None, int(ev), 0), "cuStreamWaitEvent")
+            else:
+                check(drv.cuEventRecord(ev, producer), "cuEventRecord (producer stream)")
+                check(drv.cuStreamWaitEvent(consumer, ev, 0), "cuStreamWaitEvent")
+
+
+_waits = _Waits()
+
+
+def order_after_producers(ops: tuple, stream: int, device: int, explicit: bool) -> None:
+    """Make `stream` wait for the work the operands' producers have pending elsewhere: a CAI `stream`,
+    or (with an explicit stream=) the current stream of a torch/CuPy operand's framework."""
+    seen = set()
+    for op in ops:
+        if op is None:
+            continue
+        producer = op.producer_stream
+        if producer is None and explicit and op.framework in FRAMEWORK_STREAM:
+            producer = FRAMEWORK_STREAM[op.framework](device)
+        if producer is not None and producer not in seen:
+            seen.add(producer)
+            _waits.wait(stream, producer, device)
+
+
+def framework_waits(frameworks: tuple, stream: int, device: int) -> tuple:
+    """The producer streams a repeat call with an explicit stream must wait for (see above)."""
+    return tuple(s for s in {FRAMEWORK_STREAM[f](device) for f in frameworks if f in FRAMEWORK_STREAM}
+                 if s != stream)
+
+
+def wait_for(producers: tuple, stream: int, device: int) -> None:
+    for p in producers:
+        _waits.wait(stream, p, device)
+
+
+# ---------------------------------------------------------------------------------------------------
+# results
+# ---------------------------------------------------------------------------------------------------
+
+def result_ptr(x: Any) -> int:
+    """The address of a result made by new_result() or DeviceArray.empty()."""
+    if isinstance(x, DeviceArray):
+        return x.ptr
+    if _is_torch(x):
+        return x.data_ptr()
+    return x.data.ptr  # CuPy
+
+
+def new_result(like: Operand, M: int, N: int, device: int, stream: int) -> Any:
+    """A new C-contiguous M x N result in the framework of `like` (torch or CuPy), or None."""
+    if like.framework == "torch":
+        torch = _torch()
+        out = torch.empty((M, N), dtype=like.obj.dtype, device=like.obj.device)
+        if stream != torch_current_stream(device):  # the allocator must know which stream writes it
+            out.record_stream(torch.cuda.ExternalStream(stream or LEGACY_STREAM, device=like.obj.device))
+        return out
+    if like.framework == "cupy":
+        cupy = _cupy()
+        with cupy.cuda.Device(device):
+            return cupy.empty((M, N), dtype=like.obj.dtype)
+    return None
+
+

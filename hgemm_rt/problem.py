@@ -1,0 +1,194 @@
+"""The description of a matmul, as pure data (no GPU, tested on the CPU).
+
+Vocabulary of the matmul stack, one word per thing:
+- `View`: a 2-D operand (the user's A, B, C or a temporary) with element strides and address alignment.
+- `Problem`: C = alpha * A.B + beta * C as views, dtype and the accumulate= request.
+- `Route`: one kernel, whether the problem is solved as it stands or transposed (C^T = B^T A^T), and
+  its launch options; the planner chooses it, the tuning cache remembers the measured best.
+- `Recipe`: what a route needs to run a problem: temporaries (`Temp`), then `Copy` and `Gemm` steps.
+- `Execution` (executor.py): a Recipe made runnable on one device: temporaries allocated, launches
+  prepared. `Matmul` (api.py): the public plan object that owns the choice and its Execution.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, replace
+from typing import Any, Mapping
+
+from .dtypes import ITEMSIZE
+
+# accumulate= values accepted per input dtype; the first is the default. "f16" on fp16 inputs *allows*
+# fp16-accumulating kernels (cuBLAS COMPUTE_16F class error); "tf32" on fp32 inputs allows TF32 tensor
+# cores. The stricter choice is always allowed to run (an fp32-accumulating kernel satisfies "f16").
+ACCUMULATE = {"f16": ("f32", "f16"), "bf16": ("f32",), "f32": ("f32", "tf32")}
+
+__all__ = ["ACCUMULATE", "ITEMSIZE", "Copy", "Gemm", "Problem", "Recipe", "Route", "Temp", "View", "problem_of_arrays",
+           "ptr_alignment", "view_of"]
+
+
+def ptr_alignment(ptr: int) -> int:
+    """The largest power of two (up to 256) dividing a byte address."""
+    a = 1
+    while a < 256 and ptr % (a * 2) == 0:
+        a *= 2
+    return a
+
+
+@dataclass(frozen=True)
+class View:
+    """A 2-D operand: the user's A, B or C (or a temporary), element strides, address alignment."""
+
+    base: str  # "A" | "B" | "C" (the user's operands) or the name of a temporary buffer
+    rows: int
+    cols: int
+    rs: int  # row stride in elements
+    cs: int  # column stride in elements
+    align: int  # bytes; alignment of the address of element (0, 0)
+
+    @staticmethod
+    def make(base: str, rows: int, cols: int, rs: int, cs: int, align: int) -> "View":
+        # A stride of a length-1 dimension is never used: normalise it so that a single row or column
+        # is recognised as dense whatever stride its producer reported.
+        if cols == 1:
+            cs = 1
+        if rows == 1:
+            rs = cols
+        return View(base, rows, cols, rs, cs, align)
+
+    @property
+    def T(self) -> "View":
+        return View.make(self.base, self.cols, self.rows, self.cs, self.rs, self.align)
+
+    @property
+    def row_major(self) -> bool:
+        return self.cs == 1 and (self.rows == 1 or self.rs >= self.cols)
+
+    def dense(self) -> bool:
+        return self.cs == 1 and (self.rows == 1 or self.rs == self.cols)
+
+    def sig(self) -> str:
+        return f"{self.rows}x{self.cols}:{self.rs},{self.cs}@{self.align}"  # align: kernels need up to 32
+
+
+@dataclass(frozen=True)
+class Problem:
+    dtype: str
+    acc: str  # the accumulate= request
+    a: View  # M x K
+    b: View  # K x N
+    c: View  # M x N
+    plain: bool  # alpha == 1 and beta == 0: a kernel may store straight into C
+    beta_zero: bool  # beta == 0: C is write-only
+
+    @property
+    def M(self) -> int:
+        return self.a.rows
+
+    @property
+    def N(self) -> int:
+        return self.b.cols
+
+    @property
+    def K(self) -> int:
+        return self.a.cols
+
+    @functools.cached_property
+    def key_str(self) -> str:
+        return self.key()
+
+    def key(self) -> str:
+        """The autotune-cache key: everything a route's validity and speed depend on."""
+        mode = "plain" if self.plain else ("axpby" if not self.beta_zero else "alpha")
+        return (f"{self.dtype}/{self.acc}/{self.M}x{self.N}x{self.K}/A{self.a.sig()}/B{self.b.sig()}/"
+                f"C{self.c.sig()}/{mode}")
+
+    def transposed(self) -> "Problem":
+        """C^T = B^T . A^T: the same product with the operands' roles swapped."""
+        return replace(self, a=self.b.T, b=self.a.T, c=self.c.T)
+
+
+@dataclass(frozen=True)
+class Route:
+    kernel: str
+    transpose: bool = False
+    options: tuple[tuple[str, Any], ...] = ()  # sorted (key, value) pairs: variant axes, swizzle, splits
+
+    def opts(self) -> dict[str, Any]:
+        return dict(self.options)
+
+    def to_json(self) -> dict:
+        return {"kernel": self.kernel, "transpose": self.transpose, "options": dict(self.options)}
+
+    @staticmethod
+    def from_json(d: Mapping[str, Any]) -> "Route":
+        opts = d.get("options", {})
+        if not isinstance(d.get("kernel"), str) or not isinstance(d.get("transpose"), bool) or \
+                not isinstance(opts, dict) or not all(isinstance(v, (str, int, bool)) for v in opts.values()):
+            raise ValueError(f"malformed route {d!r}")
+        return Route(d["kernel"], d["transpose"], tuple(sorted(opts.items())))
+
+    def __str__(self) -> str:
+        o = ",".join(f"{k}={v}" for k, v in self.options)
+        return f"{self.kernel}{'[T]' if self.transpose else ''}{'(' + o + ')' if o else ''}"
+
+
+@dataclass(frozen=True)
+class Temp:
+    name: str
+    rows: int
+    cols: int  # row-major, the problem's dtype
+    stride: int = 0  # elements between rows (0: cols, dense)
+
+    @property
+    def row_stride(self) -> int:
+        return self.stride or self.cols
+
+
+@dataclass(frozen=True)
+class Copy:
+    """A "copy"-role kernel: dst (rows x cols) = alpha * src (zero outside src_rows x src_cols) + beta * dst."""
+
+    kernel: str
+    src: View
+    dst: View
+    src_rows: int
+    src_cols: int
+    epilogue: bool  # True: the user's alpha/beta; False: a plain copy (alpha 1, beta 0)
+
+
+@dataclass(frozen=True)
+class Gemm:
+    kernel: str
+    role: str  # the kernel's declared role (manifest.ROLES)
+    a: View
+    b: View  # "gemm": K x N (NN) or N x K (TN) as the kernel takes it; strided roles: as given (variant b)
+    c: View
+    M: int
+    N: int
+    K: int
+    variant: tuple[tuple[str, Any], ...] = ()
+    swizzle: bool = False
+    swizzle_stride: int | None = None
+    splits: int = 1
+    epilogue: bool = False  # the kernel applies the user's alpha/beta itself
+
+
+@dataclass(frozen=True)
+class Recipe:
+    route: Route
+    temps: tuple[Temp, ...]
+    steps: tuple[Any, ...]  # Copy | Gemm, in order
+    copy_bytes: int = 0
+
+
+def view_of(base: str, array: Any) -> View:
+    """The View of a 2-D device array (anything with ptr, shape, byte strides and itemsize)."""
+    isz = array.itemsize
+    return View.make(base, array.shape[0], array.shape[1], array.strides[0] // isz, array.strides[1] // isz,
+                     ptr_alignment(array.ptr))
+
+
+def problem_of_arrays(a: Any, b: Any, c: Any, acc: str, alpha: float, beta: float) -> Problem:
+    """The Problem of C = alpha * A.B + beta * C on three 2-D device arrays."""
+    return Problem(a.dtype, acc, view_of("A", a), view_of("B", b), view_of("C", c),
+                   plain=(alpha == 1.0 and beta == 0.0), beta_zero=(beta == 0.0))
