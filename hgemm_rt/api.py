@@ -42,9 +42,9 @@ from . import operands as ops
 from . import planner, tuning
 from ._driver import check, driver
 from .device import get_device, stream_handle
-from .errors import ValidationError
+from .errors import DriverError, ValidationError
 from .executor import Execution
-from .launcher import ArrayRef
+from .launcher import CONTEXT_ERRORS, ArrayRef
 from .memory import DeviceArray, byte_extent
 from .operands import Operand
 from .problem import ACCUMULATE, Problem, Recipe, View, view_of
@@ -270,31 +270,37 @@ class Bound:
     """A validated call, ready to run again on operands of the same identity: the per-call work is
     the stream, the result (if new), the parameter lookup and the launches."""
 
-    __slots__ = ("call", "problem", "recipe", "dev", "stream_fn", "executions", "result_like", "alpha", "beta")
+    __slots__ = ("call", "problem", "recipe", "dev", "device", "fixed_stream", "stream_fn", "executions",
+                 "result_like", "alpha", "beta", "waits")
 
     def __init__(self, call: Call, problem: Problem, recipe: Recipe):
         self.call, self.problem, self.recipe = call, problem, recipe
         self.dev = get_device(call.device)
+        self.device = call.device
         self.alpha, self.beta = call.alpha, call.beta
+        self.fixed_stream = call.stream
         # without stream=, the framework's current stream is read on every call (it can change)
         fw = next((f for f in call.frameworks if f in ops.FRAMEWORK_STREAM), None)
-        self.stream_fn = None if call.explicit_stream or fw is None else ops.FRAMEWORK_STREAM[fw]
+        self.stream_fn = None if call.explicit_stream or fw is None else fw
         self.executions: dict[int, Execution] = {}
         self.result_like = next((op for op in (call.a, call.b) if op.framework), None)
+        # stream= given on framework operands: the framework's current stream is a producer to wait for
+        self.waits = bool(call.explicit_stream and call.frameworks)
 
     def stream(self) -> int:
-        return self.call.stream if self.stream_fn is None else self.stream_fn(self.call.device)
+        fw = self.stream_fn
+        return self.fixed_stream if fw is None else ops.FRAMEWORK_STREAM[fw](self.device)
 
     def execution(self, stream: int) -> Execution:
         ex = self.executions.get(stream)
         if ex is None or ex.closed:
-            ex = self.executions[stream] = plans.execution(self.recipe, self.problem, self.call.device, stream)
+            ex = self.executions[stream] = plans.execution(self.recipe, self.problem, self.device, stream)
         return ex
 
     def new_result(self, stream: int) -> Any:
         c = self.call
         if self.result_like is not None:
-            return ops.new_result(self.result_like, c.M, c.N, c.device, stream)
+            return ops.new_result(self.result_like, c.M, c.N, c.device, stream, c.explicit_stream)
         if stream and _is_capturing(stream):
             raise ValidationError("matmul: pass out= when capturing a CUDA graph (the result cannot be allocated "
                                   "inside the capture)")
@@ -302,16 +308,24 @@ class Bound:
 
     def run(self, pa: int, pb: int, out: Any, pc: int) -> Any:
         """Launch on A, B at pa, pb into `out` at pc (None: a new result). Returns the result."""
-        s = self.stream()
-        ex = self.execution(s)
-        c = self.call
-        if c.explicit_stream and c.frameworks:
-            ops.wait_for(ops.framework_waits(c.frameworks, s, c.device), s, c.device)
-        self.dev.ensure_current()
+        fw = self.stream_fn
+        s = self.fixed_stream if fw is None else ops.FRAMEWORK_STREAM[fw](self.device)
+        ex = self.executions.get(s)
+        if ex is None or ex.closed:
+            ex = self.execution(s)
+        if self.waits:
+            ops.wait_for(ops.framework_waits(self.call.frameworks, s, self.device), s, self.device)
         if out is None:
             out = self.new_result(s)
             pc = ops.result_ptr(out)
-        ex.launch(ex.pack((pa, pb, pc), self.alpha, self.beta), s)
+        packed = ex.pack((pa, pb, pc), self.alpha, self.beta)
+        try:
+            ex.launch(packed, s)
+        except DriverError as exc:  # another context is current on this thread: make ours current, retry
+            if exc.result_name not in CONTEXT_ERRORS:
+                raise
+            self.dev.make_current()
+            ex.launch(packed, s)
         return out
 
     def run_full(self) -> Any:
@@ -456,15 +470,17 @@ class Matmul:
 def matmul(a: Any, b: Any, out: Any = None, *, alpha: float = 1.0, beta: float = 0.0,
            accumulate: str | None = None, kernel: str = "auto", stream: Any = None) -> Any:
     """C = alpha * a.b + beta * C (see the module docstring). Returns `out`, or the new result."""
-    try:
-        ka, kb, kc = ops.call_key(a), ops.call_key(b), ops.call_key(out)
-        key = (ka, kb, kc, alpha, beta, accumulate, kernel, _stream_key(stream)) \
-            if ka is not None and kb is not None and kc is not None else None
-        bound = plans.calls.get(key) if key is not None else None
-    except TypeError:  # unhashable scalars or stream: the full path says what is wrong with them
-        key = bound = None
-    if bound is not None:
-        return bound.run(ka[0], kb[0], out, kc[0] if kc else 0)
+    ka, kb, kc = ops.call_key(a), ops.call_key(b), ops.call_key(out)
+    key = None
+    if ka is not None and kb is not None and kc is not None:
+        try:
+            key = (ka, kb, kc, alpha, beta, accumulate, kernel,
+                   stream if stream is None or type(stream) is int else stream_handle(stream))
+            bound = plans.calls.get(key)
+        except (TypeError, ValidationError):  # unhashable scalars, an odd stream: the full path says why
+            key = bound = None
+        if bound is not None:
+            return bound.run(ka[0], kb[0], out, kc[0] if kc else 0)
     mm = Matmul(a, b, out, alpha=alpha, beta=beta, accumulate=accumulate, kernel=kernel, stream=stream)
     bound = Bound(mm.call, mm.problem, mm.recipe)
     result = bound.run_full()

@@ -117,7 +117,11 @@ class Execution:
 
     def launch(self, packed: list[PackedParams], stream: int) -> None:
         """Launch every step with parameters from pack(), in order, on `stream`."""
-        for st, params in zip(self.steps, packed):
+        steps = self.steps
+        if len(steps) == 1:
+            steps[0].launch(packed[0], stream)
+            return
+        for st, params in zip(steps, packed):
             st.launch(params, stream)
 
     def launch_step(self, i: int, packed: list[PackedParams], stream: int) -> None:

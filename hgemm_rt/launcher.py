@@ -235,55 +235,61 @@ def _launch_struct(cfg: LaunchConfig, stream: int) -> Any:
     return lc
 
 
+# a launch with another context current (a thread that never made ours current, another device's
+# context left by a framework) fails with one of these; the caller makes the context current and retries
+CONTEXT_ERRORS = ("CUDA_ERROR_INVALID_CONTEXT", "CUDA_ERROR_INVALID_HANDLE", "CUDA_ERROR_CONTEXT_IS_DESTROYED")
+
+
 class KernelLaunch:
     """One function with its launch geometry fixed. Calling it launches with a packed parameter array
     on a stream: one driver call (cuLaunchKernel, or cuLaunchKernelEx with a cluster attribute)."""
 
-    __slots__ = ("fn", "cfg", "handle", "_lib", "_configs", "_lock")
+    __slots__ = ("fn", "cfg", "_lib", "_head", "_configs", "_lock")
 
     def __init__(self, fn: LoadedFunction, cfg: LaunchConfig):
         self.fn, self.cfg = fn, cfg
-        self.handle = int(fn.handle)
         self._lib = native()
-        self._configs: dict[int, Any] = {}  # stream -> launch config struct (clusters), built once
+        # cuLaunchKernel's leading arguments, converted once
+        self._head = (int(fn.handle), *cfg.grid, *cfg.block, cfg.dsmem) if self._lib is not None else None
+        self._configs: dict[int, Any] = {}  # stream -> (launch config struct, its address): clusters
         self._lock = threading.Lock()
 
     def _config(self, stream: int) -> Any:
         cfg = self.cfg
         if self._lib is None:
-            return _launch_struct(cfg, stream)
+            return _launch_struct(cfg, stream), 0
         lc = _LaunchConfig(*cfg.grid, *cfg.block, cfg.dsmem, stream or None)
         attr = _LaunchAttribute()
         attr.id = int(driver().CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
         attr.value[0], attr.value[1], attr.value[2] = cfg.cluster
         lc.attrs, lc.numAttrs = ctypes.pointer(attr), 1  # (the pointer keeps attr alive in lc._objects)
-        return lc
+        return lc, ctypes.addressof(lc)
 
     def __call__(self, params: PackedParams, stream: int) -> None:
-        cfg, lib = self.cfg, self._lib
-        if cfg.cluster == (1, 1, 1):
+        lib = self._lib
+        if self.cfg.cluster == (1, 1, 1):
             if lib is not None:
-                g, b = cfg.grid, cfg.block
-                code = lib.cuLaunchKernel(self.handle, g[0], g[1], g[2], b[0], b[1], b[2], cfg.dsmem, stream or None,
-                                          params.address, None)
+                code = lib.cuLaunchKernel(*self._head, stream or None, params.address, None)
                 if code:
-                    check_code(code, "cuLaunchKernel", cfg.symbol)
+                    check_code(code, "cuLaunchKernel", self.cfg.symbol)
                 return
+            cfg = self.cfg
             check(driver().cuLaunchKernel(self.fn.handle, *cfg.grid, *cfg.block, cfg.dsmem, stream, params.address, 0),
                   "cuLaunchKernel", cfg.symbol)
             return
-        lc = self._configs.get(stream)
-        if lc is None:
+        entry = self._configs.get(stream)
+        if entry is None:
             with self._lock:
-                lc = self._configs[stream] = self._config(stream)
+                entry = self._configs[stream] = self._config(stream)
                 if len(self._configs) > 16:
                     self._configs.pop(next(iter(self._configs)))
         if lib is not None:
-            code = lib.cuLaunchKernelEx(ctypes.addressof(lc), self.handle, params.address, None)
+            code = lib.cuLaunchKernelEx(entry[1], self._head[0], params.address, None)
             if code:
-                check_code(code, "cuLaunchKernelEx", cfg.symbol)
+                check_code(code, "cuLaunchKernelEx", self.cfg.symbol)
             return
-        check(driver().cuLaunchKernelEx(lc, self.fn.handle, params.address, 0), "cuLaunchKernelEx", cfg.symbol)
+        check(driver().cuLaunchKernelEx(entry[0], self.fn.handle, params.address, 0), "cuLaunchKernelEx",
+              self.cfg.symbol)
 
 
 def launch_spec(manifest: Manifest, spec: KernelSpec, a: Any, b: Any, c: Any, *, stream: Any = None,

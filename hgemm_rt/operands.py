@@ -105,8 +105,11 @@ def _torch_dtype(t: Any) -> str:
 
 def torch_current_stream(device: int) -> int:
     torch = _torch()
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    return int(raw(device)) if raw is not None else int(torch.cuda.current_stream(device).cuda_stream)
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # what torch's own ops read: no Stream object
+    if raw is not None:
+        FRAMEWORK_STREAM["torch"] = raw  # later calls go straight to it
+        return int(raw(device))
+    return int(torch.cuda.current_stream(device).cuda_stream)
 
 
 def cupy_current_stream(device: int) -> int:
@@ -115,6 +118,7 @@ def cupy_current_stream(device: int) -> int:
         return int(cupy.cuda.get_current_stream().ptr)
 
 
+# framework -> its current stream on a device, as an integer handle
 FRAMEWORK_STREAM: dict[str, Callable[[int], int]] = {"torch": torch_current_stream, "cupy": cupy_current_stream}
 
 
@@ -173,12 +177,13 @@ def _key_device_array(x: DeviceArray) -> tuple:
     return (x.ptr, x.shape, x.strides, x.dtype, x.device, x.readonly)
 
 
+# (The device is not part of a key: with unified addressing an address belongs to one device.)
 def _key_torch(x: Any) -> tuple:
-    return (x.data_ptr(), x.shape, x.stride(), x.dtype, x.get_device(), x.requires_grad)
+    return (x.data_ptr(), x.shape, x.stride(), x.dtype, x.requires_grad)
 
 
 def _key_cupy(x: Any) -> tuple:
-    return (x.data.ptr, x.shape, x.strides, x.dtype, x.device.id)
+    return (x.data.ptr, x.shape, x.strides, x.dtype)
 
 
 _KEYERS: dict[type, Callable[[Any], tuple] | None] = {}
@@ -202,8 +207,9 @@ def call_key(x: Any) -> tuple | None:
     Raises ValidationError for a closed DeviceArray."""
     if x is None:
         return ()
-    tp = type(x)
-    k = _KEYERS[tp] if tp in _KEYERS else _keyer(tp, x)
+    k = _KEYERS.get(type(x), _keyer)
+    if k is _keyer:
+        k = _keyer(type(x), x)
     return None if k is None else k(x)
 
 
@@ -301,13 +307,13 @@ def result_ptr(x: Any) -> int:
     return x.data.ptr  # CuPy
 
 
-def new_result(like: Operand, M: int, N: int, device: int, stream: int) -> Any:
-    """A new C-contiguous M x N result in the framework of `like` (torch or CuPy), or None."""
+def new_result(like: Operand, M: int, N: int, device: int, stream: int, foreign_stream: bool) -> Any:
+    """A new C-contiguous M x N result in the framework of `like` (torch or CuPy), or None.
+    `foreign_stream`: the call runs on a stream that may not be the framework's current one."""
     if like.framework == "torch":
-        torch = _torch()
-        out = torch.empty((M, N), dtype=like.obj.dtype, device=like.obj.device)
-        if stream != torch_current_stream(device):  # the allocator must know which stream writes it
-            out.record_stream(torch.cuda.ExternalStream(stream or LEGACY_STREAM, device=like.obj.device))
+        out = like.obj.new_empty((M, N))  # like's dtype and device; cheaper than torch.empty's keywords
+        if foreign_stream and stream != torch_current_stream(device):  # the allocator must know who writes it
+            out.record_stream(_torch().cuda.ExternalStream(stream or LEGACY_STREAM, device=like.obj.device))
         return out
     if like.framework == "cupy":
         cupy = _cupy()
