@@ -78,7 +78,6 @@ def gpu_available() -> bool:
 # integers (int(handle) of the cuda-python objects), results are checked like every other call.
 
 _P = ctypes.c_void_p
-_U = ctypes.c_uint
 
 
 @functools.lru_cache(maxsize=None)
@@ -90,12 +89,11 @@ def native() -> Any | None:
     except OSError:
         return None
     protos = {
-        "cuLaunchKernel": [_P, _U, _U, _U, _U, _U, _U, _U, _P, _P, _P],
         "cuLaunchKernelEx": [_P, _P, _P, _P],
         "cuCtxGetCurrent": [ctypes.POINTER(_P)],
         "cuCtxSetCurrent": [_P],
         "cuEventRecord": [_P, _P],
-        "cuStreamWaitEvent": [_P, _P, _U],
+        "cuStreamWaitEvent": [_P, _P, ctypes.c_uint],
     }
     try:
         for name, args in protos.items():

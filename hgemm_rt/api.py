@@ -366,10 +366,6 @@ class Bound:
         return result
 
 
-def _stream_key(stream: Any) -> Any:
-    return stream if stream is None or type(stream) is int else stream_handle(stream)
-
-
 # ---------------------------------------------------------------------------------------------------
 # the public objects
 # ---------------------------------------------------------------------------------------------------
@@ -410,21 +406,23 @@ class Matmul:
         """Run on new buffers of the same description (no arguments: the ones it was made with)."""
         if a is None and b is None and out is None:
             a, b, out = self._args
-        key = None
+        keys = ops.KEYERS
         try:
-            ka, kb, kc = ops.call_key(a), ops.call_key(b), ops.call_key(out)
-            if ka is not None and kb is not None and kc is not None:
-                key = (ka, kb, kc, _stream_key(stream))
-                bound = self._bound.get(key)
-                if bound is not None:
-                    return bound.run(ka[0], kb[0], out, kc[0] if kc else 0)
-        except TypeError:  # an unhashable stream object: the full path says what is wrong with it
-            key = None
+            key = (keys[type(a)](a), keys[type(b)](b), keys[type(out)](out), stream)
+            bound = self._bound[key]
+        except (KeyError, TypeError):
+            key, bound = None, None
+        if bound is not None:
+            return bound.run(key[0][0], key[1][0], out, key[2][0] if out is not None else 0)
         o = self._options
         bound = self.bind(validate_call(a, b, out, o["alpha"], o["beta"], o["accumulate"], o["kernel"], stream))
         result = bound.run_full()
-        if key is not None:
-            self._bound[key] = bound
+        ka, kb, kc = ops.call_key(a), ops.call_key(b), ops.call_key(out)
+        if ka is not None and kb is not None and kc is not None:
+            try:
+                self._bound[(ka, kb, kc, stream)] = bound
+            except TypeError:  # an unhashable stream object
+                pass
         return result
 
     def autotune(self, *, candidates: int = 8, iters: int = 10, warmup: int = 2, save: bool = True) -> list[dict]:
@@ -470,21 +468,27 @@ class Matmul:
 def matmul(a: Any, b: Any, out: Any = None, *, alpha: float = 1.0, beta: float = 0.0,
            accumulate: str | None = None, kernel: str = "auto", stream: Any = None) -> Any:
     """C = alpha * a.b + beta * C (see the module docstring). Returns `out`, or the new result."""
-    ka, kb, kc = ops.call_key(a), ops.call_key(b), ops.call_key(out)
-    key = None
-    if ka is not None and kb is not None and kc is not None:
-        try:
-            key = (ka, kb, kc, alpha, beta, accumulate, kernel,
-                   stream if stream is None or type(stream) is int else stream_handle(stream))
-            bound = plans.calls.get(key)
-        except (TypeError, ValidationError):  # unhashable scalars, an odd stream: the full path says why
-            key = bound = None
-        if bound is not None:
-            return bound.run(ka[0], kb[0], out, kc[0] if kc else 0)
+    keys = ops.KEYERS  # a repeat call: the operands' identities and the options find the validated call
+    try:
+        key = (keys[type(a)](a), keys[type(b)](b), keys[type(out)](out), alpha, beta, accumulate, kernel, stream)
+        bound = plans.calls[key]
+    except (KeyError, TypeError):  # new, uncacheable or unhashable: validate in full
+        return _first_call(a, b, out, alpha, beta, accumulate, kernel, stream)
+    return bound.run(key[0][0], key[1][0], out, key[2][0] if out is not None else 0)
+
+
+def _first_call(a: Any, b: Any, out: Any, alpha: Any, beta: Any, accumulate: str | None, kernel: str,
+                stream: Any) -> Any:
     mm = Matmul(a, b, out, alpha=alpha, beta=beta, accumulate=accumulate, kernel=kernel, stream=stream)
     bound = Bound(mm.call, mm.problem, mm.recipe)
     result = bound.run_full()
-    if key is not None:
+    ka, kb, kc = ops.call_key(a), ops.call_key(b), ops.call_key(out)
+    if ka is not None and kb is not None and kc is not None:
+        key = (ka, kb, kc, alpha, beta, accumulate, kernel, stream)
+        try:
+            hash(key)
+        except TypeError:  # an unhashable stream object or scalar: every call takes this path
+            return result
         plans.remember(key, bound)
     return result
 

@@ -34,6 +34,8 @@ class ArchRates:
     smem_bytes_per_s: float  # one SM writing and re-reading its fp32 partial tile (strided GEMM epilogue)
     dsmem_bytes_per_s: float  # one SM summing its rows of the cluster's partial tiles (split-K epilogue)
     launch_us: float = 2.5  # GPU-side cost of one more kernel in the sequence
+    cluster_launch_us: float = 0.0  # extra latency of a split-K launch (a cluster of CTAs along K)
+    strided_tile_latency_us: float = 0.0  # per 128 x 128 of tile: a strided-role CTA's fill and fp32 epilogue
     hopper_bonus: Mapping[str, float] = field(default_factory=dict)  # persistent / cluster / tma_store
 
 
@@ -62,6 +64,11 @@ HOPPER = ArchRates(
     # 28.6 vs 29.6 us at 2048^3, 180.8 vs 182.1 at 4096^3); TMA-store epilogue overlapped with the next
     # tile (180 vs 198 us at 4096^3)
     hopper_bonus={"persistent": 40.0, "cluster": -3.0, "tma_store": 80.0},
+    # latencies, the floor of a tiny problem's time: warm per-launch GPU times at 64^3 (H100, CUDA-graph
+    # replay) of a split launch are 1.0-1.4 us above the same kernel unsplit, and the strided-role
+    # tiles add ~1.2-3 us per 128 x 128 (pipeline fill, fp32 epilogue through shared memory)
+    cluster_launch_us=1.2,
+    strided_tile_latency_us=1.5,
 )
 
 # sm_80/86/89 (A100, A10/3090, L4/4090 class): the Hopper class rates without wgmma, scaled to an A100's
@@ -146,11 +153,14 @@ class CostModel:
         memory = (g.M * g.K + g.K * g.N + g.M * g.N) * isz / r.dram_bytes_per_s
         panel = load * (BM + BN) * (g.K / g.splits) * isz / r.sm_bytes_per_s
         epilogue = 0.0
+        latency = r.cluster_launch_us if g.splits > 1 else 0.0
         if spec.role in ("gemm_strided_mma", "gemm_strided_wgmma"):  # the fp32 tile goes through shared memory
             tile_bytes = BM * BN * 4
             epilogue = load * (tile_bytes / r.smem_bytes_per_s +
                                (tile_bytes / r.dsmem_bytes_per_s if g.splits > 1 else 0.0))
-        return (max(compute, memory, panel) + epilogue) * 1e6
+            latency += r.strided_tile_latency_us * BM * BN / (128 * 128)
+        # a problem too small to keep the GPU busy costs the launch's latency instead
+        return max((max(compute, memory, panel) + epilogue) * 1e6, latency)
 
     def copy_us(self, c: Copy, dtype: str, beta_zero: bool = True) -> float:
         """A copy step: bytes over the rate its destination's access pattern reaches."""

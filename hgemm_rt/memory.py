@@ -32,6 +32,10 @@ class DeviceArray:
         self.readonly = readonly
         self._owner = owner  # foreign object (or DLPack capsule) kept alive for a view
         self._finalizer: weakref.finalize | None = None
+        # one cell shared by an owning array and every view of it: [False] once the memory is freed
+        self.memory_live: list[bool] = owner.memory_live if isinstance(owner, DeviceArray) else [True]
+        # everything a matmul call's validation reads of this array (see operands.call_key)
+        self.identity = (self.ptr, self.shape, self.strides, dtype, device, readonly)
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
@@ -43,7 +47,7 @@ class DeviceArray:
         dev = get_device(device)
         ptr = check(driver().cuMemAlloc(nbytes), f"cuMemAlloc({nbytes} bytes)")
         arr = cls(int(ptr), tuple(int(s) for s in shape), code, device=device)
-        arr._finalizer = weakref.finalize(arr, _free, dev, ptr)
+        arr._finalizer = weakref.finalize(arr, _free, dev, ptr, arr.memory_live)
         return arr
 
     @classmethod
@@ -80,7 +84,7 @@ class DeviceArray:
 
     @property
     def closed(self) -> bool:
-        return self._finalizer is not None and not self._finalizer.alive
+        return not self.memory_live[0]
 
     @property
     def __cuda_array_interface__(self) -> dict:
@@ -124,7 +128,7 @@ class DeviceArray:
         self.close()
 
     def check_open(self) -> None:
-        if self.closed or (isinstance(self._owner, DeviceArray) and self._owner.closed):
+        if not self.memory_live[0]:
             raise ValidationError("this device array was closed; its memory is freed")
 
     def __repr__(self) -> str:
@@ -140,7 +144,8 @@ def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-def _free(device: Any, ptr: Any) -> None:
+def _free(device: Any, ptr: Any, live: list[bool]) -> None:
+    live[0] = False
     try:
         device.make_current()
         driver().cuMemFree(ptr)

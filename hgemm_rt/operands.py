@@ -173,8 +173,9 @@ def describe(x: Any, what: str, consumer_stream: int | None) -> Operand:
 # ---------------------------------------------------------------------------------------------------
 
 def _key_device_array(x: DeviceArray) -> tuple:
-    x.check_open()
-    return (x.ptr, x.shape, x.strides, x.dtype, x.device, x.readonly)
+    if not x.memory_live[0]:
+        x.check_open()  # raises
+    return x.identity
 
 
 # (The device is not part of a key: with unified addressing an address belongs to one device.)
@@ -186,31 +187,34 @@ def _key_cupy(x: Any) -> tuple:
     return (x.data.ptr, x.shape, x.strides, x.dtype)
 
 
-_KEYERS: dict[type, Callable[[Any], tuple] | None] = {}
+def _no_key(x: Any) -> tuple:
+    raise KeyError(type(x))  # numpy (copied every call), JAX, CAI/DLPack objects: the full path
 
 
-def _keyer(tp: type, x: Any) -> Callable[[Any], tuple] | None:
-    if issubclass(tp, DeviceArray):
-        k = _key_device_array
-    elif _is_torch(x):
-        k = _key_torch
-    elif _is_cupy(x):
-        k = _key_cupy
-    else:
-        k = None  # numpy (its contents are copied every call), JAX, CAI/DLPack objects: the full path
-    _KEYERS[tp] = k
-    return k
+# type -> its key function, for the types seen so far (call_key() adds new ones); a key function
+# raises KeyError for a kind without a cheap identity. A repeat call reads KEYERS[type(x)](x) directly.
+KEYERS: dict[type, Callable[[Any], tuple]] = {type(None): lambda x: ()}
 
 
 def call_key(x: Any) -> tuple | None:
     """Everything validation reads of `x`, as a hashable tuple; None where there is no cheap identity.
     Raises ValidationError for a closed DeviceArray."""
-    if x is None:
-        return ()
-    k = _KEYERS.get(type(x), _keyer)
-    if k is _keyer:
-        k = _keyer(type(x), x)
-    return None if k is None else k(x)
+    tp = type(x)
+    k = KEYERS.get(tp)
+    if k is None:
+        if issubclass(tp, DeviceArray):
+            k = _key_device_array
+        elif _is_torch(x):
+            k = _key_torch
+        elif _is_cupy(x):
+            k = _key_cupy
+        else:
+            k = _no_key
+        KEYERS[tp] = k
+    try:
+        return k(x)
+    except KeyError:
+        return None
 
 
 # ---------------------------------------------------------------------------------------------------
