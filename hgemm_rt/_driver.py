@@ -94,6 +94,8 @@ def native() -> Any | None:
         "cuCtxSetCurrent": [_P],
         "cuEventRecord": [_P, _P],
         "cuStreamWaitEvent": [_P, _P, ctypes.c_uint],
+        "cuTensorMapEncodeTiled": [_P, ctypes.c_int, ctypes.c_uint32, _P, _P, _P, _P, _P, ctypes.c_int, ctypes.c_int,
+                                   ctypes.c_int, ctypes.c_int],
     }
     try:
         for name, args in protos.items():

@@ -271,7 +271,7 @@ class Bound:
     the stream, the result (if new), the parameter lookup and the launches."""
 
     __slots__ = ("call", "problem", "recipe", "dev", "device", "fixed_stream", "stream_fn", "executions",
-                 "result_like", "alpha", "beta", "waits")
+                 "result_like", "alpha", "beta", "waits", "extents")
 
     def __init__(self, call: Call, problem: Problem, recipe: Recipe):
         self.call, self.problem, self.recipe = call, problem, recipe
@@ -286,6 +286,10 @@ class Bound:
         self.result_like = next((op for op in (call.a, call.b) if op.framework), None)
         # stream= given on framework operands: the framework's current stream is a producer to wait for
         self.waits = bool(call.explicit_stream and call.frameworks)
+        # byte ranges of A, B and out around their addresses: a repeat call with an out checks that
+        # the new addresses do not make out overlap an input (the one check that reads addresses)
+        self.extents = tuple(byte_extent(0, op.shape, op.strides, op.itemsize) if op is not None else None
+                             for op in call.operands)
 
     def stream(self) -> int:
         fw = self.stream_fn
@@ -317,7 +321,12 @@ class Bound:
             ops.wait_for(ops.framework_waits(self.call.frameworks, s, self.device), s, self.device)
         if out is None:
             out = self.new_result(s)
-            pc = ops.result_ptr(out)
+            pc = out.data_ptr() if self.result_like is not None and self.result_like.framework == "torch" \
+                else ops.result_ptr(out)
+        else:
+            (alo, ahi), (blo, bhi), (clo, chi) = self.extents
+            if pc + clo < pa + ahi and pa + alo < pc + chi or pc + clo < pb + bhi and pb + blo < pc + chi:
+                raise ValidationError("matmul: out overlaps an input in memory; it must not alias an input")
         packed = ex.pack((pa, pb, pc), self.alpha, self.beta)
         try:
             ex.launch(packed, s)
@@ -408,21 +417,20 @@ class Matmul:
             a, b, out = self._args
         keys = ops.KEYERS
         try:
-            key = (keys[type(a)](a), keys[type(b)](b), keys[type(out)](out), stream)
-            bound = self._bound[key]
+            pa, da = keys[type(a)](a)
+            pb, db = keys[type(b)](b)
+            pc, dc = keys[type(out)](out)
+            bound = self._bound[(da, pa & 255, db, pb & 255, dc, pc & 255, stream)]
         except (KeyError, TypeError):
-            key, bound = None, None
+            bound = None
         if bound is not None:
-            return bound.run(key[0][0], key[1][0], out, key[2][0] if out is not None else 0)
+            return bound.run(pa, pb, out, pc)
         o = self._options
         bound = self.bind(validate_call(a, b, out, o["alpha"], o["beta"], o["accumulate"], o["kernel"], stream))
         result = bound.run_full()
-        ka, kb, kc = ops.call_key(a), ops.call_key(b), ops.call_key(out)
-        if ka is not None and kb is not None and kc is not None:
-            try:
-                self._bound[(ka, kb, kc, stream)] = bound
-            except TypeError:  # an unhashable stream object
-                pass
+        key = call_cache_key(a, b, out, stream)
+        if key is not None:
+            self._bound[key] = bound
         return result
 
     def autotune(self, *, candidates: int = 8, iters: int = 10, warmup: int = 2, save: bool = True) -> list[dict]:
@@ -468,13 +476,29 @@ class Matmul:
 def matmul(a: Any, b: Any, out: Any = None, *, alpha: float = 1.0, beta: float = 0.0,
            accumulate: str | None = None, kernel: str = "auto", stream: Any = None) -> Any:
     """C = alpha * a.b + beta * C (see the module docstring). Returns `out`, or the new result."""
-    keys = ops.KEYERS  # a repeat call: the operands' identities and the options find the validated call
+    keys = ops.KEYERS  # a repeat call: the operands' descriptions and the options find the validated call
     try:
-        key = (keys[type(a)](a), keys[type(b)](b), keys[type(out)](out), alpha, beta, accumulate, kernel, stream)
-        bound = plans.calls[key]
+        pa, da = keys[type(a)](a)
+        pb, db = keys[type(b)](b)
+        pc, dc = keys[type(out)](out)
+        bound = plans.calls[(da, pa & 255, db, pb & 255, dc, pc & 255, alpha, beta, accumulate, kernel, stream)]
     except (KeyError, TypeError):  # new, uncacheable or unhashable: validate in full
         return _first_call(a, b, out, alpha, beta, accumulate, kernel, stream)
-    return bound.run(key[0][0], key[1][0], out, key[2][0] if out is not None else 0)
+    return bound.run(pa, pb, out, pc)
+
+
+def call_cache_key(a: Any, b: Any, out: Any, *options: Any) -> tuple | None:
+    """The key a call is remembered by: each operand's description and address alignment (the low
+    8 bits: all the planner reads of an address), then the options; None if there is none."""
+    ka, kb, kc = ops.call_key(a), ops.call_key(b), ops.call_key(out)
+    if ka is None or kb is None or kc is None:
+        return None
+    key = (ka[1], ka[0] & 255, kb[1], kb[0] & 255, kc[1], kc[0] & 255, *options)
+    try:
+        hash(key)
+    except TypeError:  # an unhashable stream object or scalar: every call takes the full path
+        return None
+    return key
 
 
 def _first_call(a: Any, b: Any, out: Any, alpha: Any, beta: Any, accumulate: str | None, kernel: str,
@@ -482,13 +506,8 @@ def _first_call(a: Any, b: Any, out: Any, alpha: Any, beta: Any, accumulate: str
     mm = Matmul(a, b, out, alpha=alpha, beta=beta, accumulate=accumulate, kernel=kernel, stream=stream)
     bound = Bound(mm.call, mm.problem, mm.recipe)
     result = bound.run_full()
-    ka, kb, kc = ops.call_key(a), ops.call_key(b), ops.call_key(out)
-    if ka is not None and kb is not None and kc is not None:
-        key = (ka, kb, kc, alpha, beta, accumulate, kernel, stream)
-        try:
-            hash(key)
-        except TypeError:  # an unhashable stream object or scalar: every call takes this path
-            return result
+    key = call_cache_key(a, b, out, alpha, beta, accumulate, kernel, stream)
+    if key is not None:
         plans.remember(key, bound)
     return result
 

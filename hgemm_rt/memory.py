@@ -34,8 +34,8 @@ class DeviceArray:
         self._finalizer: weakref.finalize | None = None
         # one cell shared by an owning array and every view of it: [False] once the memory is freed
         self.memory_live: list[bool] = owner.memory_live if isinstance(owner, DeviceArray) else [True]
-        # everything a matmul call's validation reads of this array (see operands.call_key)
-        self.identity = (self.ptr, self.shape, self.strides, dtype, device, readonly)
+        # (address, everything else a matmul call's validation reads of this array): operands.KEYERS
+        self.identity = (self.ptr, (self.shape, self.strides, dtype, device, readonly))
 
     # -- construction -------------------------------------------------------------------------
     @classmethod

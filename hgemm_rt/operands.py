@@ -106,10 +106,7 @@ def _torch_dtype(t: Any) -> str:
 def torch_current_stream(device: int) -> int:
     torch = _torch()
     raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # what torch's own ops read: no Stream object
-    if raw is not None:
-        FRAMEWORK_STREAM["torch"] = raw  # later calls go straight to it
-        return int(raw(device))
-    return int(torch.cuda.current_stream(device).cuda_stream)
+    return int(raw(device)) if raw is not None else int(torch.cuda.current_stream(device).cuda_stream)
 
 
 def cupy_current_stream(device: int) -> int:
@@ -120,6 +117,14 @@ def cupy_current_stream(device: int) -> int:
 
 # framework -> its current stream on a device, as an integer handle
 FRAMEWORK_STREAM: dict[str, Callable[[int], int]] = {"torch": torch_current_stream, "cupy": cupy_current_stream}
+
+
+def _seen_torch() -> None:
+    """On the first torch operand: read torch's current stream through its raw accessor from now on
+    (unless a caller has put its own function in FRAMEWORK_STREAM)."""
+    raw = getattr(_torch()._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None and FRAMEWORK_STREAM.get("torch") is torch_current_stream:
+        FRAMEWORK_STREAM["torch"] = raw
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -178,33 +183,35 @@ def _key_device_array(x: DeviceArray) -> tuple:
     return x.identity
 
 
-# (The device is not part of a key: with unified addressing an address belongs to one device.)
 def _key_torch(x: Any) -> tuple:
-    return (x.data_ptr(), x.shape, x.stride(), x.dtype, x.requires_grad)
+    return x.data_ptr(), (x.shape, x.stride(), x.dtype, x.get_device(), x.requires_grad)
 
 
 def _key_cupy(x: Any) -> tuple:
-    return (x.data.ptr, x.shape, x.strides, x.dtype)
+    return x.data.ptr, (x.shape, x.strides, x.dtype, x.device.id)
 
 
 def _no_key(x: Any) -> tuple:
     raise KeyError(type(x))  # numpy (copied every call), JAX, CAI/DLPack objects: the full path
 
 
-# type -> its key function, for the types seen so far (call_key() adds new ones); a key function
-# raises KeyError for a kind without a cheap identity. A repeat call reads KEYERS[type(x)](x) directly.
-KEYERS: dict[type, Callable[[Any], tuple]] = {type(None): lambda x: ()}
+# type -> its key function, for the types seen so far (call_key() adds new ones). A key is
+# (address, description): the description is everything validation reads of the array except its
+# address (shape, strides, dtype, device, flags). A key function raises KeyError for a kind without a
+# cheap identity. A repeat call reads KEYERS[type(x)](x) directly.
+KEYERS: dict[type, Callable[[Any], tuple]] = {type(None): lambda x: (0, ())}
 
 
 def call_key(x: Any) -> tuple | None:
-    """Everything validation reads of `x`, as a hashable tuple; None where there is no cheap identity.
-    Raises ValidationError for a closed DeviceArray."""
+    """(address, description) of `x` (see KEYERS); None where there is no cheap identity. Raises
+    ValidationError for a closed DeviceArray."""
     tp = type(x)
     k = KEYERS.get(tp)
     if k is None:
         if issubclass(tp, DeviceArray):
             k = _key_device_array
         elif _is_torch(x):
+            _seen_torch()
             k = _key_torch
         elif _is_cupy(x):
             k = _key_cupy
@@ -237,9 +244,9 @@ def implied_stream(args: tuple) -> int | None:
     call without stream= will run, and so what DLPack producers among the arguments are told."""
     for x in args:
         if _is_torch(x) and x.is_cuda:
-            return torch_current_stream(x.get_device())
+            return FRAMEWORK_STREAM["torch"](x.get_device())
         if _is_cupy(x):
-            return cupy_current_stream(x.device.id)
+            return FRAMEWORK_STREAM["cupy"](x.device.id)
     return None
 
 
@@ -316,7 +323,7 @@ def new_result(like: Operand, M: int, N: int, device: int, stream: int, foreign_
     `foreign_stream`: the call runs on a stream that may not be the framework's current one."""
     if like.framework == "torch":
         out = like.obj.new_empty((M, N))  # like's dtype and device; cheaper than torch.empty's keywords
-        if foreign_stream and stream != torch_current_stream(device):  # the allocator must know who writes it
+        if foreign_stream and stream != FRAMEWORK_STREAM["torch"](device):  # the allocator must know who writes it
             out.record_stream(_torch().cuda.ExternalStream(stream or LEGACY_STREAM, device=like.obj.device))
         return out
     if like.framework == "cupy":

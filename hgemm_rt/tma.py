@@ -21,7 +21,7 @@ import ctypes
 import functools
 from typing import Any, Mapping
 
-from ._driver import check, driver
+from ._driver import check, check_code, driver, native
 from .dtypes import ITEMSIZE
 from .errors import ManifestError, ValidationError
 
@@ -95,28 +95,26 @@ def encode_2d(ptr: int, rows: int, cols: int, row_stride_bytes: int, dtype: str,
             f"{kernel}: tma.{operand}.box inner extent {box[0] * item} B exceeds the {swizzle_bytes} B swizzle span"
         )
     drv = driver()
-    u64, u32 = drv.cuuint64_t, drv.cuuint32_t
-    tmap = check(
-        drv.cuTensorMapEncodeTiled(
-            _data_type(dtype),
-            2,
-            ptr,
-            # cuda-bindings takes these arrays only as its cuuint64_t / cuuint32_t wrappers
-            [u64(cols), u64(rows)],            # globalDim: innermost first
-            [u64(row_stride_bytes)],           # globalStrides: bytes, dims 1.. only
-            [u32(box[0]), u32(box[1])],        # boxDim
-            [u32(1), u32(1)],                  # elementStrides: dense boxes
-            drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-            _swizzle(swizzle_bytes, kernel, operand),
-            # 256-byte L2 promotion: the boxes are 128-byte rows read by many CTAs.
-            drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-            # Out-of-bounds elements read as zero (NAN_REQUEST_ZERO_FMA would give NaN).
-            drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
-        ),
-        f"cuTensorMapEncodeTiled(operand {operand}, {rows}x{cols} {dtype}, box {box}, swizzle {swizzle_bytes})",
-        kernel,
-    )
+    what = f"cuTensorMapEncodeTiled(operand {operand}, {rows}x{cols} {dtype}, box {box}, swizzle {swizzle_bytes})"
+    modes = (drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, _swizzle(swizzle_bytes, kernel, operand),
+             # 256-byte L2 promotion: the boxes are 128-byte rows read by many CTAs.
+             drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+             # Out-of-bounds elements read as zero (NAN_REQUEST_ZERO_FMA would give NaN).
+             drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+    dims, strides, boxes, steps = (cols, rows), (row_stride_bytes,), (box[0], box[1]), (1, 1)
     out = aligned_buffer()
+    lib = native()
+    if lib is not None:  # straight into the aligned buffer: a new address costs ~1 us, not cuda-python's ~10
+        u64, u32 = ctypes.c_uint64, ctypes.c_uint32
+        code = lib.cuTensorMapEncodeTiled(ctypes.addressof(out), int(_data_type(dtype)), 2, ptr, (u64 * 2)(*dims),
+                                          (u64 * 1)(*strides), (u32 * 2)(*boxes), (u32 * 2)(*steps),
+                                          *(int(m) for m in modes))
+        check_code(code, what, kernel)
+        return out
+    u64, u32 = drv.cuuint64_t, drv.cuuint32_t  # cuda-bindings takes these arrays only as its wrappers
+    # globalDim innermost first; globalStrides in bytes, dims 1.. only; dense boxes
+    tmap = check(drv.cuTensorMapEncodeTiled(_data_type(dtype), 2, ptr, [u64(x) for x in dims], [u64(x) for x in strides],
+                                            [u32(x) for x in boxes], [u32(x) for x in steps], *modes), what, kernel)
     ctypes.memmove(out, int(tmap.getPtr()), TENSOR_MAP_BYTES)
     return out
 
