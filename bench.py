@@ -5,6 +5,7 @@
     python bench.py --all --MMNK 8192 --SEP 1024 --plot --json out.json
     python bench.py --mma-all --MNK 4096
     python bench.py --readme out.json                 # regenerate the README results section
+    python bench.py --matmul host,torch --json mm.json  # hgemm_rt.matmul vs cuBLAS/torch (default: all sections)
 
 The code lives in hgemm_bench/ (flags, selection, measurement, tables, plot, JSON/CSV, README).
 """

@@ -12,6 +12,10 @@ Modules, in the order a run uses them:
     readme     the README results section (ladder table + plot) from a results JSON
     progress   the stderr progress bar
 
+`python bench.py --matmul [SECTIONS]` measures the public hgemm_rt.matmul instead:
+    matmul_table    its sections as data: shapes, targets, the host section's calls (no GPU)
+    matmul_section  the measuring: against cuBLAS and torch.matmul, host cost per call; its JSON
+
 Everything after `measure` works on plain dicts loaded from JSON, so it is tested on the CPU with a
 recorded GPU run (tests/data/).
 """

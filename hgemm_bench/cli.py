@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field
 
+from .matmul_table import SECTIONS, WALL_REPEATS
+
 DEFAULT_SWEEP = (1024, 2048, 4096, 8192)
 DEFAULT_SEP = 1024
 
@@ -47,10 +49,23 @@ measurement: N(0,1) inputs, one checked run into NaN-filled C (relative error ag
   in the events. --budget caps the seconds of warm-up + timed runs per kernel and shape (slow kernels
   get fewer iterations, down to one). Exit status 3 when a row is over its error bound.
 
+matmul: --matmul [SECTIONS] measures the public hgemm_rt.matmul instead of the kernels, and exits
+  (0 done, 1 no GPU, 3 a result over its error bound or a call that failed). SECTIONS: comma-separated,
+  default all of them:
+{sections}
+  Every result is verified first (NaN-filled output, float64 reference); GPU time as above, plus wall
+  time per call (n calls back to back, one sync at the end, best of {repeats}) where a user's host cost
+  counts.
+  Applies with it: --iters, --warmup, --check-rows, --seed, --json FILE, --autotune.
+
 outputs: --plot [PNG] (--topk K), --json FILE, --csv FILE. README: `python bench.py --readme RESULTS.json`
   rewrites the section between <!-- results:start --> and <!-- results:end --> (no GPU needed).
   $HGEMM_GIT_COMMIT names the commit in the results where the checkout has no .git.
-"""
+""".format(sections="\n".join(f"    {name:<8} {sec.title}" for name, sec in SECTIONS.items()), repeats=WALL_REPEATS)
+
+# what --matmul does not combine with: the kernel bench's selection, shapes and outputs (argparse dests)
+KERNEL_BENCH_ONLY = (*GROUP_FLAGS, "all", "no_default", "kernels", "no_cublas", "list", "M", "N", "K", "MNK", "MMNK",
+                     "SEP", "plot", "csv", "readme")
 
 
 @dataclass
@@ -76,6 +91,8 @@ class Settings:
     readme_shape: int = 4096
     readme_file: str = "README.md"
     readme_plot: str = "docs/bench_tflops.png"
+    matmul: list[str] = field(default_factory=list)  # sections of the matmul bench; empty: the kernel bench
+    autotune: bool = False
 
     def settings_record(self) -> dict:
         """What a results file records about how it was measured."""
@@ -132,6 +149,13 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--json", metavar="FILE", help="every measurement with device, driver, build and settings")
     out.add_argument("--csv", metavar="FILE", help="one line per measurement")
 
+    mm = ap.add_argument_group("matmul (hgemm_rt.matmul against cuBLAS and torch)")
+    mm.add_argument("--matmul", nargs="?", const=",".join(SECTIONS), metavar="SECTIONS",
+                    help=f"run these matmul sections and exit: comma-separated of {', '.join(SECTIONS)} "
+                         "(default all)")
+    mm.add_argument("--autotune", action="store_true",
+                    help="with --matmul: autotune every cuBLAS-section shape first (writes the tuning cache)")
+
     rd = ap.add_argument_group("README (no GPU)")
     rd.add_argument("--readme", metavar="RESULTS_JSON",
                     help="regenerate the README results section from a results JSON and exit")
@@ -166,6 +190,23 @@ def shapes_from(args: argparse.Namespace, error) -> list[tuple[int, int, int]]:
     return [(s, s, s) for s in DEFAULT_SWEEP]
 
 
+def matmul_sections(args: argparse.Namespace, error) -> list[str]:
+    """The --matmul sections in the order given, each once ([] without --matmul)."""
+    if args.matmul is None:
+        if args.autotune:
+            error("--autotune applies to --matmul")
+        return []
+    names = list(dict.fromkeys(n.strip() for n in args.matmul.split(",") if n.strip()))
+    unknown = [n for n in names if n not in SECTIONS]
+    if unknown or not names:
+        error(f"--matmul: unknown section(s) {', '.join(unknown) or repr(args.matmul)}; "
+              f"choose from {', '.join(SECTIONS)} (comma-separated)")
+    given = ["--" + d.replace("_", "-") for d in KERNEL_BENCH_ONLY if getattr(args, d) not in (None, False)]
+    if given:
+        error(f"--matmul runs its own shapes and prints its own tables: it does not combine with {' '.join(given)}")
+    return names
+
+
 def parse_args(argv: list[str] | None = None) -> Settings:
     ap = build_parser()
     args = ap.parse_args(argv)
@@ -178,6 +219,7 @@ def parse_args(argv: list[str] | None = None) -> Settings:
         ap.error("--topk must be >= 1")
     if args.check_rows < 0:
         ap.error("--check-rows must be >= 0")
+    sections = matmul_sections(args, ap.error)
     patterns = [p.strip() for p in (args.kernels or "").split(",") if p.strip()]
     if args.kernels is not None and not patterns:
         ap.error("--kernels needs at least one pattern")
@@ -189,4 +231,5 @@ def parse_args(argv: list[str] | None = None) -> Settings:
         topk=args.topk, plot=args.plot, json=args.json, csv=args.csv, seed=args.seed,
         progress=not args.no_progress, list_only=args.list, readme=args.readme,
         readme_shape=args.readme_shape, readme_file=args.readme_file, readme_plot=args.readme_plot,
+        matmul=sections, autotune=args.autotune,
     )

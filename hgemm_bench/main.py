@@ -1,6 +1,7 @@
 """`python bench.py`: select, measure shape by shape (a table each), then the summary, top-k, plot,
 JSON and CSV. Exit codes: 0 done, 1 no GPU (after listing the build), 2 bad build/flags, 3 some
-kernel failed its correctness check (the tables say which)."""
+kernel failed its correctness check (the tables say which). `--matmul` runs the matmul sections
+(matmul_section) instead, with the same exit codes."""
 from __future__ import annotations
 
 import datetime as _dt
@@ -40,6 +41,29 @@ def err(msg: str) -> None:
     print(f"bench.py: {msg}", file=sys.stderr)
 
 
+def command_line(argv: list[str] | None) -> str:
+    return "python bench.py " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
+
+
+def build_record(registry: Any) -> dict:
+    return {"hash": registry.manifest.build_hash, "nvcc": registry.manifest.nvcc, "git": git_commit()}
+
+
+def load_registry() -> Any | None:
+    """The build's kernel registry, or None after saying what is wrong with the build."""
+    import hgemm_rt as hg
+
+    try:
+        return hg.get_registry()
+    except hg.ManifestError as exc:
+        err(str(exc))
+        return None
+
+
+def listed(names: list[str], most: int = 10) -> str:
+    return ", ".join(names[:most]) + (", ..." if len(names) > most else "")
+
+
 def readme_mode(s: Settings) -> int:
     try:
         doc = results.load(s.readme)
@@ -55,19 +79,42 @@ def readme_mode(s: Settings) -> int:
     return 0
 
 
+def matmul_mode(s: Settings, argv: list[str] | None) -> int:
+    import hgemm_rt as hg
+
+    if not hg.gpu_available():
+        err(f"no CUDA GPU on this machine: the matmul sections ({', '.join(s.matmul)}) time GPU work")
+        return 1
+    registry = load_registry()
+    if registry is None:
+        return 2
+    from .matmul_section import DOC_ROWS, failures, run_sections
+
+    doc = run_sections(s.matmul, {"iters": s.iters, "warmup": s.warmup, "check_rows": s.check_rows,
+                                  "autotune": s.autotune, "seed": s.seed}, build_record(registry), command_line(argv))
+    if s.json:
+        results.write_json(doc, s.json, DOC_ROWS)
+        print(f"wrote {s.json}")
+    failed = failures(doc)
+    if failed:
+        err(f"{len(failed)} result(s) over their error bound or failed: {listed(failed)}")
+        return 3
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     s = parse_args(argv)
     if s.readme:
         return readme_mode(s)
+    if s.matmul:
+        return matmul_mode(s, argv)
     if s.plot and not pl.have_matplotlib():
         err(pl.MISSING_MATPLOTLIB)  # before any GPU time is spent
         return 2
     import hgemm_rt as hg
 
-    try:
-        registry = hg.get_registry()
-    except hg.ManifestError as exc:
-        err(str(exc))
+    registry = load_registry()
+    if registry is None:
         return 2
     entries = registry.kernels()
     cases = select(entries, s)
@@ -95,7 +142,7 @@ def run(s: Settings, registry: Any, cases: list, argv: list[str] | None) -> int:
 
     dev = hg.get_device()
     device = device_record(dev)
-    build = {"hash": registry.manifest.build_hash, "nvcc": registry.manifest.nvcc, "git": git_commit()}
+    build = build_record(registry)
     for line in header_lines(device, build):
         print(line)
     print(f"{len(cases)} runs per shape ({sum(c.entry.is_baseline for c in cases)} cuBLAS), "
@@ -143,7 +190,7 @@ def run(s: Settings, registry: Any, cases: list, argv: list[str] | None) -> int:
     print(f"\n{len(records)} measurements, {len(skipped)} skipped, {elapsed:.0f} s")
     doc = results.make_doc(
         device=device, build=build, settings=s.settings_record(),
-        command="python bench.py " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)),
+        command=command_line(argv),
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         records=records, skipped=skipped, complete=complete, elapsed_s=elapsed,
     )
@@ -160,7 +207,6 @@ def run(s: Settings, registry: Any, cases: list, argv: list[str] | None) -> int:
     failed = [r for r in records if not r["ok"]]
     if failed:
         names = sorted({f"{r['name']} ({r['label']})" if r["label"] else r["name"] for r in failed})
-        err(f"{len(failed)} measurement(s) over their error bound: {', '.join(names[:10])}"
-            + (", ..." if len(names) > 10 else ""))
+        err(f"{len(failed)} measurement(s) over their error bound: {listed(names)}")
         return 3
     return 0 if complete else 130

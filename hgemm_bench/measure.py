@@ -17,7 +17,7 @@ import numpy as np
 from hgemm_rt import DeviceArray, HgemmError
 from hgemm_rt._driver import check, driver
 from hgemm_rt.device import Event
-from hgemm_rt.launch import default_swizzle_stride
+from hgemm_rt.launcher import default_swizzle_stride
 from hgemm_rt.testing import rel_error
 from hgemm_rt.timing import L2Flusher, time_fn
 
@@ -145,13 +145,24 @@ class ShapeInputs:
         self._out.clear()
 
 
+def checked_launch(run: Callable[[], Any], C: DeviceArray, inp: ShapeInputs, dtype: str) -> tuple[float, float | None]:
+    """One launch of `run` into NaN-filled C: (its GPU ms, the relative error of C on the checked rows
+    against the float64 reference of `dtype` inputs; None where C holds NaN/Inf)."""
+    C.fill_bytes(0xFF)  # NaN in every element: one the kernel leaves unwritten fails the check
+    ms = timed_once(run)
+    host = download(C, inp.host_output(C.dtype))
+    if not all_finite(host, C.dtype):
+        return ms, None
+    return ms, rel_error(values(host[inp.rows], C.dtype), inp.reference(dtype))
+
+
 class Skip(Exception):
     """This case does not run at this shape (the reason is recorded)."""
 
 
 def launch_options(case: Case, N: int) -> tuple[dict[str, Any], int | None]:
     """The case's variant plus the thread-block swizzle: on with the default stride (about N/4,
-    see hgemm_rt.launch.default_swizzle_stride) where the grid has one and N allows it."""
+    see hgemm_rt.launcher.default_swizzle_stride) where the grid has one and N allows it."""
     opts = case.options
     if case.swizzle not in ("on", "auto"):
         return opts, None
@@ -179,12 +190,7 @@ def measure_case(case: Case, inp: ShapeInputs, cc: tuple[int, int], flusher: L2F
     C = inp.output(e.out)
     run: Callable[[], Any] = lambda: e(A, B, C, **opts)  # noqa: E731
 
-    C.fill_bytes(0xFF)  # NaN in every element: one the kernel leaves unwritten fails the check
-    first_ms = timed_once(run)
-    host = download(C, inp.host_output(e.out))
-    err = None
-    if all_finite(host, e.out):
-        err = rel_error(values(host[inp.rows], e.out), inp.reference(e.dtype))
+    first_ms, err = checked_launch(run, C, inp, e.dtype)
 
     # The checked launch is the first warm-up, but its time can include a module load or cuBLAS's
     # set-up (hundreds of ms): unless it already ate the budget, a second, warm launch sizes the rest.

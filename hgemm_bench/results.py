@@ -104,10 +104,12 @@ def _finite(x: Any) -> Any:
     return x
 
 
-def dumps(doc: dict) -> str:
-    """Strict JSON, one measurement / skip / summary record per line (compact, and diffs read well)."""
+RECORD_LISTS = ("measurements", "skipped", "summary")
+
+
+def dumps(doc: dict, rows: tuple[str, ...] = RECORD_LISTS) -> str:
+    """Strict JSON, one record of each list in `rows` per line (compact, and diffs read well)."""
     doc = _finite(doc)
-    rows = ("measurements", "skipped", "summary")
     head = {k: v for k, v in doc.items() if k not in rows}
     parts = [json.dumps(head, indent=1, allow_nan=False)[:-2]]
     for k in rows:
@@ -118,8 +120,8 @@ def dumps(doc: dict) -> str:
     return "".join(parts) + "\n}\n"
 
 
-def write_json(doc: dict, path: str) -> None:
-    text = dumps(doc)
+def write_json(doc: dict, path: str, rows: tuple[str, ...] = RECORD_LISTS) -> None:
+    text = dumps(doc, rows)
     with open(path, "w") as f:
         f.write(text)
 

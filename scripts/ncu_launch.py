@@ -19,7 +19,7 @@ def main(argv=None) -> int:
     ap.add_argument("--launches", type=int, default=3)
     args = ap.parse_args(argv)
     import hgemm_rt as hg
-    from hgemm_rt.launch import default_swizzle_stride
+    from hgemm_rt.launcher import default_swizzle_stride
 
     e = hg.get_kernel(args.name)
     n = args.MNK

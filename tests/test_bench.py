@@ -53,6 +53,9 @@ def test_shape_flags(argv, shapes):
     ["--MMNK", "512", "--SEP", "1024"],   # empty sweep
     ["--MNK", "0"], ["--iters", "0"], ["--warmup", "-1"], ["--budget", "0"], ["--topk", "0"],
     ["--kernels", ","], ["--frobnicate"],
+    ["--matmul", ","],                    # no matmul section named
+    ["--matmul", "--MNK", "256"], ["--matmul", "sweep", "--all"], ["--matmul", "--plot"],  # the kernel bench's
+    ["--autotune"],                       # --autotune is for --matmul only
 ])
 def test_bad_flags_are_refused(argv, capsys):
     with pytest.raises(SystemExit) as exc:

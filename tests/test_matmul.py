@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 import hgemm_rt as hg
 from hgemm_rt import DeviceArray, planner, problem, tuning
+from hgemm_rt.api import call_cache_key
 from hgemm_rt.errors import UnknownKernelError, ValidationError
 from hgemm_rt.testing import error_floor
 from kernel_cases import load_manifest_or_none
@@ -531,7 +532,10 @@ def test_repeated_calls_take_the_validated_call_cache_and_stay_correct(rng):
             C.fill_bytes(0xFF)
             assert hg.matmul(A, B, C, alpha=alpha) is C
             assert _rel(C.to_numpy().astype(np.float64), alpha * ref) <= _bound("f16", "f32", K)
-    assert any(key[2][0] == outs[0].ptr for key in hg.plans.calls)  # the repeats were served from the cache
+    # the repeats were served from the cache: one entry per alpha, whichever of the two outputs
+    assert call_cache_key(A, B, outs[0], 0.5, 0.0, None, "auto", None) in hg.plans.calls
+    assert call_cache_key(A, B, outs[1], 0.5, 0.0, None, "auto", None) == \
+        call_cache_key(A, B, outs[0], 0.5, 0.0, None, "auto", None)
     outs[1].close()
     with pytest.raises(ValidationError, match="closed"):
         hg.matmul(A, B, outs[1])

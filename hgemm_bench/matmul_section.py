@@ -1,0 +1,503 @@
+"""`python bench.py --matmul [SECTIONS]`: the public `hgemm_rt.matmul` measured against cuBLAS and
+torch.matmul, in the same run, on the same buffers.
+
+Sections (matmul_table holds their shapes and targets):
+  ragged, sweep, smallm, layouts  GPU time of hg.matmul and of the best cuBLAS variant on the same
+          buffers in the same layout (hgemm_rt.cublas.matmul); issue 7's targets are judged where set
+  torch   hg.matmul(x, w.t()) against torch.matmul(x, w.t()) on the same torch tensors (w an (N, K)
+          weight, as nn.Linear presents it): GPU time and wall time per call
+  host    wall time per call of a 64^3 matmul per input kind (DeviceArray, torch, CuPy, a Matmul
+          object, CUDA-graph replay) beside torch/CuPy's own matmul, and one repeat call split into
+          its parts
+
+Protocol (shared/GPU.md): random N(0, 1) data; every result is verified before it is timed (NaN-filled
+output, float64 reference; the error bound is hgemm_rt.testing.error_bound over the cuBLAS/torch error
+on the same inputs); GPU time = CUDA events, L2 flushed before every run, the timed launches queued
+behind a busy GPU (time_fn queue_ahead) so that no host cost leaks in, the median; wall time = n calls
+back to back with one synchronisation at the end, the best of WALL_REPEATS repetitions.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import importlib
+import inspect
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+from tabulate import tabulate
+
+import hgemm_rt as hg
+from hgemm_rt import cublas
+from hgemm_rt.api import call_cache_key
+from hgemm_rt.operands import call_key
+from hgemm_rt.problem import ACCUMULATE
+from hgemm_rt.testing import baseline_acc, error_bound, random_operands, reference, rel_error
+from hgemm_rt.timing import L2Flusher, time_fn
+
+from .analysis import geomean
+from .devinfo import clocks, device_record, header_lines
+from .matmul_table import (GRAPH_CALLS, HOST_CALLS, SECTIONS, WALL_MIN_CALLS, WALL_REPEAT_S, WALL_REPEATS, HostCall,
+                           Section, Shape)
+from .measure import ShapeInputs, checked_launch
+
+TORCH_DTYPES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32"}
+
+
+# ---------------------------------------------------------------------------------------------------
+# measuring
+# ---------------------------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def framework(name: str) -> tuple[Any, str | None]:
+    """(torch or cupy, None), or (None, why it cannot be used): neither is a dependency."""
+    try:
+        mod = importlib.import_module(name)
+    except Exception as exc:  # ImportError, or a broken install's OSError
+        return None, f"{name} is not installed ({type(exc).__name__}: {exc})"
+    if not mod.cuda.is_available():
+        return None, f"{name} sees no CUDA GPU"
+    return mod, None
+
+
+def framework_versions() -> dict[str, str | None]:
+    return {name: framework(name)[0].__version__ if framework(name)[0] else None for name in ("torch", "cupy")}
+
+
+@dataclass
+class Run:
+    """What every section shares: the options, the L2 flusher, the random source, and what was skipped."""
+    iters: int
+    warmup: int
+    check_rows: int
+    autotune: bool
+    rng: np.random.Generator
+    flusher: L2Flusher
+    skipped: list[dict] = field(default_factory=list)
+
+    def gpu_us(self, fn: Callable[[], Any], stream: Any = None) -> float:
+        """Median GPU microseconds of fn: L2 flushed before each run, the runs queued behind a busy GPU."""
+        t = time_fn(fn, warmup=self.warmup, iters=self.iters, stream=stream, flush=self.flusher, queue_ahead=True)
+        return t.median_ms * 1e3
+
+    def skip(self, section: str, what: str, reason: str) -> None:
+        print(f"  skipped {what}: {reason}")
+        self.skipped.append({"section": section, "what": what, "reason": reason})
+
+
+def calls_per_repeat(seconds_per_call: float) -> int:
+    """Calls in one wall-time repetition: about WALL_REPEAT_S long, at least WALL_MIN_CALLS."""
+    return max(WALL_MIN_CALLS, math.ceil(WALL_REPEAT_S / max(seconds_per_call, 1e-9)))
+
+
+def back_to_back_s(fn: Callable[[], Any], sync: Callable[[], Any], n: int) -> float:
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    sync()
+    return time.perf_counter() - t0
+
+
+def wall_us(fn: Callable[[], Any], sync: Callable[[], Any]) -> float:
+    """Wall microseconds per call as a user sees them: n calls back to back with no sync between, one
+    at the end, the best of WALL_REPEATS. A warm-up call and a probe of WALL_MIN_CALLS size n."""
+    fn()
+    probe = back_to_back_s(fn, sync, WALL_MIN_CALLS) / WALL_MIN_CALLS
+    n = calls_per_repeat(probe)
+    return min(back_to_back_s(fn, sync, n) for _ in range(WALL_REPEATS)) / n * 1e6
+
+
+def tflops(shape: Shape, us: float | None) -> float | None:
+    return 2.0 * shape.M * shape.N * shape.K / (us * 1e-6) / 1e12 if us else None
+
+
+def ratio(baseline_us: float | None, ours_us: float | None) -> float | None:
+    """baseline / ours: above 1 means hg.matmul is faster."""
+    return baseline_us / ours_us if baseline_us and ours_us else None
+
+
+def verdict_of(err: float | None, bound: float) -> dict:
+    return {"rel_error": err, "error_bound": bound, "ok": err is not None and err <= bound}
+
+
+# -- against cuBLAS -----------------------------------------------------------------------------------
+
+def baseline_accumulations(dtype: str) -> tuple[str, ...]:
+    """The cuBLAS variants to take the best of: every accumulation matmul accepts for the dtype, but
+    not TF32 (matmul's default fp32 path is exact fp32, so its baseline is too)."""
+    return tuple(a for a in ACCUMULATE[dtype] if a != "tf32")
+
+
+def cublas_best(run: Run, A: Any, B: Any, C: Any, dtype: str) -> tuple[float | None, str]:
+    """(microseconds, variant) of the fastest cuBLAS accumulation on these buffers; (None, why) without cuBLAS."""
+    best: tuple[float | None, str] = (None, "")
+    for acc in baseline_accumulations(dtype):
+        try:
+            layout = cublas.matmul(A, B, C, acc=acc)
+        except hg.HgemmError as exc:  # nvmath or cuBLAS missing on this machine
+            return None, f"cuBLAS unavailable: {exc}"
+        us = run.gpu_us(lambda acc=acc: cublas.matmul(A, B, C, acc=acc))
+        if best[0] is None or us < best[0]:
+            best = (us, f"{layout}, acc {acc}")
+    return best
+
+
+def measure_vs_cublas(section: str, shape: Shape, run: Run) -> list[dict]:
+    M, N, K, dtype = shape.M, shape.N, shape.K, shape.dtype
+    inp = ShapeInputs(M, N, K, run.rng, run.check_rows)
+    try:
+        # B column-major is the TN storage (an N x K upload) seen transposed
+        A, Bs = inp.operands("NN" if shape.b_order == "row" else "TN", dtype, shape.a_order)
+        B = Bs if shape.b_order == "row" else Bs.T
+        C = inp.output(dtype)
+        if run.autotune:
+            tuned = hg.autotune(A, B, C)
+            print(f"  autotune {shape.label}: " + "; ".join(
+                f"{r['route'].kernel}{' (C^T)' if r['route'].transpose else ''} {r['us']:.1f} us" for r in tuned[:3]))
+        route = hg.explain(A, B, C)
+        _, err = checked_launch(lambda: hg.matmul(A, B, C), C, inp, dtype)
+        acc = ACCUMULATE[dtype][0]  # what matmul accumulates in by default
+        try:
+            _, cublas_err = checked_launch(lambda: cublas.matmul(A, B, C, acc=baseline_acc(dtype, acc)), C, inp, dtype)
+        except hg.HgemmError:  # no cuBLAS: the static bound applies
+            cublas_err = None
+        ours = run.gpu_us(lambda: hg.matmul(A, B, C))
+        theirs, variant = cublas_best(run, A, B, C, dtype)
+    finally:
+        inp.close()
+    return [{"section": section, "M": M, "N": N, "K": K, "dtype": dtype, "a_order": shape.a_order,
+             "b_order": shape.b_order, "route": route, "hg_us": ours, "hg_tflops": tflops(shape, ours),
+             "cublas_us": theirs, "cublas_tflops": tflops(shape, theirs), "cublas_variant": variant,
+             "ratio": ratio(theirs, ours), "cublas_rel_error": cublas_err, "checked_rows": int(len(inp.rows)),
+             **verdict_of(err, error_bound(dtype, acc, dtype, K, cublas_err))}]
+
+
+# -- against torch.matmul -----------------------------------------------------------------------------
+
+def torch_operand(torch: Any, rng: np.random.Generator, rows: int, cols: int, order: str, dtype: str) -> Any:
+    """A rows x cols N(0, 1) CUDA tensor; column-major is the transpose of a cols x rows tensor (w.t())."""
+    shape = (rows, cols) if order == "row" else (cols, rows)
+    t = torch.from_numpy(rng.standard_normal(shape, dtype=np.float32)).to("cuda", getattr(torch, TORCH_DTYPES[dtype]))
+    return t if order == "row" else t.t()
+
+
+def torch_rel_error(c: Any, ref: Any) -> float | None:
+    """||c - ref|| / ||ref|| in float64 on the GPU; None where c holds NaN/Inf (an unwritten element)."""
+    if not bool(c.isfinite().all()):
+        return None
+    return float((c.double() - ref).norm() / ref.norm())
+
+
+def measure_vs_torch(section: str, shape: Shape, run: Run) -> list[dict]:
+    torch = framework("torch")[0]
+    M, N, K, dtype = shape.M, shape.N, shape.K, shape.dtype
+    x = torch_operand(torch, run.rng, M, K, shape.a_order, dtype)
+    w = torch_operand(torch, run.rng, K, N, shape.b_order, dtype)
+    ref = x.double() @ w.double()
+    c = torch.full((M, N), float("nan"), dtype=x.dtype, device=x.device)  # an element left unwritten fails
+    hg.matmul(x, w, out=c)
+    err = torch_rel_error(c, ref)
+    torch_err = torch_rel_error(torch.matmul(x, w), ref)
+    acc = ACCUMULATE[dtype][0]
+    ours, theirs = (lambda: hg.matmul(x, w)), (lambda: torch.matmul(x, w))
+    stream = torch.cuda.current_stream().cuda_stream  # where both run: the events and flushes go there too
+    gpu = [run.gpu_us(f, stream) for f in (ours, theirs)]
+    wall = [wall_us(f, torch.cuda.synchronize) for f in (ours, theirs)]
+    return [{"section": section, "M": M, "N": N, "K": K, "dtype": dtype, "a_order": shape.a_order,
+             "b_order": shape.b_order, "route": hg.explain(x, w), "hg_gpu_us": gpu[0], "torch_gpu_us": gpu[1],
+             "gpu_ratio": ratio(gpu[1], gpu[0]), "hg_tflops": tflops(shape, gpu[0]),
+             "torch_tflops": tflops(shape, gpu[1]), "hg_wall_us": wall[0], "torch_wall_us": wall[1],
+             "wall_ratio": ratio(wall[1], wall[0]), "torch_rel_error": torch_err,
+             **verdict_of(err, error_bound(dtype, acc, dtype, K, torch_err))}]
+
+
+# -- host cost per call ---------------------------------------------------------------------------------
+
+def host_operands(kind: str, a: np.ndarray, b: np.ndarray) -> tuple[Any, Any, Any]:
+    """a, b uploaded and an M x N output, as the input kind's own arrays."""
+    shape = (a.shape[0], b.shape[1])
+    if kind == "DeviceArray":
+        return hg.to_device(a), hg.to_device(b), hg.empty(shape, a.dtype)
+    mod = framework(kind)[0]
+    if kind == "torch":
+        ta, tb = mod.from_numpy(a).cuda(), mod.from_numpy(b).cuda()
+        return ta, tb, ta.new_empty(shape)
+    return mod.asarray(a), mod.asarray(b), mod.empty(shape, dtype=a.dtype)
+
+
+def captured_graph(torch: Any, a: Any, b: Any, c: Any) -> Any:
+    """A torch CUDA graph of GRAPH_CALLS hg.matmul calls, captured on a side stream after one call there
+    outside the capture (which makes the call's execution for that stream)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        hg.matmul(a, b, c)
+    side.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=side):
+        for _ in range(GRAPH_CALLS):
+            hg.matmul(a, b, c)
+    return graph
+
+
+def hg_call(form: str, a: Any, b: Any, c: Any) -> tuple[Callable[[], Any], int]:
+    """(fn, matmul calls one fn() makes) for a HostCall form."""
+    if form == "plan":
+        mm = hg.Matmul(a, b, c)
+        return (lambda: mm(a, b, c)), 1
+    if form == "graph":
+        return captured_graph(framework("torch")[0], a, b, c).replay, GRAPH_CALLS
+    return matmul_call(hg, form, a, b, c), 1
+
+
+def matmul_call(module: Any, form: str, a: Any, b: Any, c: Any) -> Callable[[], Any]:
+    """module.matmul(a, b, out=c) ("out") or module.matmul(a, b) ("new"): hgemm_rt, torch and CuPy alike."""
+    return (lambda: module.matmul(a, b, out=c)) if form == "out" else (lambda: module.matmul(a, b))
+
+
+def reference_label(hc: HostCall) -> str | None:
+    return None if hc.reference is None else f"{hc.kind}.matmul(a, b{', out=c' if hc.reference == 'out' else ''})"
+
+
+def host_error(fn: Callable[[], Any], c: Any, ref: np.ndarray, sync: Callable[[], Any]) -> float | None:
+    """The relative error of one fn() (its result, or c, poisoned with NaN before)."""
+    out = hg.as_device_array(c)
+    out.fill_bytes(0xFF)
+    result = fn()
+    sync()
+    got = hg.as_device_array(result).to_numpy() if result is not None and result is not c else out.to_numpy()
+    err = rel_error(got, ref)
+    return err if math.isfinite(err) else None
+
+
+def matmul_defaults() -> tuple:
+    """hgemm_rt.matmul's keyword defaults in signature order (alpha, beta, accumulate, kernel, stream):
+    the options part of the key a call made without them is filed under."""
+    params = inspect.signature(hg.matmul).parameters.values()
+    return tuple(p.default for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY)
+
+
+def repeat_call_key(a: Any, b: Any, c: Any) -> tuple | None:
+    """The key hgemm_rt.matmul(a, b, c) files its validated call under in hgemm_rt.plans.calls: the
+    operands' call keys, then the options (api.call_cache_key, as api.matmul files it)."""
+    return call_cache_key(a, b, c, *matmul_defaults())
+
+
+def breakdown(a: Any, b: Any, c: Any, sync: Callable[[], Any], run: Run) -> list[dict]:
+    """One repeat hg.matmul(a, b, c) on torch tensors by part (role "part"), the whole call ("whole"),
+    the validation a first call pays (a Matmul made from scratch, its plan cached) and the GPU time of
+    the launch, which bounds the launch's wall figure from below ("other"). Wall microseconds per call."""
+    hg.matmul(a, b, c)
+    opts = matmul_defaults()
+    calls = hg.plans.calls
+    bound = calls.get(repeat_call_key(a, b, c))
+    if bound is None:
+        raise RuntimeError("hgemm_rt.plans.calls holds no call under api.call_cache_key after hg.matmul(a, b, c): "
+                           "update matmul_section.repeat_call_key from api.matmul")
+    stream = bound.stream()
+    ex = bound.execution(stream)
+    ptrs = (call_key(a)[0], call_key(b)[0], call_key(c)[0])
+    packed = ex.pack(ptrs, bound.alpha, bound.beta)
+    parts = (
+        ("key: 3 operands.call_key + plans.calls lookup", "part", lambda: calls.get(call_cache_key(a, b, c, *opts))),
+        ("stream: Bound.stream (torch's current stream)", "part", bound.stream),
+        ("pack: Execution.pack (cached)", "part", lambda: ex.pack(ptrs, bound.alpha, bound.beta)),
+        ("launch: Execution.launch", "part", lambda: ex.launch(packed, stream)),
+        ("the repeat call hg.matmul(a, b, c)", "whole", lambda: hg.matmul(a, b, c)),
+        ("first-call validation: Matmul(a, b, c)", "other", lambda: hg.Matmul(a, b, c)),
+    )
+    rows = [{"part": part, "role": role, "us": wall_us(fn, sync)} for part, role, fn in parts]
+    return rows + [{"part": "GPU time of the launch (events, L2 flushed)", "role": "other",
+                    "us": run.gpu_us(lambda: ex.launch(packed, stream), stream)}]
+
+
+def measure_host(section: str, shape: Shape, run: Run) -> list[dict]:
+    a, b = random_operands(shape.M, shape.N, shape.K, "NN", shape.dtype, run.rng)
+    ref = reference(a, b, "NN")
+    err_bound = error_bound(shape.dtype, ACCUMULATE[shape.dtype][0], shape.dtype, shape.K)  # the static floor
+    sync = hg.get_device().synchronize  # the whole context: every stream of every framework
+    operands: dict[str, tuple] = {}
+    reference_us: dict[str, float] = {}  # each reference measured once, shown beside every row it serves
+    rows = []
+    for hc in HOST_CALLS:
+        if hc.kind != "DeviceArray" and framework(hc.kind)[0] is None:
+            run.skip(section, hc.label, framework(hc.kind)[1])
+            continue
+        if hc.kind not in operands:
+            operands[hc.kind] = host_operands(hc.kind, a, b)
+        A, B, C = operands[hc.kind]
+        fn, calls = hg_call(hc.form, A, B, C)
+        err = host_error(fn, C, ref, sync)
+        us = wall_us(fn, sync) / calls
+        label = reference_label(hc)
+        if label and label not in reference_us:
+            reference_us[label] = wall_us(matmul_call(framework(hc.kind)[0], hc.reference, A, B, C), sync)
+        theirs = reference_us.get(label)
+        rows.append({"section": section, "M": shape.M, "N": shape.N, "K": shape.K, "dtype": shape.dtype,
+                     "call": hc.label, "hg_us": us, "reference": label, "reference_us": theirs,
+                     "ratio": ratio(theirs, us), **verdict_of(err, err_bound)})
+    if "torch" in operands:
+        rows += [{"section": section, **r} for r in breakdown(*operands["torch"], sync, run)]
+    else:
+        run.skip(section, "breakdown of a repeat call", framework("torch")[1])
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------------
+# reporting
+# ---------------------------------------------------------------------------------------------------
+
+def fmt(x: float | None, spec: str = ".1f", unit: str = "") -> str:
+    return "-" if x is None else f"{x:{spec}}{unit}"
+
+
+def fmt_err(r: dict) -> str:
+    text = "inf (NaN/Inf in C)" if r["rel_error"] is None else f"{r['rel_error']:.1e}"
+    return text if r["ok"] else f"{text} > {r['error_bound']:.1e} FAIL"
+
+
+def shape_cell(r: dict) -> str:
+    return f"{r['M']}x{r['N']}x{r['K']} {r['dtype']} A {r['a_order']} B {r['b_order']}"
+
+
+def cublas_table(rows: list[dict]) -> str:
+    return tabulate([[shape_cell(r), fmt(r["hg_us"]), fmt(r["hg_tflops"]), fmt(r["cublas_us"]),
+                      fmt(r["cublas_tflops"]), r["cublas_variant"], fmt(r["ratio"], ".2f", "x"), fmt_err(r), r["route"]]
+                     for r in rows],
+                    headers=["shape", "matmul us", "TFLOPS", "cuBLAS us", "TFLOPS", "cuBLAS best", "x cuBLAS",
+                             "rel err", "route"], disable_numparse=True)
+
+
+def torch_table(rows: list[dict]) -> str:
+    table = tabulate([[shape_cell(r), fmt(r["hg_gpu_us"]), fmt(r["torch_gpu_us"]), fmt(r["gpu_ratio"], ".2f", "x"),
+                       fmt(r["hg_wall_us"]), fmt(r["torch_wall_us"]), fmt(r["wall_ratio"], ".2f", "x"), fmt_err(r),
+                       r["route"]] for r in rows],
+                     headers=["shape", "GPU us hg", "torch", "torch/hg", "wall us hg", "torch", "torch/hg",
+                              "rel err", "route"], disable_numparse=True)
+    return (f"{table}\ngeomean torch/hg: GPU time {fmt(geomean([r['gpu_ratio'] for r in rows]), '.3f', 'x')}, "
+            f"wall time {fmt(geomean([r['wall_ratio'] for r in rows]), '.3f', 'x')} (>1: hg.matmul is faster)")
+
+
+def host_table(rows: list[dict]) -> str:
+    calls = [r for r in rows if "call" in r]
+    parts = [r for r in rows if "part" in r]
+    text = (f"wall us per call: {WALL_MIN_CALLS}+ calls back to back (~{WALL_REPEAT_S:g} s), one sync at the end, "
+            f"best of {WALL_REPEATS}\n")
+    text += tabulate([[r["call"], fmt(r["hg_us"]), r["reference"] or "-", fmt(r["reference_us"]),
+                       fmt(r["ratio"], ".2f", "x"), fmt_err(r)] for r in calls],
+                     headers=["hg.matmul", "us", "reference", "us", "ref/hg", "rel err"], disable_numparse=True)
+    if parts:
+        whole = sum(r["us"] for r in parts if r["role"] == "whole")
+        rest = whole - sum(r["us"] for r in parts if r["role"] == "part")
+        text += "\n\none repeat call from torch tensors, by part (wall us per call, measured alone):\n"
+        text += tabulate([[r["part"], fmt(r["us"], ".2f")] for r in parts]
+                         + [["the rest of the call (whole - parts, derived)", fmt(rest, ".2f")]],
+                         headers=["part", "us"], disable_numparse=True)
+    return text
+
+
+@dataclass(frozen=True)
+class Kind:
+    measure: Callable[[str, Shape, Run], list[dict]]
+    table: Callable[[list[dict]], str]
+    needs: str | None = None  # a framework without which the whole section is skipped
+
+
+KINDS: dict[str, Kind] = {
+    "cublas": Kind(measure_vs_cublas, cublas_table),
+    "torch": Kind(measure_vs_torch, torch_table, needs="torch"),
+    "host": Kind(measure_host, host_table),
+}
+
+
+def judge_target(name: str, section: Section, ratios: list[float | None]) -> dict | None:
+    """Whether a section met its target: every ratio ("each", judged on the smallest) or their geomean.
+    None for an informative section; value None where no row has a baseline to compare with."""
+    if section.target is None:
+        return None
+    value = None
+    if ratios and all(r is not None for r in ratios):
+        value = min(ratios) if section.judge == "each" else geomean(ratios)
+    return {"section": name, "target": section.target, "judge": section.judge, "value": value,
+            "met": None if value is None else value >= section.target}
+
+
+def verdict_line(v: dict) -> str:
+    what = "every row" if v["judge"] == "each" else "the geomean"
+    got = "not judged (no row with a baseline)" if v["value"] is None else \
+        f"{v['value']:.2f}x {'(met)' if v['met'] else '(NOT met)'}"
+    return f"target: {what} >= {v['target']:g}x the baseline -> {got}"
+
+
+def run_section(name: str, run: Run) -> tuple[list[dict], dict | None]:
+    """Every shape of one section, its table and its verdict: (rows, verdict). A shape whose call
+    raises is a failed row (ok False, with the error), and the section goes on."""
+    section = SECTIONS[name]
+    kind = KINDS[section.against]
+    print(f"\n== {name}: {section.title} ==", flush=True)
+    if kind.needs and framework(kind.needs)[0] is None:
+        run.skip(name, "the section", framework(kind.needs)[1])
+        return [], None
+    rows, failed = [], []
+    for shape in section.shapes:
+        try:
+            rows += kind.measure(name, shape, run)
+        except (hg.HgemmError, RuntimeError) as exc:
+            failed.append({"section": name, "M": shape.M, "N": shape.N, "K": shape.K, "dtype": shape.dtype,
+                           "a_order": shape.a_order, "b_order": shape.b_order, "ok": False,
+                           "error": f"{type(exc).__name__}: {exc}"})
+            print(f"  !! {shape_cell(failed[-1])}: {failed[-1]['error']}", flush=True)
+    if rows:
+        print(kind.table(rows), flush=True)
+    verdict = judge_target(name, section, [r.get("ratio") for r in rows])
+    if verdict is not None:
+        print(verdict_line(verdict))
+    return rows + failed, verdict
+
+
+def run_sections(names: list[str], settings: dict, build: dict, command: str) -> dict:
+    """The sections in order, under one device header: the results document (see make_doc).
+    settings: iters, warmup, check_rows, autotune, seed (None: fresh)."""
+    dev = hg.get_device()
+    device = device_record(dev)
+    versions = framework_versions()
+    for line in header_lines(device, build):
+        print(line)
+    print(", ".join(f"{name} {v}" if v else f"{name}: {framework(name)[1]}" for name, v in versions.items()))
+    seed = settings["seed"] if settings["seed"] is not None else int(np.random.SeedSequence().entropy % (2**63))
+    run = Run(settings["iters"], settings["warmup"], settings["check_rows"], settings["autotune"],
+              np.random.default_rng(seed), L2Flusher())
+    rows, verdicts = [], []
+    try:
+        for name in names:
+            got, verdict = run_section(name, run)
+            rows += got
+            verdicts += [verdict] if verdict else []
+    finally:
+        run.flusher.close()
+    device["clocks_at_end"] = clocks(dev.info.ordinal)
+    return make_doc(device=device, build=build, frameworks=versions,
+                    settings={**settings, "seed": seed, "sections": names, "wall_repeat_s": WALL_REPEAT_S,
+                              "wall_min_calls": WALL_MIN_CALLS, "wall_repeats": WALL_REPEATS},
+                    command=command, rows=rows, verdicts=verdicts, skipped=run.skipped)
+
+
+DOC_ROWS = ("targets", "skipped", "rows")  # the lists of the document written one record per line
+
+
+def make_doc(*, device: dict, build: dict, frameworks: dict, settings: dict, command: str, rows: list[dict],
+             verdicts: list[dict], skipped: list[dict]) -> dict:
+    return {"schema": "hgemm-bench-matmul/1",
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "command": command,
+            "device": device, "build": build, "frameworks": frameworks, "settings": settings, "targets": verdicts,
+            "skipped": skipped, "rows": rows}
+
+
+def failures(doc: dict) -> list[str]:
+    """The rows over their error bound or whose call failed, named."""
+    return [f"{r['section']} {r.get('call') or shape_cell(r)}" for r in doc["rows"] if r.get("ok") is False]
+

@@ -1,0 +1,81 @@
+"""The matmul bench's sections as data (`python bench.py --matmul`): shapes, targets, the host
+section's calls and the wall-time protocol. No GPU, no runtime import: cli reads the section names
+here, matmul_section measures them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Shape:
+    """C (M x N) = A (M x K) . B (K x N); an operand's order is how it is stored (row- or column-major)."""
+    M: int
+    N: int
+    K: int
+    dtype: str = "f16"
+    a_order: str = "row"
+    b_order: str = "row"
+
+    @property
+    def label(self) -> str:
+        return f"{self.M}x{self.N}x{self.K}"
+
+
+def cube(s: int, dtype: str = "f16", a_order: str = "row", b_order: str = "row") -> Shape:
+    return Shape(s, s, s, dtype, a_order, b_order)
+
+
+@dataclass(frozen=True)
+class Section:
+    title: str
+    against: str  # the kind of measurement: a key of matmul_section.KINDS
+    shapes: tuple[Shape, ...]
+    target: float | None = None  # ratio to the baseline to reach (issue 7), None: informative
+    judge: str = "each"  # the target holds for "each" row, or for the "geomean" of the rows
+
+
+LINEAR = 4096  # N = K of the small-M and nn.Linear rows
+
+SECTIONS: dict[str, Section] = {
+    "ragged": Section("sizes no tile divides, fp16 NN", "cublas",
+                      (cube(4095), cube(4100)), target=2.0),
+    "sweep": Section("squares, fp16 NN", "cublas", tuple(cube(s) for s in (1024, 2048, 4096, 8192)),
+                     target=0.9, judge="geomean"),
+    "smallm": Section(f"small M, N = K = {LINEAR}, B row-major (NN) and column-major (TN)", "cublas",
+                      tuple(Shape(m, LINEAR, LINEAR, b_order=b) for m in (16, 128) for b in ("row", "col")),
+                      target=0.9),
+    "layouts": Section("column-major A and/or B; bf16 and fp32 (informative)", "cublas",
+                       (cube(4096, a_order="col"), cube(4096, a_order="col", b_order="col"),
+                        cube(4096, b_order="col"), cube(2048, "bf16"), cube(2048, "f32"))),
+    "torch": Section("hg.matmul(x, w.t()) vs torch.matmul(x, w.t()), w an (N, K) weight as nn.Linear holds it",
+                     "torch", tuple(Shape(m, n, k, dt, b_order="col") for dt in ("f16", "bf16")
+                                    for m, n, k in ((1024,) * 3, (2048,) * 3, (4096,) * 3, (1, LINEAR, LINEAR),
+                                                    (16, LINEAR, LINEAR), (128, LINEAR, LINEAR)))),
+    "host": Section("host cost per call of a 64^3 fp16 matmul, back to back, per input kind", "host", (cube(64),)),
+}
+
+
+@dataclass(frozen=True)
+class HostCall:
+    """One row of the host section: hg.matmul called in one form on one input kind, and beside it the
+    kind's own matmul called in the reference form, measured the same way."""
+    label: str
+    kind: str  # "DeviceArray", "torch" or "cupy"
+    form: str  # "out": matmul(a, b, c); "new": matmul(a, b); "plan": a Matmul(a, b, c) called; "graph": replayed
+    reference: str | None = None  # "out": kind.matmul(a, b, out=c); "new": kind.matmul(a, b); None: no reference
+
+
+HOST_CALLS = (
+    HostCall("DeviceArray, out given", "DeviceArray", "out"),
+    HostCall("torch, out given", "torch", "out", "out"),
+    HostCall("torch, out=None", "torch", "new", "new"),
+    HostCall("CuPy, out given", "cupy", "out", "out"),
+    HostCall("Matmul(a, b, c) object, mm(a, b, c), torch", "torch", "plan", "out"),
+    HostCall("CUDA graph replay, torch (per call)", "torch", "graph"),
+)
+GRAPH_CALLS = 100  # hg.matmul calls captured in the graph; its replay time is divided by this
+
+WALL_REPEAT_S = 0.2  # one repetition of back-to-back calls lasts about this long ...
+WALL_MIN_CALLS = 20  # ... and has at least this many calls
+WALL_REPEATS = 3  # the best repetition is kept
