@@ -20,7 +20,7 @@
 //
 // Kernels (see hgemm_sm90.toml):
 //   *_ws_{tn,nn}                       one 128x256 tile per CTA ("tiles" grid), 4 stages, direct stores
-//   *_ws_persistent_{tn,nn}            persistent grid, grouped tile order, stmatrix + TMA-store
+//   *_ws_persistent_{tn,nn}[_bf16]     persistent grid, grouped tile order, stmatrix + TMA-store
 //                                      epilogue that overlaps the next tile's main loop; variants
 //                                      stages=3 (whole-tile staging) / 4 (half-tile, two passes)
 //   *_ws_persistent_cluster2_{tn,nn}   + 2-CTA cluster along M: each CTA loads half of the shared B
@@ -373,3 +373,5 @@ HG90_KERNEL_TMAC_AT(hgemm_sm90_wgmma_tma_ws_persistent_acol_tn, __half, true, fa
 HG90_KERNEL_TMAC_AT(hgemm_sm90_wgmma_tma_ws_persistent_acol_nn, __half, true, true, 1)
 HG90_KERNEL_TMAC_AT(hgemm_sm90_wgmma_tma_ws_persistent_acol_tn_bf16, __nv_bfloat16, true, false, 1)
 HG90_KERNEL_TMAC_AT(hgemm_sm90_wgmma_tma_ws_persistent_acol_nn_bf16, __nv_bfloat16, true, true, 1)
+HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_tn_bf16, __nv_bfloat16, false, 1)
+HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_nn_bf16, __nv_bfloat16, true, 1)

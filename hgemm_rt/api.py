@@ -63,7 +63,7 @@ class Call:
     """A validated matmul call: operands, sizes, options, device and stream."""
 
     __slots__ = ("a", "b", "c", "M", "N", "K", "dtype", "acc", "alpha", "beta", "kernel", "device", "stream",
-                 "explicit_stream", "frameworks")
+                 "explicit_stream", "frameworks", "result_shape")
 
     def __init__(self, **kw: Any):
         for k, v in kw.items():
@@ -90,9 +90,16 @@ def validate_call(a: Any, b: Any, out: Any, alpha: Any, beta: Any, accumulate: s
     given = stream_handle(stream) if explicit else ops.implied_stream((a, b, out))
     A, B = ops.describe(a, "A", given), ops.describe(b, "B", given)
     C = ops.describe(out, "out", given) if out is not None else None
-    for op in (A, B, C):
-        if op is not None and len(op.shape) != 2:
-            raise ValidationError(f"matmul: {op.what} must be 2-D, got shape {op.shape}")
+    if len(B.shape) != 2:
+        raise ValidationError(f"matmul: B must be 2-D, got shape {B.shape} (batched B is not supported)")
+    if len(A.shape) < 2:
+        raise ValidationError(f"matmul: A must be 2-D, or N-D with batch dimensions, got shape {A.shape}")
+    result_shape = (*A.shape[:-1], B.shape[1])
+    if C is not None and C.shape != result_shape:
+        raise ValidationError(f"matmul: out has shape {C.shape}, the product is {result_shape}")
+    for op in (A, C):  # (..., M, K) @ (K, N) as torch.matmul broadcasts a 2-D B: the batch folds into rows
+        if op is not None and len(op.shape) > 2:
+            _fold_rows(op)
     if A.dtype != B.dtype:
         raise ValidationError(f"matmul: dtype mismatch: A is {A.dtype}, B is {B.dtype}")
     dtype = A.dtype
@@ -106,8 +113,6 @@ def validate_call(a: Any, b: Any, out: Any, alpha: Any, beta: Any, accumulate: s
     (M, K), (K2, N) = A.shape, B.shape
     if K != K2:
         raise ValidationError(f"matmul: A is {M} x {K} but B is {K2} x {N}: inner dimensions differ")
-    if C is not None and C.shape != (M, N):
-        raise ValidationError(f"matmul: out has shape {C.shape}, the product is {M} x {N}")
     if min(M, N, K) < 1:
         raise ValidationError(f"matmul: M, N, K must be >= 1, got M={M}, N={N}, K={K}")
     if max(M, N, K) > _I32:
@@ -140,7 +145,25 @@ def validate_call(a: Any, b: Any, out: Any, alpha: Any, beta: Any, accumulate: s
     frameworks = tuple(dict.fromkeys(op.framework for op in (A, B, C) if op is not None and op.framework))
     s = given if explicit else ops.consumer_stream(None, frameworks, device)
     return Call(a=A, b=B, c=C, M=M, N=N, K=K, dtype=dtype, acc=acc, alpha=alpha_f, beta=beta_f, kernel=name,
-                device=device, stream=s, explicit_stream=explicit, frameworks=frameworks)
+                device=device, stream=s, explicit_stream=explicit, frameworks=frameworks, result_shape=result_shape)
+
+
+def _fold_rows(op: Operand) -> None:
+    """View an (..., M, K) operand as (prod(...) * M) x K in place, where its strides allow that without a
+    copy (a host array is copied anyway)."""
+    *lead, cols = op.shape
+    rows = 1
+    for n in lead:
+        rows *= n
+    if op.host is None:
+        dims = [(n, s) for n, s in zip(lead, op.strides[:-1]) if n > 1]
+        if any(outer[1] != inner[1] * inner[0] for outer, inner in zip(dims, dims[1:])):
+            raise ValidationError(f"matmul: {op.what}'s batch dimensions (shape {op.shape}, byte strides "
+                                  f"{op.strides}) do not fold into rows without a copy")
+        rs = dims[-1][1] if dims else cols * op.itemsize
+        op.shape, op.strides = (rows, cols), (rs, op.strides[-1])
+    else:
+        op.shape, op.strides = (rows, cols), (cols * op.itemsize, op.itemsize)
 
 
 def _validate_out(C: Operand, inputs: tuple) -> None:
@@ -304,11 +327,11 @@ class Bound:
     def new_result(self, stream: int) -> Any:
         c = self.call
         if self.result_like is not None:
-            return ops.new_result(self.result_like, c.M, c.N, c.device, stream, c.explicit_stream)
+            return ops.new_result(self.result_like, c.result_shape, c.device, stream, c.explicit_stream)
         if stream and _is_capturing(stream):
             raise ValidationError("matmul: pass out= when capturing a CUDA graph (the result cannot be allocated "
                                   "inside the capture)")
-        return DeviceArray.empty((c.M, c.N), c.dtype, c.device)
+        return DeviceArray.empty(c.result_shape, c.dtype, c.device)
 
     def run(self, pa: int, pb: int, out: Any, pc: int) -> Any:
         """Launch on A, B at pa, pb into `out` at pc (None: a new result). Returns the result."""
@@ -346,8 +369,8 @@ class Bound:
         ops.order_after_producers(c.operands, s, c.device, c.explicit_stream)
         dev = self.dev
         dev.make_current()
-        arrays = [DeviceArray.from_numpy(np.asarray(op.host), c.device) if op.host is not None else None
-                  for op in (c.a, c.b)]
+        arrays = [DeviceArray.from_numpy(np.asarray(op.host).reshape(op.shape), c.device) if op.host is not None
+                  else None for op in (c.a, c.b)]
         if any(x is not None for x in arrays):  # the pageable upload may still be in flight for another stream
             dev.synchronize()
         pa = arrays[0].ptr if arrays[0] is not None else c.a.ptr
@@ -356,7 +379,7 @@ class Bound:
         if c.c is not None and not host_out:
             result, pc = c.c.obj, c.c.ptr
         elif host_out:
-            result = DeviceArray.empty((c.M, c.N), c.dtype, c.device)
+            result = DeviceArray.empty(c.result_shape, c.dtype, c.device)
             if c.beta != 0.0:  # numpy out with beta: its values take part
                 result.copy_from_numpy(c.c.host)
             pc = result.ptr
@@ -447,7 +470,7 @@ class Matmul:
             if op is None or op.host is not None:
                 arr = DeviceArray.empty((rows, cols), c.dtype, c.device)
                 if op is not None and op.what != "out":
-                    arr.copy_from_numpy(op.host)
+                    arr.copy_from_numpy(np.asarray(op.host).reshape(rows, cols))
                 elif op is None or op.what == "out":
                     arr.fill_bytes(0)
                 keep.append(arr)

@@ -318,18 +318,18 @@ def result_ptr(x: Any) -> int:
     return x.data.ptr  # CuPy
 
 
-def new_result(like: Operand, M: int, N: int, device: int, stream: int, foreign_stream: bool) -> Any:
-    """A new C-contiguous M x N result in the framework of `like` (torch or CuPy), or None.
+def new_result(like: Operand, shape: tuple, device: int, stream: int, foreign_stream: bool) -> Any:
+    """A new C-contiguous result of `shape` in the framework of `like` (torch or CuPy), or None.
     `foreign_stream`: the call runs on a stream that may not be the framework's current one."""
     if like.framework == "torch":
-        out = like.obj.new_empty((M, N))  # like's dtype and device; cheaper than torch.empty's keywords
+        out = like.obj.new_empty(shape)  # like's dtype and device; cheaper than torch.empty's keywords
         if foreign_stream and stream != FRAMEWORK_STREAM["torch"](device):  # the allocator must know who writes it
             out.record_stream(_torch().cuda.ExternalStream(stream or LEGACY_STREAM, device=like.obj.device))
         return out
     if like.framework == "cupy":
         cupy = _cupy()
         with cupy.cuda.Device(device):
-            return cupy.empty((M, N), dtype=like.obj.dtype)
+            return cupy.empty(shape, dtype=like.obj.dtype)
     return None
 
 

@@ -66,11 +66,10 @@ def parse_args(argv=None):
 
 def _hg_linear_forward(mod):
     def forward(x):
-        x2d = x.reshape(-1, mod.in_features)
-        out = hg.matmul(x2d, mod.weight.t())  # runs on torch's current stream; a new torch tensor
+        out = hg.matmul(x, mod.weight.t())  # (..., in) folds into rows; torch's current stream; a new tensor
         if mod.bias is not None:
             out += mod.bias
-        return out.reshape(*x.shape[:-1], mod.out_features)
+        return out
 
     return forward
 

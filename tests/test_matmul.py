@@ -48,8 +48,12 @@ H16 = lambda *s: np.zeros(s, np.float16)  # noqa: E731
 ERRORS = [
     ("dtype mismatch", lambda: hg.matmul(H16(3, 4), np.zeros((4, 5), np.float32))),
     ("inner dimensions differ", lambda: hg.matmul(H16(3, 4), H16(5, 5))),
-    ("must be 2-D", lambda: hg.matmul(H16(3, 4, 1), H16(4, 5))),
-    ("must be 2-D", lambda: hg.matmul(H16(3, 4), H16(4))),
+    ("B must be 2-D", lambda: hg.matmul(H16(3, 4), H16(2, 4, 5))),
+    ("B must be 2-D", lambda: hg.matmul(H16(3, 4), H16(4))),
+    ("A must be 2-D", lambda: hg.matmul(H16(4), H16(4, 5))),
+    ("inner dimensions differ", lambda: hg.matmul(H16(2, 3, 4, 1), H16(4, 5))),
+    ("out has shape", lambda: hg.matmul(_fake(0x10000, (2, 3, 4)), _fake(0x20000, (4, 5)), _fake(0x30000, (6, 5)))),
+    ("do not fold into rows", lambda: hg.matmul(_fake(0x10000, (2, 3, 4), strides=(8, 32, 2)), _fake(0x20000, (4, 5)))),
     ("unsupported dtype", lambda: hg.matmul(np.zeros((3, 4)), np.zeros((4, 5)))),
     ("different GPUs", lambda: hg.matmul(_fake(0x10000, (3, 4)), _fake(0x20000, (4, 5), device=1))),
     ("read-only", lambda: hg.matmul(_fake(0x10000, (3, 4)), _fake(0x20000, (4, 5)),
@@ -453,6 +457,26 @@ def test_torch_tensors_and_transposed_views_zero_copy(rng):
         ref = a.double() @ w.double().t()
         err = ((out.double() - ref).norm() / ref.norm()).item()
         assert err < {torch.float16: 1e-3, torch.bfloat16: 8e-3, torch.float32: 1e-5}[dt], (dt, err)
+
+
+@pytest.mark.gpu
+def test_batched_a_folds_into_rows_like_torch_matmul(rng):
+    """(..., M, K) @ (K, N): the batch folds into rows (a 2-D B broadcast, as torch.matmul does), the
+    result has the batch shape, and an out of that shape is written in place."""
+    torch = pytest.importorskip("torch")
+    x = torch.randn(2, 3, 50, 64, device="cuda", dtype=torch.float16)
+    w = torch.randn(40, 64, device="cuda", dtype=torch.float16)
+    ref = x.double() @ w.double().t()
+    y = hg.matmul(x, w.t())
+    assert y.shape == (2, 3, 50, 40)
+    out = torch.empty(2, 3, 50, 40, device="cuda", dtype=torch.float16)
+    assert hg.matmul(x, w.t(), out) is out
+    torch.cuda.synchronize()
+    for got in (y, out):
+        assert ((got.double() - ref).norm() / ref.norm()).item() < 1e-3
+    xs = x.transpose(0, 1)  # (3, 2, 50, 64): the batch dimensions are not in row order
+    with pytest.raises(ValidationError, match="do not fold"):
+        hg.matmul(xs, w.t())
 
 
 @pytest.mark.gpu
