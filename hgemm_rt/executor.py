@@ -98,7 +98,7 @@ class Execution:
 
     def pack(self, ptrs: tuple[int, int, int], alpha: float, beta: float) -> list[PackedParams]:
         """The parameter arrays of every step for these A, B, C addresses and scalars (cached)."""
-        key = (ptrs, alpha, beta)
+        key = (*ptrs, alpha, beta)
         packed = self._packed.get(key)
         if packed is not None:
             return packed
@@ -114,6 +114,11 @@ class Execution:
             while len(self._packed) > PACKED_PER_EXECUTION:
                 self._packed.popitem(last=False)
         return packed
+
+    def bind(self, packed: list[PackedParams], stream: int) -> tuple:
+        """(bound launch, its KernelLaunch) per step, for these parameters on `stream` (see
+        KernelLaunch.bind); `packed` must stay alive as long as the bound launches are used."""
+        return tuple((st.launch.bind(params, stream), st.launch) for st, params in zip(self.steps, packed))
 
     def launch(self, packed: list[PackedParams], stream: int) -> None:
         """Launch every step with parameters from pack(), in order, on `stream`."""

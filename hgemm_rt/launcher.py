@@ -12,11 +12,12 @@ once, so a call costs one driver call.
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 import threading
 import warnings
 from dataclasses import dataclass
-from typing import Any, Mapping, NamedTuple
+from typing import Any, Callable, Mapping, NamedTuple
 
 from ._driver import check, check_code, driver, native
 from .device import Device, get_device, stream_handle
@@ -268,21 +269,36 @@ class KernelLaunch:
             lc.attrs, lc.numAttrs = ctypes.pointer(attr), 1  # (the pointer keeps attr alive in lc._objects)
         return lc, ctypes.c_void_p(ctypes.addressof(lc))
 
-    def __call__(self, params: PackedParams, stream: int) -> None:
+    def _config_for(self, stream: int) -> Any:
         config = self._configs.get(stream)
         if config is None:
             with self._lock:
                 config = self._configs[stream] = self._config(stream)
                 if len(self._configs) > 16:
                     self._configs.pop(next(iter(self._configs)))
-        lib = self._lib
-        if lib is not None:
-            code = lib.cuLaunchKernelEx(config[1], self._handle, params.pointer, None)
-            if code:
-                check_code(code, "cuLaunchKernelEx", self.cfg.symbol)
-            return
-        check(driver().cuLaunchKernelEx(config, self.fn.handle, params.address, 0), "cuLaunchKernelEx",
-              self.cfg.symbol)
+        return config
+
+    def bind(self, params: PackedParams, stream: int) -> Callable[[], int]:
+        """This launch with its parameters and stream fixed: a call of the result launches and returns
+        the CUresult (0 on success; pass anything else to check_launch)."""
+        config = self._config_for(stream)
+        if self._lib is not None:
+            return functools.partial(self._lib.cuLaunchKernelEx, config[1], self._handle, params.pointer, None)
+        return functools.partial(_launch_via_bindings, config, self.fn.handle, params.address)
+
+    def check_launch(self, code: Any) -> None:
+        """Raise DriverError for a failed launch (the result of a bound launch)."""
+        check_code(code, "cuLaunchKernelEx", self.cfg.symbol)
+
+    def __call__(self, params: PackedParams, stream: int) -> None:
+        code = self.bind(params, stream)()
+        if code:
+            self.check_launch(code)
+
+
+def _launch_via_bindings(config: Any, handle: Any, params: int) -> Any:
+    """cuLaunchKernelEx through cuda-python (where libcuda cannot be loaded through ctypes)."""
+    return int(driver().cuLaunchKernelEx(config, handle, params, 0)[0])
 
 
 def launch_spec(manifest: Manifest, spec: KernelSpec, a: Any, b: Any, c: Any, *, stream: Any = None,
