@@ -220,7 +220,7 @@ class PlanCache:
         self.lock = threading.RLock()
         self.recipes: OrderedDict = OrderedDict()
         self.executions: OrderedDict = OrderedDict()
-        self.calls: OrderedDict = OrderedDict()
+        self.calls: dict = {}  # (a plain dict: the repeat call's one lookup; oldest first)
 
     def recipe(self, prob: Problem, device: int, kernel: str | None) -> Recipe:
         """The autotuned route if the tuning cache has one for this device and build, else the cost
@@ -270,7 +270,7 @@ class PlanCache:
         with self.lock:
             self.calls[key] = bound
             if len(self.calls) > self.MAX_CALLS:
-                self.calls.popitem(last=False)
+                del self.calls[next(iter(self.calls))]
 
     def clear(self) -> None:
         """Forget every choice and call, and free every execution's temporaries."""

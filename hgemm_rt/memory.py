@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import sys
 import weakref
 from typing import Any
 
@@ -34,8 +35,9 @@ class DeviceArray:
         self._finalizer: weakref.finalize | None = None
         # one cell shared by an owning array and every view of it: [False] once the memory is freed
         self.memory_live: list[bool] = owner.memory_live if isinstance(owner, DeviceArray) else [True]
-        # (address, everything else a matmul call's validation reads of this array): operands.KEYERS
-        self.identity = (self.ptr, (self.shape, self.strides, dtype, device, readonly))
+        # (address, everything else a matmul call's validation reads of this array): operands.KEYERS.
+        # The description is an interned string: a repeat call's key then hashes it for free.
+        self.identity = (self.ptr, sys.intern(f"{dtype}{self.shape}{self.strides}@{device}{'r' if readonly else ''}"))
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
