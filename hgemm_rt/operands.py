@@ -187,12 +187,18 @@ def _key_torch(x: Any) -> tuple:
     return x.data_ptr(), (x.shape, x.stride(), x.dtype, x.get_device(), x.requires_grad)
 
 
+def _key_jax(x: Any) -> tuple:
+    x.block_until_ready()  # JAX's pending work is on its own streams: the buffer must be complete
+    device = x.device if not callable(getattr(x, "device", None)) else next(iter(x.devices()))
+    return x.unsafe_buffer_pointer(), ("jax", x.shape, x.dtype, device.id)
+
+
 def _key_cupy(x: Any) -> tuple:
     return x.data.ptr, (x.shape, x.strides, x.dtype, x.device.id)
 
 
 def _no_key(x: Any) -> tuple:
-    raise KeyError(type(x))  # numpy (copied every call), JAX, CAI/DLPack objects: the full path
+    raise KeyError(type(x))  # numpy (copied every call), CAI/DLPack objects: the full path
 
 
 # type -> its key function, for the types seen so far (call_key() adds new ones). A key is
@@ -215,6 +221,8 @@ def call_key(x: Any) -> tuple | None:
             k = _key_torch
         elif _is_cupy(x):
             k = _key_cupy
+        elif _is_jax(x):
+            k = _key_jax
         else:
             k = _no_key
         KEYERS[tp] = k
