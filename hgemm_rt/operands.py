@@ -208,6 +208,9 @@ def _no_key(x: Any) -> tuple:
 KEYERS: dict[type, Callable[[Any], tuple]] = {type(None): lambda x: (0, ())}
 
 
+KEYERS[DeviceArray] = _key_device_array
+
+
 def call_key(x: Any) -> tuple | None:
     """(address, description) of `x` (see KEYERS); None where there is no cheap identity. Raises
     ValidationError for a closed DeviceArray."""

@@ -8,7 +8,7 @@ model on torch's own GEMMs: logits, greedy tokens and the time of a forward.
 The model is built from a config with random weights (torch.manual_seed(0); no download):
 LlamaForCausalLM(hidden 2048, intermediate 5632, 16 heads, 16 KV heads, vocab 32000), on cuda, eval.
 Under torch.inference_mode() the same random input_ids go through the model twice: with torch's
-nn.Linear, and with each Linear's forward swapped for hg.matmul(x.reshape(-1, in), weight.t())
+nn.Linear, and with each Linear's forward swapped for hg.matmul(x, weight.t()) (x's batch folds into rows)
 (+ bias). Reported: the relative Frobenius error of the logits (float64), the fraction of positions
 whose greedy token (argmax over the vocabulary) agrees, and for the disagreements how far apart the
 two tokens are in torch's logits (random weights give top-2 gaps of ~0.2, so a ~1e-3 logit error can
