@@ -290,6 +290,7 @@ def host_error(fn: Callable[[], Any], c: Any, ref: np.ndarray, sync: Callable[[]
     return err if math.isfinite(err) else None
 
 
+@functools.lru_cache(maxsize=None)
 def matmul_defaults() -> tuple:
     """hgemm_rt.matmul's keyword defaults in signature order (alpha, beta, accumulate, kernel, stream):
     the options part of the key a call made without them is filed under."""
