@@ -90,6 +90,7 @@ def native() -> Any | None:
         return None
     protos = {
         "cuLaunchKernelEx": [_P, _P, _P, _P],
+        "cuGraphLaunch": [_P, _P],
         "cuCtxGetCurrent": [ctypes.POINTER(_P)],
         "cuCtxSetCurrent": [_P],
         "cuEventRecord": [_P, _P],

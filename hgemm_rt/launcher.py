@@ -16,6 +16,7 @@ import functools
 import math
 import threading
 import warnings
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, NamedTuple
 
@@ -299,6 +300,65 @@ class KernelLaunch:
 def _launch_via_bindings(config: Any, handle: Any, params: int) -> Any:
     """cuLaunchKernelEx through cuda-python (where libcuda cannot be loaded through ctypes)."""
     return int(driver().cuLaunchKernelEx(config, handle, params, 0)[0])
+
+
+class LaunchGraph:
+    """Launches with their parameters fixed, in order, as one executable CUDA graph: a call costs one
+    cuGraphLaunch (H100: ~3 us of host time) instead of one cuLaunchKernelEx per kernel (~4-6 us each).
+    Built for a repeat call on the same buffers; `close()` (or collection) destroys it."""
+
+    def __init__(self, launches: list[tuple[KernelLaunch, PackedParams]]):
+        drv = driver()
+        graph = check(drv.cuGraphCreate(0), "cuGraphCreate")
+        self._finalizer = weakref.finalize(self, _destroy_graph, graph, None)
+        previous: list = []
+        for kernel, params in launches:  # the driver copies the parameter values into each node
+            cfg, node_params = kernel.cfg, drv.CUDA_KERNEL_NODE_PARAMS()
+            node_params.func = kernel.fn.handle
+            node_params.gridDimX, node_params.gridDimY, node_params.gridDimZ = cfg.grid
+            node_params.blockDimX, node_params.blockDimY, node_params.blockDimZ = cfg.block
+            node_params.sharedMemBytes = cfg.dsmem
+            node_params.kernelParams = params.address
+            node = check(drv.cuGraphAddKernelNode(graph, previous, len(previous), node_params),
+                         "cuGraphAddKernelNode", cfg.symbol)
+            if cfg.cluster != (1, 1, 1):
+                value = drv.CUkernelNodeAttrValue()
+                value.clusterDim.x, value.clusterDim.y, value.clusterDim.z = cfg.cluster
+                check(drv.cuGraphKernelNodeSetAttribute(
+                    node, drv.CUkernelNodeAttrID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, value),
+                    "cuGraphKernelNodeSetAttribute(CLUSTER_DIMENSION)", cfg.symbol)
+            previous = [node]
+        executable = check(drv.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+        self._finalizer.detach()
+        self._finalizer = weakref.finalize(self, _destroy_graph, graph, executable)
+        self.executable = executable
+        self._handle = ctypes.c_void_p(int(executable))
+        self._lib = native()
+
+    def bind(self, stream: int) -> Callable[[], int]:
+        """A call of the result launches the graph on `stream` and returns the CUresult."""
+        if self._lib is not None:
+            return functools.partial(self._lib.cuGraphLaunch, self._handle, ctypes.c_void_p(stream or None))
+        return functools.partial(_graph_launch_via_bindings, self.executable, stream)
+
+    def check_launch(self, code: Any) -> None:
+        check_code(code, "cuGraphLaunch")
+
+    def close(self) -> None:
+        self._finalizer()
+
+
+def _destroy_graph(graph: Any, executable: Any) -> None:
+    try:
+        if executable is not None:
+            driver().cuGraphExecDestroy(executable)
+        driver().cuGraphDestroy(graph)
+    except Exception:  # interpreter shutdown
+        pass
+
+
+def _graph_launch_via_bindings(executable: Any, stream: int) -> int:
+    return int(driver().cuGraphLaunch(executable, stream)[0])
 
 
 def launch_spec(manifest: Manifest, spec: KernelSpec, a: Any, b: Any, c: Any, *, stream: Any = None,

@@ -519,6 +519,43 @@ def test_cuda_graph_capture_replays_matmul(rng):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("M,N,K", [(64, 64, 64), (257, 129, 300), (130, 264, 200)])  # one kernel, copies, split-K
+def test_repeats_on_the_same_buffers_go_through_a_cuda_graph_and_stay_correct(M, N, K, rng):
+    """A call repeated on the same buffers launches through one CUDA graph after GRAPH_AFTER_REPEATS
+    repeats: every call still reads the current contents of A and B, and the graph can itself be captured
+    into a user's graph on the same stream."""
+    from hgemm_rt._driver import check, driver
+    from hgemm_rt.api import GRAPH_AFTER_REPEATS
+
+    drv = driver()
+    A, B, C = hg.empty((M, K), "f16"), hg.empty((K, N), "f16"), hg.empty((M, N), "f16")
+    with hg.Stream() as s:
+        for i in range(GRAPH_AFTER_REPEATS + 3):
+            a = rng.standard_normal((M, K)).astype(np.float16)
+            b = rng.standard_normal((K, N)).astype(np.float16)
+            A.copy_from_numpy(a)
+            B.copy_from_numpy(b)
+            C.fill_bytes(0xFF, s)
+            assert hg.matmul(A, B, C, stream=s) is C
+            s.synchronize()
+            assert _rel(C.to_numpy().astype(np.float64), a.astype(np.float64) @ b) < 1e-3, f"call {i}"
+        bound = hg.plans.calls[call_cache_key(A, B, C, 1.0, 0.0, None, "auto", s)]
+        assert bound.last[8] is not None, "the repeats did not switch to a CUDA graph"
+        C.fill_bytes(0xFF, s)
+        s.synchronize()
+        check(drv.cuStreamBeginCapture(s.handle, drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_GLOBAL),
+              "cuStreamBeginCapture")
+        hg.matmul(A, B, C, stream=s)  # the graph launch, captured as a child graph
+        graph = check(drv.cuStreamEndCapture(s.handle), "cuStreamEndCapture")
+        exe = check(drv.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+        check(drv.cuGraphLaunch(exe, s.handle), "cuGraphLaunch")
+        s.synchronize()
+        check(drv.cuGraphExecDestroy(exe), "cuGraphExecDestroy")
+        check(drv.cuGraphDestroy(graph), "cuGraphDestroy")
+    assert _rel(C.to_numpy().astype(np.float64), a.astype(np.float64) @ b) < 1e-3
+
+
+@pytest.mark.gpu
 def test_autotune_writes_a_cache_that_matmul_then_uses(tmp_path, monkeypatch, rng):
     monkeypatch.setenv("HGEMM_CACHE_DIR", str(tmp_path))
     tuning.forget()
