@@ -91,6 +91,7 @@ def native() -> Any | None:
     protos = {
         "cuLaunchKernelEx": [_P, _P, _P, _P],
         "cuGraphLaunch": [_P, _P],
+        "cuStreamIsCapturing": [_P, ctypes.POINTER(ctypes.c_int)],
         "cuCtxGetCurrent": [ctypes.POINTER(_P)],
         "cuCtxSetCurrent": [_P],
         "cuEventRecord": [_P, _P],

@@ -32,6 +32,7 @@ validation and planning: it costs the key, a dictionary lookup and one driver la
 """
 from __future__ import annotations
 
+import ctypes
 import threading
 from collections import OrderedDict
 from typing import Any
@@ -40,7 +41,7 @@ import numpy as np
 
 from . import operands as ops
 from . import planner, tuning
-from ._driver import check, driver
+from ._driver import check, driver, native
 from .device import get_device, stream_handle
 from .errors import DriverError, ValidationError
 from .executor import Execution
@@ -213,12 +214,17 @@ def _is_capturing(stream: int) -> bool:
 
 
 def _may_capture(stream: int) -> bool:
-    """True unless `stream` is certainly not capturing (an implicit capture of the legacy stream reports
-    an error: taken as capturing)."""
-    try:
-        return _is_capturing(stream)
-    except DriverError:
-        return True
+    """True unless `stream` is certainly not capturing (an error, such as the legacy stream's implicit
+    capture, counts as capturing): a graph launch may not be captured (CUDA 13: STREAM_CAPTURE_UNSUPPORTED,
+    and the capture is lost), so a capturing stream gets the kernel launches instead."""
+    lib = native()
+    if lib is None:
+        try:
+            return _is_capturing(stream)
+        except DriverError:
+            return True
+    status = ctypes.c_int()
+    return lib.cuStreamIsCapturing(stream or None, status) != 0 or status.value != 0
 
 
 class PlanCache:
@@ -366,13 +372,13 @@ class Bound:
                 raise ValidationError("matmul: out overlaps an input in memory; it must not alias an input")
         last = self.last
         if last[0] == pa and last[1] == pb and last[2] == pc and last[3] == s and not last[4].closed:
-            if last[7] is not None:  # the same buffers again: one graph launch
+            if last[7] is not None and not _may_capture(s):  # the same buffers again: one graph launch
                 code = last[7]()
                 if code:
                     self._failed(code, last[8], last[7])
                 return out
             hits = last[9] + 1
-            if hits >= GRAPH_AFTER_REPEATS and not _may_capture(s):
+            if last[7] is None and hits >= GRAPH_AFTER_REPEATS and not _may_capture(s):
                 graph = LaunchGraph([(st.launch, p) for st, p in zip(last[4].steps, last[5])])
                 self.last = (*last[:7], graph.bind(s), graph, hits)
                 return self.run(pa, pb, out, pc)
