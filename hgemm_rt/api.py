@@ -380,8 +380,12 @@ class Bound:
             hits = last[9] + 1
             if last[7] is None and hits >= GRAPH_AFTER_REPEATS and not _may_capture(s):
                 graph = LaunchGraph([(st.launch, p) for st, p in zip(last[4].steps, last[5])])
-                self.last = (*last[:7], graph.bind(s), graph, hits)
-                return self.run(pa, pb, out, pc)
+                launch = graph.bind(s)
+                self.last = (*last[:7], launch, graph, hits)
+                code = launch()
+                if code:
+                    self._failed(code, graph, launch)
+                return out
             self.last = (*last[:9], hits)
             launches = last[6]
         else:
