@@ -320,7 +320,8 @@ def breakdown(a: Any, b: Any, c: Any, sync: Callable[[], Any], run: Run) -> list
         raise RuntimeError("hgemm_rt.plans.calls holds no call under matmul_section.repeat_call_key after "
                            "hg.matmul(a, b, c): update it from api.matmul")
     stream = bound.stream()
-    launch, kernel = bound.last[-1][0]  # the first bound launch of the last call: (launch, KernelLaunch)
+    last = bound.last  # what the last call launched: its graph if the repeats switched to one
+    launch = last.graph_launch if last.graph is not None else last.launches[0][0]
     pa, pb, pc = (KEYERS[type(x)](x)[0] for x in (a, b, c))
     parts = (
         ("key: operands.KEYERS of A, B, C + plans.calls lookup", "part", lambda: calls.get(repeat_call_key(a, b, c)),
@@ -329,14 +330,14 @@ def breakdown(a: Any, b: Any, c: Any, sync: Callable[[], Any], run: Run) -> list
         ("the rest of Bound.run: overlap check, the last call's launches", "part",
          lambda: bound.run(pa, pb, c, pc), True),
         ("the repeat call hg.matmul(a, b, c)", "whole", lambda: hg.matmul(a, b, c), True),
-        ("of which the driver: one bound cuLaunchKernelEx", "other", launch, True),
+        ("of which the driver: one cuGraphLaunch (or cuLaunchKernelEx) as bound", "other", launch, True),
         ("first-call validation: Matmul(a, b, c)", "other", lambda: hg.Matmul(a, b, c), False),
     )
     rows = [{"part": part, "role": role, "us": run.host_only_us(fn, sync) if launches else wall_us(fn, sync)}
             for part, role, fn, launches in parts]
     rows[2]["us"] -= rows[1]["us"]  # Bound.run reads the stream itself
     return rows + [{"part": "GPU time of the launch (events, L2 flushed)", "role": "other",
-                    "us": run.gpu_us(lambda: kernel(bound.last[5][0], stream), stream)}]
+                    "us": run.gpu_us(lambda: bound.run(pa, pb, c, pc), stream)}]
 
 
 def measure_host(section: str, shape: Shape, run: Run) -> list[dict]:

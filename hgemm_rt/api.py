@@ -308,6 +308,20 @@ plans = PlanCache()
 # running a validated call
 # ---------------------------------------------------------------------------------------------------
 
+class LastCall:
+    """What the last run of a Bound launched: its (A, B, C addresses, stream), the execution, the packed
+    parameters (kept alive for the bound launches), (bound launch, KernelLaunch) per step, and once the
+    same call has repeated GRAPH_AFTER_REPEATS times, the CUDA graph of those launches."""
+
+    __slots__ = ("key", "execution", "packed", "launches", "repeats", "graph", "graph_launch")
+
+    def __init__(self, key: tuple, execution: Any, packed: Any, launches: tuple):
+        self.key, self.execution, self.packed, self.launches = key, execution, packed, launches
+        self.repeats = 0
+        self.graph: LaunchGraph | None = None
+        self.graph_launch: Any = None
+
+
 class Bound:
     """A validated call, ready to run again on operands of the same identity: the per-call work is
     the stream, the result (if new), the parameter lookup and the launches."""
@@ -332,10 +346,9 @@ class Bound:
         # the new addresses do not make out overlap an input (the one check that reads addresses)
         self.extents = tuple(byte_extent(0, op.shape, op.strides, op.itemsize) if op is not None else None
                              for op in call.operands)
-        # the last call's (A, B, C addresses, stream, execution, parameters, bound launches, bound graph
-        # launch, graph, repeats): a loop on the same buffers launches without looking anything up, and
-        # after GRAPH_AFTER_REPEATS repeats through one CUDA graph
-        self.last: tuple = (None,) * 9 + (0,)
+        # a loop on the same buffers launches without looking anything up, and after GRAPH_AFTER_REPEATS
+        # repeats through one CUDA graph
+        self.last = LastCall((None,), None, None, ())
 
     def stream(self) -> int:
         fw = self.stream_fn
@@ -371,30 +384,25 @@ class Bound:
             if pc + clo < pa + ahi and pa + alo < pc + chi or pc + clo < pb + bhi and pb + blo < pc + chi:
                 raise ValidationError("matmul: out overlaps an input in memory; it must not alias an input")
         last = self.last
-        if last[0] == pa and last[1] == pb and last[2] == pc and last[3] == s and not last[4].closed:
-            if last[7] is not None and not _may_capture(s):  # the same buffers again: one graph launch
-                code = last[7]()
-                if code:
-                    self._failed(code, last[8], last[7])
-                return out
-            hits = last[9] + 1
-            if last[7] is None and hits >= GRAPH_AFTER_REPEATS and not _may_capture(s):
-                graph = LaunchGraph([(st.launch, p) for st, p in zip(last[4].steps, last[5])])
-                launch = graph.bind(s)
-                self.last = (*last[:7], launch, graph, hits)
-                code = launch()
-                if code:
-                    self._failed(code, graph, launch)
-                return out
-            self.last = (*last[:9], hits)
-            launches = last[6]
+        if last.key == (pa, pb, pc, s) and not last.execution.closed:
+            last.repeats += 1
+            if not _may_capture(s):  # (a graph launch may not be captured)
+                if last.graph is None and last.repeats >= GRAPH_AFTER_REPEATS:
+                    last.graph = LaunchGraph([(st.launch, p) for st, p in zip(last.execution.steps, last.packed)])
+                    last.graph_launch = last.graph.bind(s)
+                if last.graph is not None:  # the same buffers again: one graph launch
+                    code = last.graph_launch()
+                    if code:
+                        self._failed(code, last.graph, last.graph_launch)
+                    return out
+            launches = last.launches
         else:
             ex = self.executions.get(s)
             if ex is None or ex.closed:
                 ex = self.execution(s)
             packed = ex.pack((pa, pb, pc), self.alpha, self.beta)
             launches = ex.bind(packed, s)
-            self.last = (pa, pb, pc, s, ex, packed, launches, None, None, 0)
+            self.last = LastCall((pa, pb, pc, s), ex, packed, launches)
         for launch, kernel in launches:
             code = launch()
             if code:
