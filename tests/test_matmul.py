@@ -492,11 +492,24 @@ def test_dlpack_only_producer_zero_copy(rng):
     assert ((out.double() - ref).norm() / ref.norm()).item() < 1e-3
 
 
-@pytest.mark.gpu
-def test_cuda_graph_capture_replays_matmul(rng):
+def _captured_and_replayed(call, s):
+    """Capture call() on stream s (global mode) into a CUDA graph, launch the graph once and wait."""
     from hgemm_rt._driver import check, driver
 
     drv = driver()
+    check(drv.cuStreamBeginCapture(s.handle, drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_GLOBAL),
+          "cuStreamBeginCapture")
+    call()
+    graph = check(drv.cuStreamEndCapture(s.handle), "cuStreamEndCapture")
+    exe = check(drv.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+    check(drv.cuGraphLaunch(exe, s.handle), "cuGraphLaunch")
+    s.synchronize()
+    check(drv.cuGraphExecDestroy(exe), "cuGraphExecDestroy")
+    check(drv.cuGraphDestroy(graph), "cuGraphDestroy")
+
+
+@pytest.mark.gpu
+def test_cuda_graph_capture_replays_matmul(rng):
     M, N, K = 257, 129, 300  # ragged: the plan has copies and temporaries
     a = rng.standard_normal((M, K)).astype(np.float16)
     b = rng.standard_normal((K, N)).astype(np.float16)
@@ -506,15 +519,7 @@ def test_cuda_graph_capture_replays_matmul(rng):
         s.synchronize()
         C.fill_bytes(0xFF, s)
         s.synchronize()
-        check(drv.cuStreamBeginCapture(s.handle, drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_GLOBAL),
-              "cuStreamBeginCapture")
-        hg.matmul(A, B, out=C, stream=s)
-        graph = check(drv.cuStreamEndCapture(s.handle), "cuStreamEndCapture")
-        exe = check(drv.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
-        check(drv.cuGraphLaunch(exe, s.handle), "cuGraphLaunch")
-        s.synchronize()
-        check(drv.cuGraphExecDestroy(exe), "cuGraphExecDestroy")
-        check(drv.cuGraphDestroy(graph), "cuGraphDestroy")
+        _captured_and_replayed(lambda: hg.matmul(A, B, out=C, stream=s), s)
     assert _rel(C.to_numpy().astype(np.float64), a.astype(np.float64) @ b) < 1e-3
 
 
@@ -522,12 +527,10 @@ def test_cuda_graph_capture_replays_matmul(rng):
 @pytest.mark.parametrize("M,N,K", [(64, 64, 64), (257, 129, 300), (130, 264, 200)])  # one kernel, copies, split-K
 def test_repeats_on_the_same_buffers_go_through_a_cuda_graph_and_stay_correct(M, N, K, rng):
     """A call repeated on the same buffers launches through one CUDA graph after GRAPH_AFTER_REPEATS
-    repeats: every call still reads the current contents of A and B, and the graph can itself be captured
-    into a user's graph on the same stream."""
-    from hgemm_rt._driver import check, driver
+    repeats: every call still reads the current contents of A and B, and a user's capture on the same
+    stream still works (it gets the kernel launches: a graph launch cannot be captured)."""
     from hgemm_rt.api import GRAPH_AFTER_REPEATS
 
-    drv = driver()
     A, B, C = hg.empty((M, K), "f16"), hg.empty((K, N), "f16"), hg.empty((M, N), "f16")
     with hg.Stream() as s:
         for i in range(GRAPH_AFTER_REPEATS + 3):
@@ -543,15 +546,7 @@ def test_repeats_on_the_same_buffers_go_through_a_cuda_graph_and_stay_correct(M,
         assert bound.last.graph is not None, "the repeats did not switch to a CUDA graph"
         C.fill_bytes(0xFF, s)
         s.synchronize()
-        check(drv.cuStreamBeginCapture(s.handle, drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_GLOBAL),
-              "cuStreamBeginCapture")
-        hg.matmul(A, B, C, stream=s)  # the graph launch, captured as a child graph
-        graph = check(drv.cuStreamEndCapture(s.handle), "cuStreamEndCapture")
-        exe = check(drv.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
-        check(drv.cuGraphLaunch(exe, s.handle), "cuGraphLaunch")
-        s.synchronize()
-        check(drv.cuGraphExecDestroy(exe), "cuGraphExecDestroy")
-        check(drv.cuGraphDestroy(graph), "cuGraphDestroy")
+        _captured_and_replayed(lambda: hg.matmul(A, B, C, stream=s), s)  # kernel launches, not the graph
     assert _rel(C.to_numpy().astype(np.float64), a.astype(np.float64) @ b) < 1e-3
 
 
