@@ -388,8 +388,10 @@ class Bound:
             last.repeats += 1
             if not _may_capture(s):  # (a graph launch may not be captured)
                 if last.graph is None and last.repeats >= GRAPH_AFTER_REPEATS:
-                    last.graph = LaunchGraph([(st.launch, p) for st, p in zip(last.execution.steps, last.packed)])
-                    last.graph_launch = last.graph.bind(s)
+                    with plans.lock:  # built once: a graph in use is never replaced (or destroyed)
+                        if last.graph is None:
+                            graph = LaunchGraph([(st.launch, p) for st, p in zip(last.execution.steps, last.packed)])
+                            last.graph_launch, last.graph = graph.bind(s), graph
                 if last.graph is not None:  # the same buffers again: one graph launch
                     code = last.graph_launch()
                     if code:
