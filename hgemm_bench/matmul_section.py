@@ -22,6 +22,7 @@ import datetime as _dt
 import functools
 import importlib
 import inspect
+import itertools
 import math
 import time
 from dataclasses import dataclass, field
@@ -323,6 +324,12 @@ def breakdown(a: Any, b: Any, c: Any, sync: Callable[[], Any], run: Run) -> list
     last = bound.last  # what the last call launched: its graph if the repeats switched to one
     launch = last.graph_launch if last.graph is not None else last.launches[0][0]
     pa, pb, pc = (KEYERS[type(x)](x)[0] for x in (a, b, c))
+    fresh = itertools.count(1)
+
+    def pack_new():  # addresses never packed before (256-byte aligned, far from real ones; never launched)
+        base = (1 << 44) + next(fresh) * (1 << 24)
+        return last.execution.pack((base, base + (1 << 22), base + (2 << 22)), bound.alpha, bound.beta)
+
     parts = (
         ("key: operands.KEYERS of A, B, C + plans.calls lookup", "part", lambda: calls.get(repeat_call_key(a, b, c)),
          False),
@@ -331,6 +338,7 @@ def breakdown(a: Any, b: Any, c: Any, sync: Callable[[], Any], run: Run) -> list
          lambda: bound.run(pa, pb, c, pc), True),
         ("the repeat call hg.matmul(a, b, c)", "whole", lambda: hg.matmul(a, b, c), True),
         ("of which the driver: one cuGraphLaunch (or cuLaunchKernelEx) as bound", "other", launch, True),
+        ("packing for new addresses (a repeat on other buffers): Execution.pack", "other", pack_new, False),
         ("first-call validation: Matmul(a, b, c)", "other", lambda: hg.Matmul(a, b, c), False),
     )
     rows = [{"part": part, "role": role, "us": run.host_only_us(fn, sync) if launches else wall_us(fn, sync)}
