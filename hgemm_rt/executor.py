@@ -15,10 +15,10 @@ from dataclasses import replace
 from typing import Any
 
 from .device import get_device
-from .launcher import ArrayRef, KernelLaunch, PackedParams, pack_params, prepare
+from .launcher import ArrayRef, KernelLaunch, PackedParams, ParamPacker, prepare
 from .manifest import Manifest
 from .memory import DeviceArray
-from .problem import ITEMSIZE, Copy, Gemm, Recipe, View
+from .problem import ITEMSIZE, Copy, Recipe, View
 from .validate import GemmShape
 
 PACKED_PER_EXECUTION = 32  # parameter sets kept per execution (one per distinct A, B, C addresses and scalars)
@@ -51,7 +51,7 @@ def step_scalars(step: Any) -> dict[str, int]:
 class _Step:
     """One prepared launch of an Execution."""
 
-    __slots__ = ("spec", "launch", "views", "scalars", "epilogue")
+    __slots__ = ("spec", "launch", "refs", "scalars", "epilogue")
 
     def __init__(self, manifest: Manifest, step: Any, dev: Any):
         self.spec = spec = manifest.kernels[step.kernel]
@@ -65,7 +65,10 @@ class _Step:
             if step.splits > 1:  # split-K: one CTA per split of a tile, the splits of a tile in one cluster
                 cfg = replace(cfg, grid=(cfg.grid[0], cfg.grid[1], step.splits), cluster=(1, 1, step.splits))
         self.launch = KernelLaunch(fn, cfg)
-        self.views = step_operands(step)
+        # operand name -> (which of A, B, C as 0-2, or a temporary's name; shape; byte strides)
+        isz = ITEMSIZE[spec.dtype]
+        self.refs = {name: ("ABC".index(v.base) if v.base in ("A", "B", "C") else v.base, (v.rows, v.cols),
+                            (v.rs * isz, v.cs * isz)) for name, v in step_operands(step).items()}
         self.scalars = step_scalars(step)
         self.epilogue = step.epilogue  # applies the caller's alpha/beta (else alpha 1, beta 0)
 
@@ -87,14 +90,21 @@ class Execution:
             dev.synchronize()
         self.steps = [_Step(manifest, step, dev) for step in recipe.steps]
         self._packed: OrderedDict = OrderedDict()
+        self._packers_by_scalars: dict = {}
         self._lock = threading.Lock()
         self.closed = False
 
-    def _ref(self, view: View, ptrs: tuple[int, int, int]) -> ArrayRef:
-        base = view.base
-        ptr = ptrs["ABC".index(base)] if base in ("A", "B", "C") else self.temps[base].ptr
-        isz = ITEMSIZE[self.dtype]
-        return ArrayRef(ptr, (view.rows, view.cols), (view.rs * isz, view.cs * isz), self.dtype)
+    def _packers(self, alpha: float, beta: float) -> list[ParamPacker]:
+        packers = self._packers_by_scalars.get((alpha, beta))
+        if packers is None:
+            ab, bb = f32_bits(alpha), f32_bits(beta)
+            packers = [ParamPacker(st.spec, dict(st.scalars, alpha_bits=ab if st.epilogue else f32_bits(1.0),
+                                                 beta_bits=bb if st.epilogue else 0)) for st in self.steps]
+            with self._lock:
+                self._packers_by_scalars[(alpha, beta)] = packers
+                if len(self._packers_by_scalars) > PACKED_PER_EXECUTION:
+                    del self._packers_by_scalars[next(iter(self._packers_by_scalars))]
+        return packers
 
     def pack(self, ptrs: tuple[int, int, int], alpha: float, beta: float) -> list[PackedParams]:
         """The parameter arrays of every step for these A, B, C addresses and scalars (cached)."""
@@ -102,13 +112,11 @@ class Execution:
         packed = self._packed.get(key)
         if packed is not None:
             return packed
-        ab, bb = f32_bits(alpha), f32_bits(beta)
         packed = []
-        for st in self.steps:
-            arrays = {name: self._ref(v, ptrs) for name, v in st.views.items()}
-            scalars = dict(st.scalars, alpha_bits=ab if st.epilogue else f32_bits(1.0),
-                           beta_bits=bb if st.epilogue else 0)
-            packed.append(pack_params(st.spec, arrays, scalars))
+        for st, packer in zip(self.steps, self._packers(alpha, beta)):
+            packed.append(packer.pack({name: ArrayRef(ptrs[where] if isinstance(where, int) else self.temps[where].ptr,
+                                                       shape, strides, self.dtype)
+                                       for name, (where, shape, strides) in st.refs.items()}))
         with self._lock:
             self._packed[key] = packed
             while len(self._packed) > PACKED_PER_EXECUTION:

@@ -92,26 +92,43 @@ class PackedParams:
         self.pointer = ctypes.c_void_p(self.address)  # (pre-converted for the native launch)
 
 
-def pack_params(spec: KernelSpec, arrays: Mapping[str, Any], scalars: Mapping[str, int]) -> PackedParams:
-    """The kernel's declared `params`, in order: `ptr:X` the address of arrays[X], `i32:X` scalars[X],
-    `tmap:X` a TMA map of arrays[X] (A^T for a kernel that reads A column-major)."""
-    values: list[Any] = []
-    for p in spec.params:
-        kind, _, what = p.partition(":")
-        if kind == "i32":
-            if what not in scalars:
-                raise ManifestError(f"{spec.name}: no value for its integer parameter {what!r}")
-            values.append(ctypes.c_int32(scalars[what]))
-        elif what not in arrays:
-            raise ManifestError(f"{spec.name}: no operand for its parameter {p!r}")
-        elif kind == "ptr":
-            values.append(ctypes.c_void_p(arrays[what].ptr))
-        else:  # tmap
-            from . import tma  # Hopper only: imported on first use
+class ParamPacker:
+    """A kernel's declared `params` with the integers fixed: pack(arrays) builds only what depends on
+    the operands' addresses (`ptr:X` the address of arrays[X], `tmap:X` a TMA map of arrays[X], A^T for
+    a kernel that reads A column-major); `i32:X` is scalars[X], converted once."""
 
-            array = arrays[what].T if what == "A" and spec.a_order == "col" else arrays[what]
-            values.append(tma.build_param(spec, what, array, spec.name))
-    return PackedParams(values)
+    def __init__(self, spec: KernelSpec, scalars: Mapping[str, int]):
+        self.spec = spec
+        self.slots: list[tuple[str, Any]] = []  # ("i32", its ctypes value) | ("ptr" | "tmap", operand name)
+        for p in spec.params:
+            kind, _, what = p.partition(":")
+            if kind == "i32":
+                if what not in scalars:
+                    raise ManifestError(f"{spec.name}: no value for its integer parameter {what!r}")
+                self.slots.append((kind, ctypes.c_int32(scalars[what])))
+            else:
+                self.slots.append((kind, what))
+
+    def pack(self, arrays: Mapping[str, Any]) -> PackedParams:
+        spec, values = self.spec, []
+        for kind, x in self.slots:
+            if kind == "i32":
+                values.append(x)  # (shared by every packing: the launch only reads it)
+            elif x not in arrays:
+                raise ManifestError(f"{spec.name}: no operand for its parameter {kind}:{x}")
+            elif kind == "ptr":
+                values.append(ctypes.c_void_p(arrays[x].ptr))
+            else:  # tmap
+                from . import tma  # Hopper only: imported on first use
+
+                array = arrays[x].T if x == "A" and spec.a_order == "col" else arrays[x]
+                values.append(tma.build_param(spec, x, array, spec.name))
+        return PackedParams(values)
+
+
+def pack_params(spec: KernelSpec, arrays: Mapping[str, Any], scalars: Mapping[str, int]) -> PackedParams:
+    """The kernel's declared `params`, in order, for these operands and integers (see ParamPacker)."""
+    return ParamPacker(spec, scalars).pack(arrays)
 
 
 # -- modules and functions --------------------------------------------------------------------------
