@@ -40,8 +40,8 @@ from hgemm_rt.timing import L2Flusher, time_fn
 
 from .analysis import geomean
 from .devinfo import clocks, device_record, header_lines
-from .matmul_table import (GRAPH_CALLS, HOST_CALLS, HOST_ONLY_CALLS, HOST_ONLY_HOLD_MS, SECTIONS, WALL_MIN_CALLS,
-                           WALL_REPEAT_S, WALL_REPEATS, HostCall, Section, Shape)
+from .matmul_table import (GRAPH_CALLS, HOST_CALLS, SECTIONS, WALL_MIN_CALLS, WALL_REPEAT_S, WALL_REPEATS, HostCall,
+                           Section, Shape)
 from .measure import ShapeInputs, checked_launch
 
 TORCH_DTYPES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32"}
@@ -82,23 +82,6 @@ class Run:
         """Median GPU microseconds of fn: L2 flushed before each run, the runs queued behind a busy GPU."""
         t = time_fn(fn, warmup=self.warmup, iters=self.iters, stream=stream, flush=self.flusher, queue_ahead=True)
         return t.median_ms * 1e3
-
-    def host_only_us(self, fn: Callable[[], Any], sync: Callable[[], Any], calls: int = HOST_ONLY_CALLS) -> float:
-        """Host microseconds per call with the GPU held busy meanwhile: the calls queue behind the hold,
-        so no call waits for the GPU (a tiny kernel's back-to-back wall time can be GPU time)."""
-        fn()
-        sync()
-        t0 = time.perf_counter()
-        self.flusher.hold(HOST_ONLY_HOLD_MS)
-        hold_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        us = (time.perf_counter() - t0) / calls * 1e6
-        sync()
-        if (time.perf_counter() - t0) < hold_s:  # (the hold must outlast the calls, or they met the GPU)
-            raise RuntimeError("host-only timing: the GPU hold ended before the calls were queued")
-        return us
 
     def skip(self, section: str, what: str, reason: str) -> None:
         print(f"  skipped {what}: {reason}")
@@ -310,8 +293,8 @@ def repeat_call_key(a: Any, b: Any, c: Any) -> tuple:
 def breakdown(a: Any, b: Any, c: Any, sync: Callable[[], Any], run: Run) -> list[dict]:
     """One repeat hg.matmul(a, b, c) on torch tensors by part (role "part"), the whole call ("whole"),
     the validation a first call pays (a Matmul made from scratch, its plan cached) and the GPU time of
-    the launch ("other"). Host microseconds per call: the parts that launch are timed with the GPU held
-    busy, so that none waits for the GPU."""
+    the launch ("other"). Wall microseconds per call, back to back (the GPU part of a 64^3 call is
+    shorter than its host part)."""
     hg.matmul(a, b, c)
     hg.matmul(a, b, c)  # (the second call leaves its bound launches in the Bound)
     calls = hg.plans.calls
@@ -331,18 +314,16 @@ def breakdown(a: Any, b: Any, c: Any, sync: Callable[[], Any], run: Run) -> list
         return last.execution.pack((base, base + (1 << 22), base + (2 << 22)), bound.alpha, bound.beta)
 
     parts = (
-        ("key: operands.KEYERS of A, B, C + plans.calls lookup", "part", lambda: calls.get(repeat_call_key(a, b, c)),
-         False),
-        ("stream: torch's current stream", "part", bound.stream, False),
+        ("key: operands.KEYERS of A, B, C + plans.calls lookup", "part", lambda: calls.get(repeat_call_key(a, b, c))),
+        ("stream: torch's current stream", "part", bound.stream),
         ("the rest of Bound.run: overlap check, the last call's launches", "part",
-         lambda: bound.run(pa, pb, c, pc), True),
-        ("the repeat call hg.matmul(a, b, c)", "whole", lambda: hg.matmul(a, b, c), True),
-        ("of which the driver: one cuGraphLaunch (or cuLaunchKernelEx) as bound", "other", launch, True),
-        ("packing for new addresses (a repeat on other buffers): Execution.pack", "other", pack_new, False),
-        ("first-call validation: Matmul(a, b, c)", "other", lambda: hg.Matmul(a, b, c), False),
+         lambda: bound.run(pa, pb, c, pc)),
+        ("the repeat call hg.matmul(a, b, c)", "whole", lambda: hg.matmul(a, b, c)),
+        ("of which the driver: one cuGraphLaunch (or cuLaunchKernelEx) as bound", "other", launch),
+        ("packing for new addresses (a repeat on other buffers): Execution.pack", "other", pack_new),
+        ("first-call validation: Matmul(a, b, c)", "other", lambda: hg.Matmul(a, b, c)),
     )
-    rows = [{"part": part, "role": role, "us": run.host_only_us(fn, sync) if launches else wall_us(fn, sync)}
-            for part, role, fn, launches in parts]
+    rows = [{"part": part, "role": role, "us": wall_us(fn, sync)} for part, role, fn in parts]
     rows[2]["us"] -= rows[1]["us"]  # Bound.run reads the stream itself
     return rows + [{"part": "GPU time of the launch (events, L2 flushed)", "role": "other",
                     "us": run.gpu_us(lambda: bound.run(pa, pb, c, pc), stream)}]
@@ -366,13 +347,12 @@ def measure_host(section: str, shape: Shape, run: Run) -> list[dict]:
         fn, calls = hg_call(hc.form, A, B, C)
         err = host_error(fn, C, ref, sync)
         us = wall_us(fn, sync) / calls
-        host = run.host_only_us(fn, sync) / calls if hc.form != "graph" else None
         label = reference_label(hc)
         if label and label not in reference_us:
             reference_us[label] = wall_us(matmul_call(framework(hc.kind)[0], hc.reference, A, B, C), sync)
         theirs = reference_us.get(label)
         rows.append({"section": section, "M": shape.M, "N": shape.N, "K": shape.K, "dtype": shape.dtype,
-                     "call": hc.label, "hg_us": us, "hg_host_us": host, "reference": label, "reference_us": theirs,
+                     "call": hc.label, "hg_us": us, "reference": label, "reference_us": theirs,
                      "ratio": ratio(theirs, us), **verdict_of(err, err_bound)})
     if "torch" in operands:
         rows += [{"section": section, **r} for r in breakdown(*operands["torch"], sync, run)]
@@ -420,11 +400,10 @@ def host_table(rows: list[dict]) -> str:
     calls = [r for r in rows if "call" in r]
     parts = [r for r in rows if "part" in r]
     text = (f"wall us per call: {WALL_MIN_CALLS}+ calls back to back (~{WALL_REPEAT_S:g} s), one sync at the end, "
-            f"best of {WALL_REPEATS}; host us: {HOST_ONLY_CALLS} calls queued behind a GPU hold (host time alone)\n")
-    text += tabulate([[r["call"], fmt(r["hg_us"]), fmt(r.get("hg_host_us")), r["reference"] or "-",
-                       fmt(r["reference_us"]), fmt(r["ratio"], ".2f", "x"), fmt_err(r)] for r in calls],
-                     headers=["hg.matmul", "wall us", "host us", "reference", "wall us", "ref/hg", "rel err"],
-                     disable_numparse=True)
+            f"best of {WALL_REPEATS} (a 64^3 launch takes ~2.5 us of GPU time: the wall time is the host's)\n")
+    text += tabulate([[r["call"], fmt(r["hg_us"]), r["reference"] or "-", fmt(r["reference_us"]),
+                       fmt(r["ratio"], ".2f", "x"), fmt_err(r)] for r in calls],
+                     headers=["hg.matmul", "us", "reference", "us", "ref/hg", "rel err"], disable_numparse=True)
     if parts:
         whole = sum(r["us"] for r in parts if r["role"] == "whole")
         rest = whole - sum(r["us"] for r in parts if r["role"] == "part")
