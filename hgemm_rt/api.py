@@ -33,6 +33,7 @@ validation and planning: it costs the key, a dictionary lookup and one driver la
 from __future__ import annotations
 
 import ctypes
+import math
 import threading
 from collections import OrderedDict
 from typing import Any
@@ -134,10 +135,7 @@ def validate_call(a: Any, b: Any, out: Any, alpha: Any, beta: Any, accumulate: s
                                       f"{op.itemsize}-byte elements below 2^31")
     if C is not None:
         _validate_out(C, (A, B))
-    try:
-        alpha_f, beta_f = float(alpha), float(beta)
-    except (TypeError, ValueError):
-        raise ValidationError(f"matmul: alpha and beta must be real numbers, got {alpha!r}, {beta!r}") from None
+    alpha_f, beta_f = (_fp32_scalar(name, x) for name, x in (("alpha", alpha), ("beta", beta)))
     name = None
     if kernel != "auto":
         entry = get_registry().get(kernel)  # UnknownKernelError with close matches
@@ -171,8 +169,24 @@ def _fold_rows(op: Operand) -> None:
         op.shape, op.strides = (rows, cols), (cols * op.itemsize, op.itemsize)
 
 
+FP32_MAX = 3.4028234663852886e38
+
+
+def _fp32_scalar(name: str, x: Any) -> float:
+    """alpha or beta as the kernels take it: a finite real number representable as an fp32."""
+    if isinstance(x, (bool, str, bytes)) or not hasattr(x, "__float__"):
+        raise ValidationError(f"matmul: {name} must be a real number, got {x!r}")
+    try:
+        value = float(x)
+    except (TypeError, ValueError, OverflowError):
+        raise ValidationError(f"matmul: {name} must be a real number, got {x!r}") from None
+    if not math.isfinite(value) or abs(value) > FP32_MAX:
+        raise ValidationError(f"matmul: {name}={x!r} is not a finite fp32 value (|x| <= {FP32_MAX:.4g})")
+    return value
+
+
 def _validate_out(C: Operand, inputs: tuple) -> None:
-    if C.host is None and _self_overlapping(C):
+    if _self_overlapping(C):
         raise ValidationError(f"matmul: out's strides {C.strides} make distinct elements share memory")
     if C.readonly:
         raise ValidationError("matmul: out (numpy) is read-only" if C.host is not None else "matmul: out is read-only")

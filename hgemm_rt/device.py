@@ -141,22 +141,28 @@ def _destroy(fn: Any, handle: Any) -> None:
 
 def stream_handle(stream: Any) -> int:
     """An integer CUstream from None (the legacy default stream), an int, our Stream, a CUstream, or
-    another library's stream (`__cuda_stream__` protocol, CuPy/PyTorch `.cuda_stream`, `.ptr`)."""
+    another library's stream (`__cuda_stream__` protocol, CuPy/PyTorch `.cuda_stream`, `.ptr`). A handle
+    is a pointer: anything outside [0, 2^64) is refused here, before any driver call."""
     if stream is None:
         return 0
+    if isinstance(stream, bool):
+        raise ValidationError(f"cannot use {stream!r} as a CUDA stream")
     if isinstance(stream, int):
-        return stream
-    if isinstance(stream, Stream):
-        return stream.ptr
-    if hasattr(stream, "__cuda_stream__"):
-        return int(stream.__cuda_stream__()[1])
-    for attr in ("cuda_stream", "ptr"):
-        if hasattr(stream, attr):
-            return int(getattr(stream, attr))
-    try:
-        return int(stream)  # cuda-python CUstream
-    except (TypeError, ValueError):
-        raise ValidationError(f"cannot use {type(stream).__name__} as a CUDA stream") from None
+        handle = stream
+    elif isinstance(stream, Stream):
+        handle = stream.ptr
+    elif hasattr(stream, "__cuda_stream__"):
+        handle = int(stream.__cuda_stream__()[1])
+    elif hasattr(stream, "cuda_stream") or hasattr(stream, "ptr"):
+        handle = int(getattr(stream, "cuda_stream", None) or getattr(stream, "ptr"))
+    else:
+        try:
+            handle = int(stream)  # cuda-python CUstream
+        except (TypeError, ValueError):
+            raise ValidationError(f"cannot use {type(stream).__name__} as a CUDA stream") from None
+    if not 0 <= handle < 2**64:
+        raise ValidationError(f"stream handle {handle} is not a pointer value (0 <= handle < 2^64)")
+    return handle
 
 
 class Event:

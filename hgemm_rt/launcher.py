@@ -105,6 +105,8 @@ class ParamPacker:
             if kind == "i32":
                 if what not in scalars:
                     raise ManifestError(f"{spec.name}: no value for its integer parameter {what!r}")
+                if not -2**31 <= scalars[what] < 2**31:  # ctypes would wrap it silently
+                    raise ValidationError(f"{spec.name}: parameter {what}={scalars[what]} does not fit its int32")
                 self.slots.append((kind, ctypes.c_int32(scalars[what])))
             else:
                 self.slots.append((kind, what))

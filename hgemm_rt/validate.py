@@ -59,6 +59,8 @@ def validate_operands(spec: KernelSpec, a: DeviceArray, b: DeviceArray, c: Devic
         )
     if min(M, N, K) < 1:
         raise ValidationError(f"{name}: M, N, K must be >= 1, got M={M}, N={N}, K={K}")
+    if max(M, N, K) >= 2**31:  # the kernels take them as int32
+        raise ValidationError(f"{name}: M, N, K must be below 2^31, got M={M}, N={N}, K={K}")
     for dim, value in (("M", M), ("N", N), ("K", K)):
         mult = spec.require.get(dim, 1)
         if value % mult:

@@ -139,3 +139,10 @@ def test_transposed_view_is_refused_by_a_kernel_that_needs_row_major():
     assert t.shape == (256, 64) and t.strides == (2, 512) and t.ptr == a.ptr and not t.is_c_contiguous
     with pytest.raises(hg.ValidationError, match="A must be C-contiguous"):
         validate_operands(spec(), t, fake((64, 256)), fake((256, 256)))
+
+
+def test_dimensions_that_do_not_fit_the_kernels_int32_are_refused():
+    M = 2**31  # a multiple of every tile: only the int32 parameters stand in the way
+    a, b, c = fake((M, 64)), fake((64, 256)), fake((M, 256))
+    with pytest.raises(hg.ValidationError, match="below 2\\^31"):
+        validate_operands(spec(), a, b, c)
