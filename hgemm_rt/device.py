@@ -153,8 +153,10 @@ def stream_handle(stream: Any) -> int:
         handle = stream.ptr
     elif hasattr(stream, "__cuda_stream__"):
         handle = int(stream.__cuda_stream__()[1])
-    elif hasattr(stream, "cuda_stream") or hasattr(stream, "ptr"):
-        handle = int(getattr(stream, "cuda_stream", None) or getattr(stream, "ptr"))
+    elif hasattr(stream, "cuda_stream"):  # torch
+        handle = int(stream.cuda_stream)
+    elif hasattr(stream, "ptr"):  # CuPy
+        handle = int(stream.ptr)
     else:
         try:
             handle = int(stream)  # cuda-python CUstream
