@@ -137,10 +137,6 @@ class Execution:
         for st, params in zip(steps, packed):
             st.launch(params, stream)
 
-    def launch_step(self, i: int, packed: list[PackedParams], stream: int) -> None:
-        """Launch only step i (per-step timing)."""
-        self.steps[i].launch(packed[i], stream)
-
     def run(self, ptrs: tuple[int, int, int], alpha: float, beta: float, stream: int) -> None:
         self.launch(self.pack(ptrs, alpha, beta), stream)
 

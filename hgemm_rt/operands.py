@@ -56,11 +56,6 @@ class Operand:
     def itemsize(self) -> int:
         return ITEMSIZE[self.dtype]
 
-    def array(self) -> DeviceArray:
-        """A DeviceArray view of a device operand (it keeps the caller's object alive)."""
-        return DeviceArray(self.ptr, self.shape, self.dtype, self.strides, owner=self.keep or self.obj,
-                           device=self.device or 0, readonly=self.readonly)
-
 
 # ---------------------------------------------------------------------------------------------------
 # the frameworks, found lazily (none of them is a dependency)

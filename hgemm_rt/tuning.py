@@ -27,7 +27,6 @@ import tempfile
 import threading
 import warnings
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
