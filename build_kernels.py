@@ -181,6 +181,7 @@ def publish(families: list[Family], keys: dict[tuple[str, str], str], out: Path,
                 atomic_write(out / prel, ptx_file.read_bytes())
                 published.add(out / prel)
                 ptx = {"arch": arch, "path": prel.as_posix(), "sha256": sha256_file(out / prel)}
+        build_hash.update(json.dumps(fam.raw, sort_keys=True).encode())  # the declarations are part of a build
         for spec, raw in zip(fam.kernels, fam.raw):
             builds = {}
             for arch, (rel, digest, info) in builds_by_arch.items():

@@ -32,4 +32,7 @@ def eval_int_expr(expr: "int | str", names: "dict[str, int]") -> int:
             return -ev(node.operand)
         raise ValueError(f"unsupported element {ast.dump(node)} in expression {expr!r}")
 
-    return ev(tree)
+    try:
+        return ev(tree)
+    except (ZeroDivisionError, RecursionError) as exc:
+        raise ValueError(f"cannot evaluate {expr!r}: {exc}") from None

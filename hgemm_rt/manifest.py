@@ -164,29 +164,70 @@ def _choice(v: Any, allowed: tuple, what: str, name: str) -> str:
     return v
 
 
+# every field a kernel declaration may have (cu/*.toml), and what the manifest adds to it
+DECLARED_FIELDS = ("name", "family", "ladder", "step", "layout", "dtype", "acc", "out", "block", "tile", "grid",
+                   "dsmem", "require", "align", "variants", "aliases", "archs", "params", "cluster", "technique",
+                   "sass", "tma", "default", "a_order", "role")
+MANIFEST_FIELDS = ("builds", "ptx")
+
+
+def _typed(d: Mapping[str, Any], field: str, types: tuple, what: str, name: str, default: Any = None) -> Any:
+    """d[field] if it has one of `types` (never a bool for a number), else a ManifestError naming it."""
+    value = d.get(field, default)
+    if isinstance(value, bool) and bool not in types or not isinstance(value, types):
+        raise ManifestError(f"{name}: {field} must be {what}, got {value!r}")
+    return value
+
+
+def _str_list(d: Mapping[str, Any], field: str, name: str, default: tuple = ()) -> tuple:
+    value = _typed(d, field, (list, tuple), "a list of strings", name, default)
+    if not all(isinstance(x, str) for x in value):
+        raise ManifestError(f"{name}: {field} must be a list of strings, got {value!r}")
+    return tuple(value)
+
+
 def kernel_spec_from_dict(d: Mapping[str, Any], with_builds: bool = True) -> KernelSpec:
-    """Validate one kernel declaration (from a cu/*.toml entry or a manifest entry)."""
+    """Validate one kernel declaration (from a cu/*.toml entry or a manifest entry): unknown fields,
+    wrong types and out-of-range values are ManifestErrors naming the kernel, the field and the value."""
+    if not isinstance(d, Mapping):
+        raise ManifestError(f"a kernel declaration must be a table, got {type(d).__name__}")
     name = d.get("name")
     if not isinstance(name, str) or not name.isidentifier():
         raise ManifestError(f"kernel name must be an identifier, got {name!r}")
+    unknown = sorted(set(d) - set(DECLARED_FIELDS) - (set(MANIFEST_FIELDS) if with_builds else set()))
+    if unknown:
+        raise ManifestError(f"{name}: unknown field(s) {unknown}; a declaration has {list(DECLARED_FIELDS)}")
     missing = [k for k in ("family", "ladder", "layout", "dtype", "out", "block", "tile", "grid") if k not in d]
     if missing:
         raise ManifestError(f"{name}: missing field(s) {missing}")
+    step = _typed(d, "step", (int,), "a non-negative integer", name, 0)
+    align = _typed(d, "align", (int,), "a power of two from 1 to 256 (bytes)", name, 16)
+    if step < 0:
+        raise ManifestError(f"{name}: step must be a non-negative integer, got {step!r}")
+    if not (1 <= align <= 256 and align & (align - 1) == 0):
+        raise ManifestError(f"{name}: align must be a power of two from 1 to 256 (bytes), got {align!r}")
+    dsmem = _typed(d, "dsmem", (int, str), "bytes or an expression", name, 0)
+    technique = _typed(d, "technique", (str,), "a string", name, "")
+    tma = _typed(d, "tma", (Mapping, type(None)), "a table of operand -> { box, swizzle }", name)
+    default = _typed(d, "default", (Mapping, type(None)), "a table of axis -> value", name) or {}
+    aliases, sass = _str_list(d, "aliases", name), _str_list(d, "sass", name)
+    if not all(a.isidentifier() for a in aliases):
+        raise ManifestError(f"{name}: aliases must be identifiers, got {list(aliases)}")
     variants = d.get("variants", {}) or {}
     if not isinstance(variants, Mapping) or not all(
         isinstance(v, (list, tuple)) and len(v) > 0 for v in variants.values()
     ):
         raise ManifestError(f"{name}: variants must map axis -> non-empty list, got {variants!r}")
-    require = dict(d.get("require", {}) or {})
+    require = dict(_typed(d, "require", (Mapping, type(None)), "a table of M/N/K -> multiple", name) or {})
     for dim, mult in require.items():
-        if dim not in ("M", "N", "K") or not isinstance(mult, int) or mult < 1:
+        if dim not in ("M", "N", "K") or isinstance(mult, bool) or not isinstance(mult, int) or mult < 1:
             raise ManifestError(f"{name}: require must map M/N/K to positive integers, got {require!r}")
-    params = tuple(d.get("params", DEFAULT_PARAMS))
+    params = _str_list(d, "params", name, DEFAULT_PARAMS)
     for p in params:
         kind, _, what = p.partition(":")
         if kind not in PARAM_KINDS or not what:
             raise ManifestError(f"{name}: parameter {p!r} is not <{'|'.join(PARAM_KINDS)}>:<name>")
-    archs = tuple(str(a) for a in d.get("archs", ("80", "86", "89", "90")))
+    archs = _str_list(d, "archs", name, ("80", "86", "89", "90"))
     for a in archs:
         _choice(a, ARCHS, "arch", name)
     acc = d.get("acc", "f32")
@@ -197,7 +238,7 @@ def kernel_spec_from_dict(d: Mapping[str, Any], with_builds: bool = True) -> Ker
         name=name,
         family=str(d["family"]),
         ladder=_choice(d["ladder"], LADDERS, "ladder", name),
-        step=int(d.get("step", 0)),
+        step=step,
         layout=_choice(d["layout"], LAYOUTS, "layout", name),
         dtype=_choice(d["dtype"], DTYPES, "dtype", name),
         acc=_choice(acc, ACCS, "acc", name),
@@ -205,18 +246,18 @@ def kernel_spec_from_dict(d: Mapping[str, Any], with_builds: bool = True) -> Ker
         block=_tuple3(d["block"], "block", name),
         tile=_tuple3(d["tile"], "tile", name),
         grid=_choice(d["grid"], GRID_POLICIES, "grid", name),
-        dsmem=d.get("dsmem", 0),
+        dsmem=dsmem,
         require=require,
-        align=int(d.get("align", 16)),
+        align=align,
         variants={k: tuple(v) for k, v in variants.items()},
-        aliases=tuple(d.get("aliases", ())),
+        aliases=aliases,
         archs=archs,
         params=params,
         cluster=_tuple3(d.get("cluster", [1, 1, 1]), "cluster", name),
-        technique=str(d.get("technique", "")),
-        sass=tuple(d.get("sass", ())),
-        tma=d.get("tma"),
-        default=dict(d.get("default", {}) or {}),
+        technique=technique,
+        sass=sass,
+        tma=tma,
+        default=dict(default),
         a_order=_choice(d.get("a_order", "row"), A_ORDERS, "a_order", name),
         role=_choice(d.get("role", "gemm"), ROLES, "role", name),
     )

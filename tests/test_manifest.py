@@ -5,6 +5,8 @@ import json
 import shutil
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hgemm_build.catalog import load_catalog
 from hgemm_rt import Manifest, ManifestError
@@ -80,3 +82,65 @@ def test_corrupt_manifest_is_refused(tmp_path):
     (tmp_path / "manifest.json").write_text("{not json")
     with pytest.raises(ManifestError, match="not readable JSON"):
         Manifest.load(tmp_path)
+
+
+# -- declarations: one schema, no silent defaults -----------------------------------------------------
+
+def _declaration(**change):
+    """A real declaration from cu/ (its toml entry), with fields replaced or (value None) removed."""
+    d = {**CATALOG[0].raw[0], **change}
+    return {k: v for k, v in d.items() if v is not None}
+
+
+@pytest.mark.parametrize("change,match", [
+    ({"requre": {"M": 128}}, "unknown field.*requre"),
+    ({"align": 0}, "align must be a power of two"),
+    ({"align": 24}, "align must be a power of two"),
+    ({"align": True}, "align must be"),
+    ({"step": "1"}, "step must be a non-negative integer"),
+    ({"params": "ptr:A"}, "params must be a list of strings"),
+    ({"archs": "90"}, "archs must be a list of strings"),
+    ({"require": {"M": 0}}, "require must map"),
+    ({"require": [128]}, "require must be a table"),
+    ({"block": "256"}, "block must be 1 to 3 positive integers"),
+    ({"dsmem": "BM // 0"}, "dsmem"),
+    ({"dsmem": "BM *"}, "dsmem"),
+    ({"dsmem": 1.5}, "dsmem must be bytes or an expression"),
+    ({"aliases": ["not an identifier"]}, "aliases must be identifiers"),
+    ({"tma": "A"}, "tma must be a table"),
+])
+def test_a_bad_declaration_is_refused_naming_the_field(change, match):
+    from hgemm_rt.manifest import kernel_spec_from_dict
+
+    with pytest.raises(ManifestError, match=match):
+        kernel_spec_from_dict(_declaration(**change), with_builds=False)
+
+
+def test_a_declaration_cannot_carry_manifest_only_fields():
+    from hgemm_rt.manifest import kernel_spec_from_dict
+
+    with pytest.raises(ManifestError, match="unknown field.*builds"):
+        kernel_spec_from_dict(_declaration(builds={}), with_builds=False)
+
+
+VALUES = [None, 0, -1, 1, 3, 16, 2**40, 1.5, True, "", "x", "f16", "NN", "BM * 2", [], [0], [1, 2], ["a"], {},
+          {"M": 0}, {"stages": []}, {"stages": [2, 3]}]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(sorted(set(CATALOG[0].raw[0]) | {"bogus", "acc", "role", "default"})),
+                          st.sampled_from(range(len(VALUES)))), min_size=1, max_size=3))
+def test_any_mutated_declaration_is_accepted_or_refused_with_a_manifest_error(mutations):
+    """Each mutation gives a valid spec or a ManifestError: never a raw traceback from deeper code."""
+    from hgemm_rt.manifest import kernel_spec_from_dict
+
+    d = dict(CATALOG[0].raw[0])
+    for field, i in mutations:
+        if VALUES[i] is None:
+            d.pop(field, None)
+        else:
+            d[field] = VALUES[i]
+    try:
+        kernel_spec_from_dict(d, with_builds=False)
+    except ManifestError:
+        pass
