@@ -208,6 +208,22 @@ def test_heuristic_picks_the_fast_paths_on_hopper():
         assert dict(p.route.options).get("splits", 1) > 1 or p.route.kernel.endswith(("n128_nn", "n128_tn"))
 
 
+@needs_manifest
+def test_a_route_from_the_tuning_cache_is_held_to_the_precision_rules():
+    """A cached route to a kernel that accumulates in fp16 never serves accumulate="f32" (the planner
+    drops it and the heuristic chooses), however the cache entry came to name it."""
+    f16_only = [s for s in MANIFEST.kernels.values() if s.role == "gemm" and s.dtype == "f16" and
+                (s.variants.get("acc") == ("f16",) or ("acc" not in s.variants and s.acc == "f16"))]
+    if not f16_only:
+        pytest.skip("no fp16-accumulating kernel in this build")
+    for spec in f16_only:
+        for transpose in (False, True):
+            route = problem.Route(spec.name, transpose)
+            assert planner.recipe_for(route, _problem(256, 256, 256, acc="f32"), MANIFEST) is None, spec.name
+    assert any(planner.recipe_for(problem.Route(s.name, t), _problem(256, 256, 256, acc="f16"), MANIFEST)
+               for s in f16_only for t in (False, True))
+
+
 def test_route_json_roundtrip_and_rejects_junk():
     r = problem.Route("util_gemm_mma_f16_m16", True, (("splits", 4),))
     assert problem.Route.from_json(json.loads(json.dumps(r.to_json()))) == r
