@@ -5,13 +5,13 @@ A kernel declares, in its toml,
     params = ["tmap:A", "tmap:B", "tmap:C", "i32:M", "i32:N", "i32:K"]
     tma = { A = { box = [64, 128], swizzle = 128 }, ... }
 
-and launch.py calls `build_param(spec, "A", array, name)` for each tensor-map parameter. The
+and launcher.py calls `build_param(spec, "A", array, name)` for each tensor-map parameter. The
 operand is a dense row-major 2-D matrix (rows x cols); the tensor map describes it to the copy
 engine as dimension 0 = columns (contiguous) and dimension 1 = rows, with `box` = [columns, rows]
 copied per TMA instruction. Out-of-bounds elements of a box read as zero and are not written on
 stores, which is what lets the kernels take ragged M, N, K.
 
-The result is a 64-byte aligned ctypes buffer holding the 128 opaque bytes; launch.py passes its
+The result is a 64-byte aligned ctypes buffer holding the 128 opaque bytes; launcher.py passes its
 address in the kernel-parameter array, so the driver copies the map by value into the
 `const __grid_constant__ CUtensorMap` parameter.
 """

@@ -76,7 +76,7 @@ def validate_operands(spec: KernelSpec, a: DeviceArray, b: DeviceArray, c: Devic
 
 
 def unsupported_reason(spec: KernelSpec, M: int, N: int, K: int) -> str | None:
-    """Why `spec` cannot take this shape, or None: used by bench and dispatch to skip kernels."""
+    """Why `spec` cannot take this shape, or None: used by the bench and the tests to skip kernels."""
     for dim, value in (("M", M), ("N", N), ("K", K)):
         mult = spec.require.get(dim, 1)
         if value % mult:
