@@ -488,6 +488,7 @@ class Matmul:
     def __init__(self, a: Any, b: Any, out: Any = None, *, alpha: float = 1.0, beta: float = 0.0,
                  accumulate: str | None = None, kernel: str = "auto", stream: Any = None):
         self._args = (a, b, out)
+        self._stream = stream  # the stream a call without stream= runs on
         self._options = dict(alpha=alpha, beta=beta, accumulate=accumulate, kernel=kernel)
         self.call = validate_call(a, b, out, alpha, beta, accumulate, kernel, stream)
         self.problem = problem_of(self.call)
@@ -511,9 +512,12 @@ class Matmul:
         return Bound(call, self.problem, self.recipe)
 
     def __call__(self, a: Any = None, b: Any = None, out: Any = None, *, stream: Any = None) -> Any:
-        """Run on new buffers of the same description (no arguments: the ones it was made with)."""
+        """Run on new buffers of the same description (no arguments: the ones it was made with), on
+        `stream`, else the stream it was made with."""
         if a is None and b is None and out is None:
             a, b, out = self._args
+        if stream is None:
+            stream = self._stream
         keys = ops.KEYERS
         try:
             pa, da = keys[type(a)](a)
