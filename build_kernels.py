@@ -130,9 +130,9 @@ def compile_job(job: Job, nvcc: Path, cutlass_dir: Path | None) -> tuple[Job, fl
             if ptx:
                 shutil.move(str(ptx[0]), tmp / f"{job.family.name}.ptx")
             shutil.rmtree(keep)
-        (tmp / "ptxas.json").write_text(
-            json.dumps({"functions": {n: asdict(f) for n, f in funcs.items()}, "warnings": warnings}, indent=1)
-        )
+        (tmp / "ptxas.json").write_text(json.dumps(
+            {"functions": {n: asdict(f) for n, f in funcs.items()}, "warnings": warnings,
+             "cubin_sha256": sha256_file(cubin)}, indent=1))
         if job.cache_dir.exists():
             shutil.rmtree(job.cache_dir)
         os.replace(tmp, job.cache_dir)
@@ -140,6 +140,20 @@ def compile_job(job: Job, nvcc: Path, cutlass_dir: Path | None) -> tuple[Job, fl
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def cached(job: Job) -> bool:
+    """The job's cache entry is complete and its cubin is the one it was compiled to (a truncated or
+    altered cache file is compiled again, never published)."""
+    info = job.cache_dir / "ptxas.json"
+    cubin = job.cache_dir / f"{job.family.name}.cubin"
+    if not info.is_file() or not cubin.is_file():
+        return False
+    try:
+        recorded = json.loads(info.read_text()).get("cubin_sha256")
+    except (OSError, ValueError):
+        return False
+    return recorded == sha256_file(cubin)
 
 
 def atomic_write(path: Path, data: bytes) -> None:
@@ -165,7 +179,7 @@ def publish(families: list[Family], keys: dict[tuple[str, str], str], out: Path,
         ptx = None
         for arch in fam.archs:
             job = Job(fam, arch, keys[(fam.name, arch)])
-            if not (job.cache_dir / "ptxas.json").is_file():
+            if not cached(job):
                 continue
             rel = Path(f"sm_{arch}") / f"{fam.name}.cubin"
             data = (job.cache_dir / f"{fam.name}.cubin").read_bytes()
@@ -270,15 +284,16 @@ def main(argv: list[str] | None = None) -> int:
         for a in f.archs
     }
     jobs = [Job(f, a, keys[(f.name, a)]) for f in chosen for a in f.archs if a in archs]
-    todo = [j for j in jobs if not (j.cache_dir / "ptxas.json").is_file()]
     CACHE.mkdir(parents=True, exist_ok=True)
-    print(f"nvcc {nvcc_ver} ({nvcc}); {len(jobs)} family builds, {len(jobs) - len(todo)} cached, "
-          f"{len(todo)} to compile with -j {args.jobs}", file=sys.stderr, flush=True)
     failures = []
     t0 = time.perf_counter()
-    # one build at a time per checkout: concurrent builds would race on the manifest
+    # one build at a time per checkout: concurrent builds would race on the manifest; the jobs left to
+    # compile are counted once the lock is held (a build that waited finds what the other one compiled)
     with open(CACHE.parent / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        todo = [j for j in jobs if not cached(j)]
+        print(f"nvcc {nvcc_ver} ({nvcc}); {len(jobs)} family builds, {len(jobs) - len(todo)} cached, "
+              f"{len(todo)} to compile with -j {args.jobs}", file=sys.stderr, flush=True)
         with cf.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
             futures = [pool.submit(compile_job, j, nvcc, cutlass_dir if j.family.cutlass else None) for j in todo]
             for n, fut in enumerate(cf.as_completed(futures), 1):

@@ -91,3 +91,17 @@ def test_a_header_included_by_a_header_is_part_of_the_cache_key(tree, capsys):
     (common / "inner.cuh").write_text("#pragma once\n// v2\n")  # reached only through outer.cuh
     assert build(tree) == 0
     assert "1 to compile" in capsys.readouterr().err
+
+
+def test_a_cached_cubin_that_no_longer_matches_its_hash_is_compiled_again(tree, capsys):
+    assert build(tree) == 0
+    cubin = next((tree / "cache").glob("naive-sm_90-*/naive.cubin"))
+    cubin.write_bytes(cubin.read_bytes()[:-16])  # truncated in the cache
+    capsys.readouterr()
+    assert build(tree) == 0
+    assert "1 to compile" in capsys.readouterr().err
+    manifest = json.loads((tree / "art" / "manifest.json").read_text())
+    published = (tree / "art" / "sm_90" / "naive.cubin").read_bytes()
+    import hashlib
+    assert {b["sha256"] for k in manifest["kernels"] for b in k["builds"].values()} == \
+        {hashlib.sha256(published).hexdigest()}
