@@ -146,7 +146,7 @@ def validate_call(a: Any, b: Any, out: Any, alpha: Any, beta: Any, accumulate: s
         name = entry.name
     device = devices.pop() if devices else 0
     frameworks = tuple(dict.fromkeys(op.framework for op in (A, B, C) if op is not None and op.framework))
-    s = given if explicit else ops.consumer_stream(None, frameworks, device)
+    s = given if explicit else ops.framework_stream(frameworks, device)
     return Call(a=A, b=B, c=C, M=M, N=N, K=K, dtype=dtype, acc=acc, alpha=alpha_f, beta=beta_f, kernel=name,
                 device=device, stream=s, explicit_stream=explicit, frameworks=frameworks, result_shape=result_shape)
 
@@ -388,7 +388,7 @@ class Bound:
         fw = self.stream_fn
         s = self.fixed_stream if fw is None else ops.FRAMEWORK_STREAM[fw](self.device)
         if self.waits:
-            ops.wait_for(ops.framework_waits(self.call.frameworks, s, self.device), s, self.device)
+            ops.order_after_producers(self.call.operands, s, self.device, True)
         if out is None:
             out = self.new_result(s)
             pc = out.data_ptr() if self.result_like is not None and self.result_like.framework == "torch" \

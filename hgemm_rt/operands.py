@@ -11,7 +11,7 @@ Recognised by type, read through their own cheap accessors:
 Anything else is read through `__cuda_array_interface__` (v3, its `stream` key honoured) or DLPack
 (`__dlpack__(stream=consumer)`, so the producer orders its pending work before our stream).
 
-Streams (`consumer_stream`): an explicit stream= wins. Otherwise a call with PyTorch operands runs on
+Streams (`framework_stream`): an explicit stream= wins. Otherwise a call with PyTorch operands runs on
 torch's current stream of their device and one with CuPy operands on CuPy's current stream, as those
 libraries' own operations do; anything else on the legacy default stream. When the stream that runs
 the call is not the one a torch/CuPy producer is current on, or not the CAI `stream` of an operand,
@@ -30,7 +30,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ._driver import check, check_code, driver, native
-from .device import get_device, stream_handle
+from .device import get_device
 from .dtypes import ITEMSIZE, dtype_code
 from .errors import ValidationError
 from .memory import DeviceArray, from_cai, from_dlpack
@@ -129,7 +129,7 @@ def _seen_torch() -> None:
 def describe(x: Any, what: str, consumer_stream: int | None) -> Operand:
     """The Operand for argument `x`. `consumer_stream` is the call's stream where the caller chose one
     (a DLPack producer is asked to order its work before it)."""
-    if type(x) is DeviceArray or isinstance(x, DeviceArray):
+    if isinstance(x, DeviceArray):
         x.check_open()
         return Operand(what, x.ptr, x.shape, x.strides, x.dtype, x.device, x.readonly, obj=x)
     if isinstance(x, np.ndarray):
@@ -234,11 +234,9 @@ def call_key(x: Any) -> tuple | None:
 # streams
 # ---------------------------------------------------------------------------------------------------
 
-def consumer_stream(stream: Any, frameworks: tuple, device: int) -> int:
-    """The stream a call runs on: the explicit one, else the current stream of the operands'
-    framework (torch first), else the legacy default stream."""
-    if stream is not None:
-        return stream_handle(stream)
+def framework_stream(frameworks: tuple, device: int) -> int:
+    """The stream a call without stream= runs on: the current stream of the operands' framework (torch
+    first), else the legacy default stream."""
     for fw in frameworks:
         if fw in FRAMEWORK_STREAM:
             return FRAMEWORK_STREAM[fw](device)
@@ -287,7 +285,8 @@ _waits = _Waits()
 
 def order_after_producers(ops: tuple, stream: int, device: int, explicit: bool) -> None:
     """Make `stream` wait for the work the operands' producers have pending elsewhere: a CAI `stream`,
-    or (with an explicit stream=) the current stream of a torch/CuPy operand's framework."""
+    or (with an explicit stream=) the current stream of a torch/CuPy operand's framework. A repeat call
+    does this too: the frameworks' current streams can change between calls."""
     seen = set()
     for op in ops:
         if op is None:
@@ -298,17 +297,6 @@ def order_after_producers(ops: tuple, stream: int, device: int, explicit: bool) 
         if producer is not None and producer not in seen:
             seen.add(producer)
             _waits.wait(stream, producer, device)
-
-
-def framework_waits(frameworks: tuple, stream: int, device: int) -> tuple:
-    """The producer streams a repeat call with an explicit stream must wait for (see above)."""
-    return tuple(s for s in {FRAMEWORK_STREAM[f](device) for f in frameworks if f in FRAMEWORK_STREAM}
-                 if s != stream)
-
-
-def wait_for(producers: tuple, stream: int, device: int) -> None:
-    for p in producers:
-        _waits.wait(stream, p, device)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -337,5 +325,3 @@ def new_result(like: Operand, shape: tuple, device: int, stream: int, foreign_st
         with cupy.cuda.Device(device):
             return cupy.empty(shape, dtype=like.obj.dtype)
     return None
-
-

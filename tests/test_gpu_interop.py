@@ -191,7 +191,6 @@ def test_negative_control_without_ordering_the_race_is_observed(explicit, rng, m
     try:
         with monkeypatch.context() as mp:
             mp.setattr(ops, "FRAMEWORK_STREAM", dict(ops.FRAMEWORK_STREAM, torch=lambda device: 0))
-            mp.setattr(ops, "wait_for", lambda *args, **kwargs: None)
             mp.setattr(ops, "order_after_producers", lambda *args, **kwargs: None)
             # a first call with valid inputs, outside the race: the plan and its execution exist, so
             # the call in the race is the repeat path (nothing in it synchronizes)
