@@ -33,7 +33,7 @@ from tabulate import tabulate
 
 import hgemm_rt as hg
 from hgemm_rt import cublas
-from hgemm_rt.operands import KEYERS
+from hgemm_rt.api import call_identity
 from hgemm_rt.problem import ACCUMULATE
 from hgemm_rt.testing import baseline_acc, error_bound, random_operands, reference, rel_error
 from hgemm_rt.timing import L2Flusher, time_fn
@@ -284,10 +284,8 @@ def matmul_defaults() -> tuple:
 
 def repeat_call_key(a: Any, b: Any, c: Any) -> tuple:
     """The key hgemm_rt.matmul(a, b, c) looks a repeat call up by in hgemm_rt.plans.calls, built as
-    api.matmul builds it: each operand's (address, description) from operands.KEYERS, the description
-    and the address's low 8 bits, then the options."""
-    (pa, da), (pb, db), (pc, dc) = KEYERS[type(a)](a), KEYERS[type(b)](b), KEYERS[type(c)](c)
-    return (da, pa & 255, db, pb & 255, dc, pc & 255, *matmul_defaults())
+    api.matmul builds it (api.call_identity with matmul's default options)."""
+    return call_identity(a, b, c, matmul_defaults())[3]
 
 
 def breakdown(a: Any, b: Any, c: Any, sync: Callable[[], Any], run: Run) -> list[dict]:
@@ -306,7 +304,7 @@ def breakdown(a: Any, b: Any, c: Any, sync: Callable[[], Any], run: Run) -> list
     stream = bound.stream()
     last = bound.last  # what the last call launched: its graph if the repeats switched to one
     launch = last.graph_launch if last.graph is not None else last.launches[0][0]
-    pa, pb, pc = (KEYERS[type(x)](x)[0] for x in (a, b, c))
+    pa, pb, pc, _key = call_identity(a, b, c, matmul_defaults())
     fresh = itertools.count(1)
 
     def pack_new():  # addresses never packed before (256-byte aligned, far from real ones; never launched)
@@ -314,7 +312,8 @@ def breakdown(a: Any, b: Any, c: Any, sync: Callable[[], Any], run: Run) -> list
         return last.execution.pack((base, base + (1 << 22), base + (2 << 22)), bound.alpha, bound.beta)
 
     parts = (
-        ("key: operands.KEYERS of A, B, C + plans.calls lookup", "part", lambda: calls.get(repeat_call_key(a, b, c))),
+        ("key: api.call_identity (operands.KEYERS of A, B, C) + plans.calls lookup", "part",
+         lambda: calls.get(repeat_call_key(a, b, c))),
         ("stream: torch's current stream", "part", bound.stream),
         ("the rest of Bound.run: overlap check, the last call's launches", "part",
          lambda: bound.run(pa, pb, c, pc)),

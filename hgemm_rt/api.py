@@ -518,12 +518,9 @@ class Matmul:
             a, b, out = self._args
         if stream is None:
             stream = self._stream
-        keys = ops.KEYERS
         try:
-            pa, da = keys[type(a)](a)
-            pb, db = keys[type(b)](b)
-            pc, dc = keys[type(out)](out)
-            bound = self._bound[(da, pa & 255, db, pb & 255, dc, pc & 255, stream)]
+            pa, pb, pc, key = call_identity(a, b, out, (stream,))
+            bound = self._bound[key]
         except (KeyError, TypeError):
             bound = None
         if bound is not None:
@@ -576,27 +573,34 @@ class Matmul:
         return results
 
 
+def call_identity(a: Any, b: Any, out: Any, options: tuple) -> tuple:
+    """(A, B, out addresses, the key a validated call is filed under): each operand's description and
+    address alignment (the low 8 bits: all the planner reads of an address), then the options. Raises
+    KeyError for an operand without a cheap identity (operands.KEYERS); the key may be unhashable."""
+    keys = ops.KEYERS
+    pa, da = keys[type(a)](a)
+    pb, db = keys[type(b)](b)
+    pc, dc = keys[type(out)](out)
+    return pa, pb, pc, (da, pa & 255, db, pb & 255, dc, pc & 255, *options)
+
+
 def matmul(a: Any, b: Any, out: Any = None, *, alpha: float = 1.0, beta: float = 0.0,
            accumulate: str | None = None, kernel: str = "auto", stream: Any = None) -> Any:
     """C = alpha * a.b + beta * C (see the module docstring). Returns `out`, or the new result."""
-    keys = ops.KEYERS  # a repeat call: the operands' descriptions and the options find the validated call
-    try:
-        pa, da = keys[type(a)](a)
-        pb, db = keys[type(b)](b)
-        pc, dc = keys[type(out)](out)
-        bound = plans.calls[(da, pa & 255, db, pb & 255, dc, pc & 255, alpha, beta, accumulate, kernel, stream)]
+    try:  # a repeat call: the operands' descriptions and the options find the validated call
+        pa, pb, pc, key = call_identity(a, b, out, (alpha, beta, accumulate, kernel, stream))
+        bound = plans.calls[key]
     except (KeyError, TypeError):  # new, uncacheable or unhashable: validate in full
         return _first_call(a, b, out, alpha, beta, accumulate, kernel, stream)
     return bound.run(pa, pb, out, pc)
 
 
 def call_cache_key(a: Any, b: Any, out: Any, *options: Any) -> tuple | None:
-    """The key a call is remembered by: each operand's description and address alignment (the low
-    8 bits: all the planner reads of an address), then the options; None if there is none."""
-    ka, kb, kc = ops.call_key(a), ops.call_key(b), ops.call_key(out)
-    if ka is None or kb is None or kc is None:
+    """The key a call with these operands and options is remembered by (call_identity), or None if it
+    has none (an operand without a cheap identity, an unhashable option)."""
+    if any(ops.call_key(x) is None for x in (a, b, out)):  # (call_key learns the operands' types)
         return None
-    key = (ka[1], ka[0] & 255, kb[1], kb[0] & 255, kc[1], kc[0] & 255, *options)
+    key = call_identity(a, b, out, options)[3]
     try:
         hash(key)
     except TypeError:  # an unhashable stream object or scalar: every call takes the full path
