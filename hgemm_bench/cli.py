@@ -28,7 +28,8 @@ GROUP_FLAGS: dict[str, tuple[tuple[str, ...], bool]] = {
 EPILOG = """\
 selection (the groups come from each kernel's `ladder` in the build manifest, never from a list here):
   default     the top rung (highest step) of each tensor-core ladder (wmma, mma, cute, hopper) per
-              layout, fp16, in its default variant, plus cuBLAS; --no-default drops it
+              layout, fp16, and of the SGEMM ladder per accumulation (fp32, TF32), each in its default
+              variant, plus cuBLAS; --no-default drops it
   --cuda/--wmma/--mma           every kernel of that ladder, default variant
   --cuda-all/--wmma-all/--mma-all   every kernel, every variant (stages, acc, swizzle off/on)
   --cute-tn/--sgemm/--hopper    every kernel of that ladder, every variant

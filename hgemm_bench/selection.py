@@ -80,13 +80,19 @@ def aliases_of(e: Any) -> tuple[str, ...]:
 
 
 def default_set(entries: list[Any]) -> list[Any]:
-    """The top rung of each tensor-core ladder, per layout (and A order), fp16: each ladder's latest
-    kernel."""
-    top: dict[tuple[str, str, str], Any] = {}
+    """Each ladder's latest kernel: the top rung of each tensor-core ladder per layout (and A order),
+    fp16; and the top SGEMM rung per accumulation (exact fp32 and TF32), so that the SGEMM table shows
+    our kernels beside the fp32 and TF32 cuBLAS rows."""
+    top: dict[tuple[str, ...], Any] = {}
     for e in entries:
-        if e.is_baseline or e.ladder not in TENSOR_CORE_LADDERS or e.dtype != "f16":
+        if e.is_baseline:
             continue
-        key = (e.ladder, e.layout, getattr(e, "a_order", "row"))
+        if e.ladder in TENSOR_CORE_LADDERS and e.dtype == "f16":
+            key: tuple[str, ...] = (e.ladder, e.layout, getattr(e, "a_order", "row"))
+        elif e.ladder == "sgemm":
+            key = (e.ladder, e.layout, e.acc_for(default_choice(e)))
+        else:
+            continue
         if key not in top or (e.step, e.name) > (top[key].step, top[key].name):
             top[key] = e
     return list(top.values())

@@ -85,9 +85,9 @@ def test_every_group_flag_exists_with_the_issue_spelling():
 
 # -- selection (duck-typed registry entries) ---------------------------------------------------------
 
-def entry(name, ladder, step, layout="NN", dtype="f16", variants=None, grid="tiles", baseline=False):
+def entry(name, ladder, step, layout="NN", dtype="f16", variants=None, grid="tiles", baseline=False, acc="f32"):
     return SimpleNamespace(name=name, ladder=ladder, step=step, layout=layout, dtype=dtype, out=dtype,
-                           variants=variants or {}, is_baseline=baseline,
+                           variants=variants or {}, is_baseline=baseline, acc_for=lambda choice: acc,
                            spec=None if baseline else SimpleNamespace(grid=grid, tile=(128, 256, 32)))
 
 
@@ -99,7 +99,8 @@ FAKE = [
     entry("m6tn", "mma", 6, layout="TN", variants=STAGED, grid="tiles+swizzle"),
     entry("cute", "cute", 1, layout="TN", variants=STAGED, grid="tiles+swizzle"),
     entry("h1", "hopper", 1, layout="TN"), entry("h2", "hopper", 2), entry("h3bf", "hopper", 3, dtype="bf16"),
-    entry("s1", "sgemm", 1, dtype="f32"), entry("newladder_k", "newladder", 1),
+    entry("s1", "sgemm", 1, dtype="f32"), entry("s2", "sgemm", 2, dtype="f32"),
+    entry("s3tf32", "sgemm", 3, dtype="f32", acc="tf32"), entry("newladder_k", "newladder", 1),
     entry("cublas_nn", "cublas", 0, variants={"acc": ("f32", "f16")}, baseline=True),
     entry("sgemm_cublas", "cublas", 0, dtype="f32", variants={"acc": ("f32", "tf32")}, baseline=True),
 ]
@@ -109,10 +110,12 @@ def names(cases):
     return [c.name for c in cases]
 
 
-def test_default_set_is_the_top_fp16_rung_of_each_tensor_core_ladder_per_layout():
-    assert sorted(e.name for e in default_set(FAKE)) == ["cute", "h1", "h2", "m5", "m6tn", "w9"]
+def test_default_set_is_the_top_rung_of_each_tensor_core_ladder_per_layout_and_of_sgemm_per_accumulation():
+    assert sorted(e.name for e in default_set(FAKE)) == ["cute", "h1", "h2", "m5", "m6tn", "s2", "s3tf32", "w9"]
     cases = select(FAKE, cli.parse_args([]))
-    assert names(cases) == ["w9", "m5", "m6tn", "cute", "h1", "h2"] + ["cublas_nn"] * 2 + ["sgemm_cublas"] * 2
+    # the SGEMM table shows our fp32 and TF32 kernels beside the fp32 and TF32 cuBLAS rows
+    assert names(cases) == ["w9", "m5", "m6tn", "cute", "h1", "h2", "s2", "s3tf32"] + ["cublas_nn"] * 2 \
+        + ["sgemm_cublas"] * 2
     # one default variant per kernel: first value of every axis, swizzle "auto" where the grid has it
     w9 = [c for c in cases if c.name == "w9"]
     assert len(w9) == 1 and w9[0].label == "stages=2,swizzle=auto"
