@@ -1,7 +1,7 @@
 """`python bench.py --matmul [SECTIONS]`: the public `hgemm_rt.matmul` measured against cuBLAS and
 torch.matmul, in the same run, on the same buffers.
 
-Sections (matmul_table holds their shapes and targets):
+Sections (matmul_table declares their rows, baseline and target):
   ragged, sweep, smallm, layouts  GPU time of hg.matmul and of the best cuBLAS variant on the same
           buffers in the same layout (hgemm_rt.cublas.matmul); issue 7's targets are judged where set
   torch   hg.matmul(x, w.t()) against torch.matmul(x, w.t()) on the same torch tensors (w an (N, K)
@@ -40,8 +40,8 @@ from hgemm_rt.timing import L2Flusher, time_fn
 
 from .analysis import geomean
 from .devinfo import clocks, device_record, header_lines
-from .matmul_table import (GRAPH_CALLS, HOST_CALLS, SECTIONS, WALL_MIN_CALLS, WALL_REPEAT_S, WALL_REPEATS, HostCall,
-                           Section, Shape)
+from .matmul_table import (GRAPH_CALLS, SECTIONS, WALL_MIN_CALLS, WALL_REPEAT_S, WALL_REPEATS, HostCall, Section,
+                           Shape)
 from .measure import ShapeInputs, checked_launch
 
 TORCH_DTYPES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32"}
@@ -336,7 +336,7 @@ def measure_host(section: str, shape: Shape, run: Run) -> list[dict]:
     operands: dict[str, tuple] = {}
     reference_us: dict[str, float] = {}  # each reference measured once, shown beside every row it serves
     rows = []
-    for hc in HOST_CALLS:
+    for hc in SECTIONS[section].calls:
         if hc.kind != "DeviceArray" and framework(hc.kind)[0] is None:
             run.skip(section, hc.label, framework(hc.kind)[1])
             continue
@@ -450,7 +450,7 @@ def run_section(name: str, run: Run) -> tuple[list[dict], dict | None]:
     """Every shape of one section, its table and its verdict: (rows, verdict). A shape whose call
     raises is a failed row (ok False, with the error), and the section goes on."""
     section = SECTIONS[name]
-    kind = KINDS[section.against]
+    kind = KINDS[section.baseline]
     print(f"\n== {name}: {section.title} ==", flush=True)
     if kind.needs and framework(kind.needs)[0] is None:
         run.skip(name, "the section", framework(kind.needs)[1])

@@ -1,6 +1,6 @@
-"""The matmul bench's sections as data (`python bench.py --matmul`): shapes, targets, the host
-section's calls and the wall-time protocol. No GPU, no runtime import: cli reads the section names
-here, matmul_section measures them.
+"""The matmul bench's sections as data (`python bench.py --matmul`): each section's rows (shapes, the
+host section's calls), the baseline they are measured against, its target; and the wall-time
+protocol. No GPU, no runtime import: cli reads the section names here, matmul_section measures them.
 """
 from __future__ import annotations
 
@@ -27,15 +27,45 @@ def cube(s: int, dtype: str = "f16", a_order: str = "row", b_order: str = "row")
 
 
 @dataclass(frozen=True)
+class HostCall:
+    """One row of the host section: hg.matmul called in one form on one input kind, and beside it the
+    kind's own matmul called in the reference form, measured the same way."""
+    label: str
+    kind: str  # "DeviceArray", "torch" or "cupy"
+    form: str  # "out": matmul(a, b, c); "new": matmul(a, b); "plan": a Matmul(a, b, c) called; "graph": replayed
+    reference: str | None = None  # "out": kind.matmul(a, b, out=c); "new": kind.matmul(a, b); None: no reference
+
+
+# What a section's rows are measured against (the keys of matmul_section.KINDS, which measures each).
+BASELINES = {
+    "cublas": "the best cuBLAS variant on the same buffers in the same layout (hgemm_rt.cublas.matmul)",
+    "torch": "torch.matmul on the same torch tensors",
+    "host": "each input kind's own matmul (HostCall.reference), wall time per call",
+}
+
+
+@dataclass(frozen=True)
 class Section:
+    """A table of the matmul bench: its rows (shapes, and for the host section the call forms at each
+    shape) and the baseline every row is measured against."""
     title: str
-    against: str  # the kind of measurement: a key of matmul_section.KINDS
+    baseline: str  # a key of BASELINES
     shapes: tuple[Shape, ...]
+    calls: tuple[HostCall, ...] = ()  # the host section's call forms, each measured at every shape
     target: float | None = None  # ratio to the baseline to reach (issue 7), None: informative
     judge: str = "each"  # the target holds for "each" row, or for the "geomean" of the rows
 
 
 LINEAR = 4096  # N = K of the small-M and nn.Linear rows
+
+HOST_CALLS = (
+    HostCall("DeviceArray, out given", "DeviceArray", "out"),
+    HostCall("torch, out given", "torch", "out", "out"),
+    HostCall("torch, out=None", "torch", "new", "new"),
+    HostCall("CuPy, out given", "cupy", "out", "out"),
+    HostCall("Matmul(a, b, c) object, mm(a, b, c), torch", "torch", "plan", "out"),
+    HostCall("CUDA graph replay, torch (per call)", "torch", "graph"),
+)
 
 SECTIONS: dict[str, Section] = {
     "ragged": Section("sizes no tile divides, fp16 NN", "cublas",
@@ -53,28 +83,10 @@ SECTIONS: dict[str, Section] = {
                      "torch", target=0.95, shapes=tuple(Shape(m, n, k, dt, b_order="col") for dt in ("f16", "bf16")
                                     for m, n, k in ((1024,) * 3, (2048,) * 3, (4096,) * 3, (1, LINEAR, LINEAR),
                                                     (16, LINEAR, LINEAR), (128, LINEAR, LINEAR)))),
-    "host": Section("host cost per call of a 64^3 fp16 matmul, back to back, per input kind", "host", (cube(64),)),
+    "host": Section("host cost per call of a 64^3 fp16 matmul, back to back, per input kind", "host", (cube(64),),
+                    calls=HOST_CALLS),
 }
 
-
-@dataclass(frozen=True)
-class HostCall:
-    """One row of the host section: hg.matmul called in one form on one input kind, and beside it the
-    kind's own matmul called in the reference form, measured the same way."""
-    label: str
-    kind: str  # "DeviceArray", "torch" or "cupy"
-    form: str  # "out": matmul(a, b, c); "new": matmul(a, b); "plan": a Matmul(a, b, c) called; "graph": replayed
-    reference: str | None = None  # "out": kind.matmul(a, b, out=c); "new": kind.matmul(a, b); None: no reference
-
-
-HOST_CALLS = (
-    HostCall("DeviceArray, out given", "DeviceArray", "out"),
-    HostCall("torch, out given", "torch", "out", "out"),
-    HostCall("torch, out=None", "torch", "new", "new"),
-    HostCall("CuPy, out given", "cupy", "out", "out"),
-    HostCall("Matmul(a, b, c) object, mm(a, b, c), torch", "torch", "plan", "out"),
-    HostCall("CUDA graph replay, torch (per call)", "torch", "graph"),
-)
 GRAPH_CALLS = 100  # hg.matmul calls captured in the graph; its replay time is divided by this
 
 WALL_REPEAT_S = 0.2  # one repetition of back-to-back calls lasts about this long ...

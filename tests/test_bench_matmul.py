@@ -16,7 +16,7 @@ sys.path.insert(0, str(ROOT))
 import hgemm_rt as hg  # noqa: E402
 from hgemm_bench import cli, results  # noqa: E402
 from hgemm_bench import matmul_section as ms  # noqa: E402
-from hgemm_bench.matmul_table import HOST_CALLS, SECTIONS  # noqa: E402
+from hgemm_bench.matmul_table import BASELINES, HOST_CALLS, SECTIONS  # noqa: E402
 from hgemm_rt.problem import ACCUMULATE  # noqa: E402
 
 # -- flags ---------------------------------------------------------------------------------------
@@ -48,10 +48,12 @@ def test_help_lists_the_flag_and_every_section():
 
 # -- the section table -------------------------------------------------------------------------------
 
-def test_every_section_has_a_measuring_function_and_sane_shapes():
+def test_every_section_declares_its_rows_and_a_baseline_that_is_measured():
+    assert set(ms.KINDS) == set(BASELINES)
     for name, section in SECTIONS.items():
-        kind = ms.KINDS[section.against]
+        kind = ms.KINDS[section.baseline]
         assert callable(kind.measure) and callable(kind.table), name
+        assert bool(section.calls) == (section.baseline == "host"), name  # call forms are host rows only
         assert section.shapes and section.judge in ("each", "geomean"), name
         for shape in section.shapes:
             assert min(shape.M, shape.N, shape.K) >= 1 and shape.dtype in ACCUMULATE, (name, shape)
