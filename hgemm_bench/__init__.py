@@ -3,8 +3,10 @@
 Modules, in the order a run uses them:
     cli        flags -> Settings (shapes, groups, budgets); no GPU, no runtime import
     selection  registry entries -> Cases (kernel + variant), groups derived from each entry's `.ladder`
-    devinfo    device header: name, SMs, clocks, driver, fp16 dense peak
+    devinfo    the device: datasheet roofs (fp16 tensor, fp32, HBM), header, clocks; SM clock and board
+               power sampled while something runs (NVML)
     measure    the GPU part: inputs, the float64 reference, correctness, event timing
+    steady     the steady-state protocol (--steady): warm-up, interleaved rounds, clock and power
     analysis   pure functions over recorded measurements: error bounds, ratios, best rows, geomeans
     tables     text tables (per shape, summary, top-k)
     plot       TFLOPS-vs-shape series and the matplotlib PNG

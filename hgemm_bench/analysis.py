@@ -69,6 +69,21 @@ def set_ratios(rows: list[Record]) -> None:
         r["ratio"] = r["tflops"] / b if b else None
 
 
+def set_round_ratios(rows: list[Record]) -> None:
+    """Steady protocol: each round's ratio to the best cuBLAS of that round (set_ratios' rule), since
+    a drift of the clock between rounds falls on both. Rows without rounds are left alone."""
+    steady = [r for r in rows if r.get("steady")]
+    rounds = min((len(r["steady"]["ms"]) for r in steady), default=0)
+    ratios: list[list[float | None]] = [[] for _ in steady]
+    for i in range(rounds):
+        shadow = [{**r, "tflops": 2.0 * r["M"] * r["N"] * r["K"] / (r["steady"]["ms"][i] * 1e-3) / 1e12} for r in steady]
+        set_ratios(shadow)
+        for got, s in zip(ratios, shadow):
+            got.append(s["ratio"])
+    for r, got in zip(steady, ratios):
+        r["steady"]["ratio"] = got
+
+
 def rejudge(records: list[Record]) -> None:
     """Bounds, verdicts and ratios again from the raw measurements, with the current rules."""
     for shape in shapes_in_order(records):
@@ -78,6 +93,7 @@ def rejudge(records: list[Record]) -> None:
 def finish_shape(rows: list[Record]) -> None:
     judge(rows)
     set_ratios(rows)
+    set_round_ratios(rows)
 
 
 def shape_view(rows: list[Record]) -> list[dict[str, Any]]:

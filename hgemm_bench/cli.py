@@ -8,6 +8,8 @@ from .matmul_table import SECTIONS, WALL_REPEATS
 
 DEFAULT_SWEEP = (1024, 2048, 4096, 8192)
 DEFAULT_SEP = 1024
+STEADY_ROUNDS = 5
+STEADY_WARM_S = 1.5
 
 # flag -> (ladders, every variant?). The plain flag runs each kernel of the ladder once in its default
 # variant (first value of every axis, thread-block swizzle where the grid has it); `-all` runs every
@@ -49,6 +51,11 @@ measurement: N(0,1) inputs, one checked run into NaN-filled C (relative error ag
   the median. The timed launches are queued behind a GPU-side hold, so Python's launch latency is not
   in the events. --budget caps the seconds of warm-up + timed runs per kernel and shape (slow kernels
   get fewer iterations, down to one). Exit status 3 when a row is over its error bound.
+  --steady [ROUNDS] (default {rounds}): the steady-state protocol, for claims within a few percent: every
+  row of a shape is checked first, then all run round-robin, untimed, for --warm-s seconds (the board
+  reaches its power-capped clock), then are timed in ROUNDS interleaved rounds (a rotated order each
+  round); the median of the round medians, each round's ratio to cuBLAS, and the SM clock and board
+  power sampled (NVML) during each row's timing. --budget is then per row over all rounds.
 
 matmul: --matmul [SECTIONS] measures the public hgemm_rt.matmul instead of the kernels, and exits
   (0 done, 1 no GPU, 3 a result over its error bound or a call that failed). SECTIONS: comma-separated,
@@ -57,12 +64,14 @@ matmul: --matmul [SECTIONS] measures the public hgemm_rt.matmul instead of the k
   Every result is verified first (NaN-filled output, float64 reference); GPU time as above, plus wall
   time per call (n calls back to back, one sync at the end, best of {repeats}) where a user's host cost
   counts.
-  Applies with it: --iters, --warmup, --check-rows, --seed, --json FILE, --autotune.
+  Applies with it: --iters, --warmup, --check-rows, --seed, --json FILE, --autotune, --steady (to the
+  sections against cuBLAS: hg.matmul and every cuBLAS variant interleaved).
 
 outputs: --plot [PNG] (--topk K), --json FILE, --csv FILE. README: `python bench.py --readme RESULTS.json`
   rewrites the section between <!-- results:start --> and <!-- results:end --> (no GPU needed).
   $HGEMM_GIT_COMMIT names the commit in the results where the checkout has no .git.
-""".format(sections="\n".join(f"    {name:<8} {sec.title}" for name, sec in SECTIONS.items()), repeats=WALL_REPEATS)
+""".format(sections="\n".join(f"    {name:<8} {sec.title}" for name, sec in SECTIONS.items()), repeats=WALL_REPEATS,
+           rounds=STEADY_ROUNDS)
 
 # what --matmul does not combine with: the kernel bench's selection, shapes and outputs (argparse dests)
 KERNEL_BENCH_ONLY = (*GROUP_FLAGS, "all", "no_default", "kernels", "no_cublas", "list", "M", "N", "K", "MNK", "MMNK",
@@ -94,6 +103,8 @@ class Settings:
     readme_plot: str = "docs/bench_tflops.png"
     matmul: list[str] = field(default_factory=list)  # sections of the matmul bench; empty: the kernel bench
     autotune: bool = False
+    steady: int | None = None  # rounds of the steady-state protocol; None: the default protocol
+    warm_s: float = STEADY_WARM_S
 
     def settings_record(self) -> dict:
         """What a results file records about how it was measured."""
@@ -104,6 +115,7 @@ class Settings:
             "warmup": self.warmup, "iters": self.iters, "budget_s": self.budget,
             "check_rows": self.check_rows, "topk": self.topk, "seed": self.seed,
             "timing": "CUDA events, median; L2 flushed (memset of 2x L2) before every timed run",
+            **({"protocol": "steady", "rounds": self.steady, "warm_s": self.warm_s} if self.steady else {}),
         }
 
 
@@ -141,6 +153,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="rows of C checked against float64 (0: all; default 128)")
     msr.add_argument("--seed", type=int, help="seed of the random inputs (default: fresh)")
     msr.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    msr.add_argument("--steady", nargs="?", type=int, const=STEADY_ROUNDS, metavar="ROUNDS",
+                     help=f"steady-state protocol: warm up, then ROUNDS interleaved rounds (default {STEADY_ROUNDS}), "
+                          "with SM clock and board power")
+    msr.add_argument("--warm-s", type=float, help=f"with --steady: seconds of untimed launches first "
+                                                  f"(default {STEADY_WARM_S})")
 
     out = ap.add_argument_group("outputs")
     out.add_argument("--plot", nargs="?", const="bench_tflops.png", metavar="PNG",
@@ -220,6 +237,10 @@ def parse_args(argv: list[str] | None = None) -> Settings:
         ap.error("--topk must be >= 1")
     if args.check_rows < 0:
         ap.error("--check-rows must be >= 0")
+    if args.steady is not None and args.steady < 1:
+        ap.error("--steady needs at least 1 round")
+    if args.warm_s is not None and (args.steady is None or args.warm_s < 0):
+        ap.error("--warm-s is the warm-up of --steady, in seconds >= 0")
     sections = matmul_sections(args, ap.error)
     patterns = [p.strip() for p in (args.kernels or "").split(",") if p.strip()]
     if args.kernels is not None and not patterns:
@@ -232,5 +253,6 @@ def parse_args(argv: list[str] | None = None) -> Settings:
         topk=args.topk, plot=args.plot, json=args.json, csv=args.csv, seed=args.seed,
         progress=not args.no_progress, list_only=args.list, readme=args.readme,
         readme_shape=args.readme_shape, readme_file=args.readme_file, readme_plot=args.readme_plot,
-        matmul=sections, autotune=args.autotune,
+        matmul=sections, autotune=args.autotune, steady=args.steady,
+        warm_s=STEADY_WARM_S if args.warm_s is None else args.warm_s,
     )

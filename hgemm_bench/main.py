@@ -91,7 +91,8 @@ def matmul_mode(s: Settings, argv: list[str] | None) -> int:
     from .matmul_section import DOC_ROWS, failures, run_sections
 
     doc = run_sections(s.matmul, {"iters": s.iters, "warmup": s.warmup, "check_rows": s.check_rows,
-                                  "autotune": s.autotune, "seed": s.seed}, build_record(registry), command_line(argv))
+                                  "autotune": s.autotune, "seed": s.seed}, build_record(registry), command_line(argv),
+                       steady_protocol(s))
     if s.json:
         results.write_json(doc, s.json, DOC_ROWS)
         print(f"wrote {s.json}")
@@ -100,6 +101,15 @@ def matmul_mode(s: Settings, argv: list[str] | None) -> int:
         err(f"{len(failed)} result(s) over their error bound or failed: {listed(failed)}")
         return 3
     return 0
+
+
+def steady_protocol(s: Settings) -> Any:
+    """The steady-state protocol the flags ask for (steady.Protocol), or None."""
+    if s.steady is None:
+        return None
+    from .steady import Protocol
+
+    return Protocol(rounds=s.steady, warm_s=s.warm_s, budget_s=s.budget, iters=s.iters)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -137,7 +147,7 @@ def run(s: Settings, registry: Any, cases: list, argv: list[str] | None) -> int:
     import hgemm_rt as hg
     from hgemm_rt.timing import L2Flusher
 
-    from .devinfo import clocks, device_record, header_lines
+    from .devinfo import ClockSampler, clocks, device_record, header_lines
     from .measure import measure_shape
 
     dev = hg.get_device()
@@ -145,9 +155,14 @@ def run(s: Settings, registry: Any, cases: list, argv: list[str] | None) -> int:
     build = build_record(registry)
     for line in header_lines(device, build):
         print(line)
+    protocol = steady_protocol(s)
+    sampler = ClockSampler(dev.info.ordinal) if protocol else None
+    how = (f"steady protocol: {protocol.warm_s:g} s of warm-up, then {protocol.rounds} interleaved rounds of up to "
+           f"{s.iters} timed runs each, {s.budget:g} s per kernel and shape over all rounds; SM clock and power "
+           f"{'from NVML' if sampler.available else 'unavailable (no NVML)'}" if protocol else
+           f"warm-up {s.warmup}, up to {s.iters} timed runs, budget {s.budget:g} s per kernel and shape")
     print(f"{len(cases)} runs per shape ({sum(c.entry.is_baseline for c in cases)} cuBLAS), "
-          f"{len(s.shapes)} shape(s); warm-up {s.warmup}, up to {s.iters} timed runs, budget {s.budget:g} s "
-          "per kernel and shape; L2 flushed before every timed run", flush=True)
+          f"{len(s.shapes)} shape(s); {how}; L2 flushed before every timed run", flush=True)
     peak = device["fp16_dense_peak_tflops"]
     seed = s.seed if s.seed is not None else int(np.random.SeedSequence().entropy % (2**63))
     s.seed = seed
@@ -168,7 +183,8 @@ def run(s: Settings, registry: Any, cases: list, argv: list[str] | None) -> int:
                 bar.update(f"{where} {case.name} {case.label}", advance=w)
 
             recs, skips = measure_shape(shape, cases, dev.info.cc, flusher, rng, warmup=s.warmup, iters=s.iters,
-                                        budget_s=s.budget, check_rows=s.check_rows, on_case=on_case)
+                                        budget_s=s.budget, check_rows=s.check_rows, on_case=on_case,
+                                        steady=protocol, sampler=sampler)
             an.finish_shape(recs)
             records += recs
             skipped += skips

@@ -24,6 +24,7 @@ import importlib
 import inspect
 import itertools
 import math
+import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -39,10 +40,12 @@ from hgemm_rt.testing import baseline_acc, error_bound, random_operands, referen
 from hgemm_rt.timing import L2Flusher, time_fn
 
 from .analysis import geomean
-from .devinfo import clocks, device_record, header_lines
+from .devinfo import ClockSampler, clocks, device_record, header_lines
 from .matmul_table import (GRAPH_CALLS, SECTIONS, WALL_MIN_CALLS, WALL_REPEAT_S, WALL_REPEATS, HostCall, Section,
                            Shape)
-from .measure import ShapeInputs, checked_launch
+from .measure import ShapeInputs, checked_launch, timed_once
+from .steady import Contender, Protocol, interleave
+from .tables import STEADY_HEADERS, steady_cells
 
 TORCH_DTYPES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32"}
 
@@ -69,13 +72,16 @@ def framework_versions() -> dict[str, str | None]:
 
 @dataclass
 class Run:
-    """What every section shares: the options, the L2 flusher, the random source, and what was skipped."""
+    """What every section shares: the options, the L2 flusher, the random source, the steady protocol
+    and its clock sampler where asked for, and what was skipped."""
     iters: int
     warmup: int
     check_rows: int
     autotune: bool
     rng: np.random.Generator
     flusher: L2Flusher
+    steady: Protocol | None = None
+    sampler: ClockSampler | None = None
     skipped: list[dict] = field(default_factory=list)
 
     def gpu_us(self, fn: Callable[[], Any], stream: Any = None) -> float:
@@ -132,18 +138,40 @@ def baseline_accumulations(dtype: str) -> tuple[str, ...]:
     return tuple(a for a in ACCUMULATE[dtype] if a != "tf32")
 
 
-def cublas_best(run: Run, A: Any, B: Any, C: Any, dtype: str) -> tuple[float | None, str]:
-    """(microseconds, variant) of the fastest cuBLAS accumulation on these buffers; (None, why) without cuBLAS."""
-    best: tuple[float | None, str] = (None, "")
+def cublas_calls(A: Any, B: Any, C: Any, dtype: str) -> tuple[dict[str, Callable[[], Any]], str]:
+    """({variant: call} for every cuBLAS accumulation on these buffers, ""); ({}, why) without cuBLAS."""
+    calls: dict[str, Callable[[], Any]] = {}
     for acc in baseline_accumulations(dtype):
         try:
             layout = cublas.matmul(A, B, C, acc=acc)
         except hg.HgemmError as exc:  # nvmath or cuBLAS missing on this machine
-            return None, f"cuBLAS unavailable: {exc}"
-        us = run.gpu_us(lambda acc=acc: cublas.matmul(A, B, C, acc=acc))
-        if best[0] is None or us < best[0]:
-            best = (us, f"{layout}, acc {acc}")
-    return best
+            return {}, f"cuBLAS unavailable: {exc}"
+        calls[f"{layout}, acc {acc}"] = lambda acc=acc: cublas.matmul(A, B, C, acc=acc)
+    return calls, ""
+
+
+def time_vs_cublas(run: Run, ours: Callable[[], Any], calls: dict[str, Callable[[], Any]], why: str) -> dict:
+    """GPU microseconds of hg.matmul and of the fastest cuBLAS variant, their ratio, and the variant (or
+    why there is none). With the steady protocol the contenders run in interleaved rounds, the ratio is
+    the median of the rounds' (each round's fastest variant over hg.matmul), and "steady" keeps the rounds."""
+    if run.steady is None:
+        us = run.gpu_us(ours)
+        theirs = {variant: run.gpu_us(fn) for variant, fn in calls.items()}
+        best = min(theirs, key=theirs.__getitem__, default=None)
+        return {"hg_us": us, "cublas_us": theirs.get(best), "cublas_variant": best or why,
+                "ratio": ratio(theirs.get(best), us)}
+    contenders = [Contender(fn, timed_once(fn)) for fn in (ours, *calls.values())]
+    interleave(contenders, run.steady, run.flusher, run.sampler)
+    failed = [c.error for c in contenders if c.error]
+    if failed:
+        raise RuntimeError(failed[0])
+    mine, others = contenders[0], contenders[1:]
+    best = [min(c.ms[i] for c in others) for i in range(len(mine.ms))] if others else []
+    rounds = [b / m for b, m in zip(best, mine.ms)]
+    fastest = min(zip(calls, others), key=lambda vc: vc[1].median_ms(), default=(why, None))[0]
+    return {"hg_us": mine.median_ms() * 1e3, "cublas_us": statistics.median(best) * 1e3 if best else None,
+            "cublas_variant": fastest, "ratio": statistics.median(rounds) if rounds else None,
+            "steady": {**mine.record(), "ratio": rounds}}
 
 
 def measure_vs_cublas(section: str, shape: Shape, run: Run) -> list[dict]:
@@ -165,15 +193,13 @@ def measure_vs_cublas(section: str, shape: Shape, run: Run) -> list[dict]:
             _, cublas_err = checked_launch(lambda: cublas.matmul(A, B, C, acc=baseline_acc(dtype, acc)), C, inp, dtype)
         except hg.HgemmError:  # no cuBLAS: the static bound applies
             cublas_err = None
-        ours = run.gpu_us(lambda: hg.matmul(A, B, C))
-        theirs, variant = cublas_best(run, A, B, C, dtype)
+        timed = time_vs_cublas(run, lambda: hg.matmul(A, B, C), *cublas_calls(A, B, C, dtype))
     finally:
         inp.close()
     return [{"section": section, "M": M, "N": N, "K": K, "dtype": dtype, "a_order": shape.a_order,
-             "b_order": shape.b_order, "route": route, "hg_us": ours, "hg_tflops": tflops(shape, ours),
-             "cublas_us": theirs, "cublas_tflops": tflops(shape, theirs), "cublas_variant": variant,
-             "ratio": ratio(theirs, ours), "cublas_rel_error": cublas_err, "checked_rows": int(len(inp.rows)),
-             **verdict_of(err, error_bound(dtype, acc, dtype, K, cublas_err))}]
+             "b_order": shape.b_order, "route": route, **timed, "hg_tflops": tflops(shape, timed["hg_us"]),
+             "cublas_tflops": tflops(shape, timed["cublas_us"]), "cublas_rel_error": cublas_err,
+             "checked_rows": int(len(inp.rows)), **verdict_of(err, error_bound(dtype, acc, dtype, K, cublas_err))}]
 
 
 # -- against torch.matmul -----------------------------------------------------------------------------
@@ -378,11 +404,12 @@ def shape_cell(r: dict) -> str:
 
 
 def cublas_table(rows: list[dict]) -> str:
+    steady = any(r.get("steady") for r in rows)  # the rounds' spread, clock and power beside the ratio
     return tabulate([[shape_cell(r), fmt(r["hg_us"]), fmt(r["hg_tflops"]), fmt(r["cublas_us"]),
                       fmt(r["cublas_tflops"]), r["cublas_variant"], fmt(r["ratio"], ".2f", "x"), fmt_err(r), r["route"]]
-                     for r in rows],
+                     + (steady_cells(r) if steady else []) for r in rows],
                     headers=["shape", "matmul us", "TFLOPS", "cuBLAS us", "TFLOPS", "cuBLAS best", "x cuBLAS",
-                             "rel err", "route"], disable_numparse=True)
+                             "rel err", "route"] + (STEADY_HEADERS if steady else []), disable_numparse=True)
 
 
 def torch_table(rows: list[dict]) -> str:
@@ -472,9 +499,10 @@ def run_section(name: str, run: Run) -> tuple[list[dict], dict | None]:
     return rows + failed, verdict
 
 
-def run_sections(names: list[str], settings: dict, build: dict, command: str) -> dict:
+def run_sections(names: list[str], settings: dict, build: dict, command: str, steady: Protocol | None = None) -> dict:
     """The sections in order, under one device header: the results document (see make_doc).
-    settings: iters, warmup, check_rows, autotune, seed (None: fresh)."""
+    settings: iters, warmup, check_rows, autotune, seed (None: fresh); `steady`: the steady-state
+    protocol for the sections against cuBLAS."""
     dev = hg.get_device()
     device = device_record(dev)
     versions = framework_versions()
@@ -483,7 +511,7 @@ def run_sections(names: list[str], settings: dict, build: dict, command: str) ->
     print(", ".join(f"{name} {v}" if v else f"{name}: {framework(name)[1]}" for name, v in versions.items()))
     seed = settings["seed"] if settings["seed"] is not None else int(np.random.SeedSequence().entropy % (2**63))
     run = Run(settings["iters"], settings["warmup"], settings["check_rows"], settings["autotune"],
-              np.random.default_rng(seed), L2Flusher())
+              np.random.default_rng(seed), L2Flusher(), steady, ClockSampler(dev.info.ordinal) if steady else None)
     rows, verdicts = [], []
     try:
         for name in names:
@@ -495,7 +523,8 @@ def run_sections(names: list[str], settings: dict, build: dict, command: str) ->
     device["clocks_at_end"] = clocks(dev.info.ordinal)
     return make_doc(device=device, build=build, frameworks=versions,
                     settings={**settings, "seed": seed, "sections": names, "wall_repeat_s": WALL_REPEAT_S,
-                              "wall_min_calls": WALL_MIN_CALLS, "wall_repeats": WALL_REPEATS},
+                              "wall_min_calls": WALL_MIN_CALLS, "wall_repeats": WALL_REPEATS,
+                              **(steady.record() if steady else {})},
                     command=command, rows=rows, verdicts=verdicts, skipped=run.skipped)
 
 

@@ -10,6 +10,7 @@ import functools
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -19,13 +20,14 @@ from hgemm_rt._driver import check, driver
 from hgemm_rt.device import Event
 from hgemm_rt.launcher import default_swizzle_stride
 from hgemm_rt.testing import rel_error
-from hgemm_rt.timing import L2Flusher, time_fn
+from hgemm_rt.timing import L2Flusher, Timing, time_fn
 
+from .devinfo import ClockSampler
 from .selection import Case
+from .steady import QUEUE_AHEAD_BELOW_MS, Contender, Protocol, interleave
 
 # bf16 travels as its raw 16 bits (no ml_dtypes needed): the top half of an fp32, rounded to nearest even.
 _HOST_DTYPE = {"f16": np.float16, "bf16": np.uint16, "f32": np.float32}
-QUEUE_AHEAD_BELOW_MS = 5.0
 _FULL_CHECK_ELEMS = 1 << 31  # below M*N*K = 2^31 every row is checked (the reference costs little)
 
 
@@ -176,10 +178,21 @@ def launch_options(case: Case, N: int) -> tuple[dict[str, Any], int | None]:
     return {**opts, "swizzle": True, "swizzle_stride": stride}, stride
 
 
-def measure_case(case: Case, inp: ShapeInputs, cc: tuple[int, int], flusher: L2Flusher, *, warmup: int,
-                 iters: int, budget_s: float) -> dict[str, Any]:
-    """One checked launch into NaN-filled C (its GPU time sizes the rest), then the timing. Raises
-    Skip when the kernel does not take this shape or was not built for this GPU."""
+@dataclass
+class Checked:
+    """A case after its checked launch: how to run it, its error, and the GPU time that sizes its timing."""
+    case: Case
+    run: Callable[[], Any]
+    first_ms: float
+    est_ms: float
+    warmed: int  # warm launches already made (the one that gave est_ms)
+    err: float | None
+    stride: int | None
+
+
+def check_case(case: Case, inp: ShapeInputs, cc: tuple[int, int], budget_s: float) -> Checked:
+    """One checked launch into NaN-filled C, then a warm launch whose GPU time sizes the timing.
+    Raises Skip when the kernel does not take this shape or was not built for this GPU."""
     e = case.entry
     M, N, K = inp.M, inp.N, inp.K
     reason = e.supports(M, N, K, cc)
@@ -197,43 +210,84 @@ def measure_case(case: Case, inp: ShapeInputs, cc: tuple[int, int], flusher: L2F
     est_ms, warmed = first_ms, 0
     if first_ms < 4e3 * budget_s:
         est_ms, warmed = min(first_ms, timed_once(run)), 1
-    runs = max(1, int(budget_s * 1e3 / max(est_ms, 1e-3)) - warmed)  # the budget covers warm-up + timed runs
-    n_iters = max(1, min(iters, runs))
-    n_warm = max(0, min(warmup - warmed, runs - n_iters))
-    # queueing ahead matters where a launch is as short as Python's launch latency; for a slow kernel
-    # its probe launch would only spend budget
-    t = time_fn(run, warmup=n_warm, iters=n_iters, flush=flusher, queue_ahead=est_ms < QUEUE_AHEAD_BELOW_MS)
-    acc = e.acc_for(case.options)
+    return Checked(case, run, first_ms, est_ms, warmed, err, stride)
+
+
+def record_of(c: Checked, inp: ShapeInputs, t: Timing, warmup: int) -> dict[str, Any]:
+    """The results file's measurement record of a checked case timed as `t`."""
+    e, case = c.case.entry, c.case
+    M, N, K = inp.M, inp.N, inp.K
     return {
         "name": e.name, "ladder": e.ladder, "step": int(e.step), "layout": e.layout, "dtype": e.dtype,
-        "acc": acc, "out": e.out, "baseline": bool(e.is_baseline), "variant": dict(case.variant),
-        "swizzle": case.swizzle, "label": case.label, "swizzle_stride": stride, "M": M, "N": N, "K": K,
-        "ms": float(t.median_ms), "ms_min": float(t.min_ms), "ms_max": float(t.max_ms), "first_ms": float(first_ms),
-        "iters": n_iters, "warmup": n_warm + warmed, "tflops": float(t.tflops(M, N, K)),
-        "rel_error": None if err is None or not np.isfinite(err) else float(err),
+        "acc": e.acc_for(case.options), "out": e.out, "baseline": bool(e.is_baseline), "variant": dict(case.variant),
+        "swizzle": case.swizzle, "label": case.label, "swizzle_stride": c.stride, "M": M, "N": N, "K": K,
+        "ms": float(t.median_ms), "ms_min": float(t.min_ms), "ms_max": float(t.max_ms), "first_ms": float(c.first_ms),
+        "iters": t.iters, "warmup": warmup, "tflops": float(t.tflops(M, N, K)),
+        "rel_error": None if c.err is None or not np.isfinite(c.err) else float(c.err),
         "checked_rows": int(len(inp.rows)),
     }
 
 
+def measure_case(case: Case, inp: ShapeInputs, cc: tuple[int, int], flusher: L2Flusher, *, warmup: int,
+                 iters: int, budget_s: float) -> dict[str, Any]:
+    """The default protocol: the checked launch, then warm-up and timing within the budget."""
+    c = check_case(case, inp, cc, budget_s)
+    runs = max(1, int(budget_s * 1e3 / max(c.est_ms, 1e-3)) - c.warmed)  # the budget covers warm-up + timed runs
+    n_iters = max(1, min(iters, runs))
+    n_warm = max(0, min(warmup - c.warmed, runs - n_iters))
+    # queueing ahead matters where a launch is as short as Python's launch latency; for a slow kernel
+    # its probe launch would only spend budget
+    t = time_fn(c.run, warmup=n_warm, iters=n_iters, flush=flusher, queue_ahead=c.est_ms < QUEUE_AHEAD_BELOW_MS)
+    return record_of(c, inp, t, n_warm + c.warmed)
+
+
+def steady_records(checked: list[Checked], inp: ShapeInputs, protocol: Protocol, flusher: L2Flusher,
+                   sampler: ClockSampler) -> tuple[list[dict], list[dict]]:
+    """The steady protocol over the checked cases of one shape: (records, skipped). A record's timing
+    is over the rounds (median, min and max of the round medians); "steady" keeps each round."""
+    contenders = [Contender(c.run, c.est_ms) for c in checked]
+    interleave(contenders, protocol, flusher, sampler)
+    records, skipped = [], []
+    for c, t in zip(checked, contenders):
+        if t.error is not None:
+            skipped.append(skip_record(c.case, inp, t.error))
+            continue
+        rec = record_of(c, inp, Timing(t.median_ms(), min(t.ms), max(t.ms), t.iters), c.warmed)
+        rec["steady"] = t.record()
+        records.append(rec)
+    return records, skipped
+
+
+def skip_record(case: Case, inp: ShapeInputs, reason: str) -> dict[str, Any]:
+    return {"name": case.name, "label": case.label, "M": inp.M, "N": inp.N, "K": inp.K, "reason": reason}
+
+
 def measure_shape(shape: tuple[int, int, int], cases: list[Case], cc: tuple[int, int], flusher: L2Flusher,
                   rng: np.random.Generator, *, warmup: int, iters: int, budget_s: float, check_rows: int,
-                  on_case: Callable[[Case, float], None]) -> tuple[list[dict], list[dict]]:
+                  on_case: Callable[[Case, float], None], steady: Protocol | None = None,
+                  sampler: ClockSampler | None = None) -> tuple[list[dict], list[dict]]:
     """Every case at one shape: (records, skipped). A kernel that raises is recorded as skipped with
-    the error, and the run goes on."""
-    M, N, K = shape
-    inp = ShapeInputs(M, N, K, rng, check_rows)
-    records, skipped = [], []
+    the error, and the run goes on. With `steady` (and its sampler) every case is checked first, then
+    all are timed together in interleaved rounds (steady.py)."""
+    inp = ShapeInputs(*shape, rng, check_rows)
+    records, skipped, checked = [], [], []
     try:
         for case in cases:
             t0 = time.perf_counter()
             try:
-                records.append(measure_case(case, inp, cc, flusher, warmup=warmup, iters=iters, budget_s=budget_s))
+                if steady is None:
+                    records.append(measure_case(case, inp, cc, flusher, warmup=warmup, iters=iters, budget_s=budget_s))
+                else:
+                    checked.append(check_case(case, inp, cc, budget_s))
             except Skip as exc:
-                skipped.append({"name": case.name, "label": case.label, "M": M, "N": N, "K": K, "reason": str(exc)})
+                skipped.append(skip_record(case, inp, str(exc)))
             except (HgemmError, RuntimeError, ValueError) as exc:
-                skipped.append({"name": case.name, "label": case.label, "M": M, "N": N, "K": K,
-                                "reason": f"error: {type(exc).__name__}: {exc}"})
+                skipped.append(skip_record(case, inp, f"error: {type(exc).__name__}: {exc}"))
             on_case(case, time.perf_counter() - t0)
+        if checked:
+            got, lost = steady_records(checked, inp, steady, flusher, sampler)
+            records += got
+            skipped += lost
     finally:
         inp.close()
     return records, skipped

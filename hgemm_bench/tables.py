@@ -8,6 +8,7 @@ from tabulate import tabulate
 from . import analysis as an
 
 SHAPE_HEADERS = ["", "kernel", "variant", "in", "ms", "TFLOPS", "%peak", "x cuBLAS", "rel err", "gain"]
+STEADY_HEADERS = ["x cuBLAS per round", "SM MHz", "board W"]  # --steady: the rounds' spread, clock and power
 
 
 def shape_title(M: int, N: int, K: int) -> str:
@@ -21,8 +22,17 @@ def fmt_err(r: dict[str, Any]) -> str:
     return text if r.get("ok") else f"{text} > {r['error_bound']:.1e} FAIL"
 
 
+def steady_cells(r: dict[str, Any]) -> list[str]:
+    """A steady-protocol row's range of per-round ratios, median SM clock and board power."""
+    st = r.get("steady") or {}
+    ratios = [x for x in st.get("ratio", []) if x]
+    return [f"{min(ratios):.3f}-{max(ratios):.3f}" if ratios else "-",
+            *(f"{st[k]:.0f}" if st.get(k) is not None else "-" for k in ("sm_mhz", "board_w"))]
+
+
 def shape_table(rows: list[dict[str, Any]], peak: float | None) -> str:
     """One shape, one class: mark `*` on the best correct row, `!` on a row over its error bound."""
+    steady = any(r.get("steady") for r in rows)
     body = []
     for v in an.shape_view(rows):
         r = v["row"]
@@ -32,8 +42,8 @@ def shape_table(rows: list[dict[str, Any]], peak: float | None) -> str:
             mark, r["name"], r["label"] or "-", f"{r['layout']} {r['dtype']}", f"{r['ms']:.4f}", f"{r['tflops']:.1f}", pct,
             f"{r['ratio']:.2f}x" if r.get("ratio") else "-", fmt_err(r),
             f"+{v['gain']:.1f}%" if v["gain"] is not None else "",
-        ])
-    return tabulate(body, headers=SHAPE_HEADERS, disable_numparse=True)
+        ] + (steady_cells(r) if steady else []))
+    return tabulate(body, headers=SHAPE_HEADERS + (STEADY_HEADERS if steady else []), disable_numparse=True)
 
 
 def shape_header(rows: list[dict[str, Any]], cls: str, peak: float | None) -> str:
@@ -56,6 +66,9 @@ def shape_report(rows: list[dict[str, Any]], skipped: list[dict[str, Any]], peak
     for cls in an.classes_present(rows):
         sub = [r for r in rows if an.klass(r["dtype"]) == cls]
         parts += ["", shape_header(sub, cls, peak), shape_table(sub, peak)]
+    throttle = sorted({t for r in rows for t in (r.get("steady") or {}).get("throttle", ())})
+    if throttle:
+        parts.append("clock throttle reasons seen: " + ", ".join(throttle))
     if skipped:
         reasons: dict[str, list[str]] = {}
         for s in skipped:

@@ -410,13 +410,75 @@ def test_progress_line_in_a_log(capsys):
     assert progress.fmt_s(125) == "2m05s"
 
 
-def test_peak_lookup():
-    from hgemm_bench.devinfo import fp16_peak_tflops
+def test_datasheet_lookup_and_roofs():
+    from hgemm_bench.devinfo import datasheet, roofs
 
-    assert fp16_peak_tflops("NVIDIA H100 80GB HBM3") == 989.0
-    assert fp16_peak_tflops("NVIDIA H200") == 989.0
-    assert fp16_peak_tflops("NVIDIA H100 PCIe") == 756.0
-    assert fp16_peak_tflops("NVIDIA GeForce GTX 1080") is None
+    assert datasheet("NVIDIA H100 80GB HBM3").fp16_dense_tflops == 989.0
+    assert (datasheet("NVIDIA H100 80GB HBM3").hbm_tbps, datasheet("NVIDIA H200").hbm_tbps) == (3.35, 4.8)
+    assert datasheet("NVIDIA H100 PCIe").fp16_dense_tflops == 756.0 and datasheet("NVIDIA H100 NVL").hbm_tbps == 3.9
+    assert datasheet("NVIDIA GeForce GTX 1080") is None
+    # a file recorded before the HBM figure was: the table by name; a recorded figure wins
+    assert roofs({"name": "NVIDIA H200", "fp16_dense_peak_tflops": 989.0}).hbm_tbps == 4.8
+    assert roofs({"name": "NVIDIA H200", "hbm_tbps": 5.0}).hbm_tbps == 5.0
+    assert roofs({"name": "unknown board"}).fp16_tensor_tflops is None
+
+
+# -- the steady protocol (timing faked: the rounds, their order and the ratios are host logic) ------------
+
+def test_steady_flags():
+    s = cli.parse_args(["--steady"])
+    assert (s.steady, s.warm_s) == (cli.STEADY_ROUNDS, cli.STEADY_WARM_S)
+    s = cli.parse_args(["--steady", "3", "--warm-s", "0", "--MNK", "4096"])
+    assert (s.steady, s.warm_s) == (3, 0.0) and s.settings_record()["protocol"] == "steady"
+    assert "protocol" not in cli.parse_args([]).settings_record()
+    assert cli.parse_args(["--matmul", "sweep", "--steady"]).steady == cli.STEADY_ROUNDS
+    for bad in (["--steady", "0"], ["--warm-s", "1"], ["--steady", "--warm-s", "-1"]):
+        with pytest.raises(SystemExit):
+            cli.parse_args(bad)
+
+
+def test_steady_rounds_rotate_the_contenders_and_sample_the_clock(monkeypatch):
+    from hgemm_bench import steady
+    from hgemm_bench.devinfo import Sampled
+    from hgemm_rt.timing import Timing
+
+    order, ms = [], {"a": 2.0, "b": 1.0, "c": 4.0}
+
+    def fake_time_fn(fn, *, warmup, iters, stream, flush, queue_ahead):
+        name = fn()
+        order.append(name)
+        return Timing(ms[name], ms[name], ms[name], iters)
+
+    class Sampler:
+        def during(self, fn):
+            return fn(), Sampled(1500.0, 650.0, ("sw_power_cap",))
+
+    monkeypatch.setattr(steady, "time_fn", fake_time_fn)
+    monkeypatch.setattr(steady, "get_device", lambda: SimpleNamespace(synchronize=lambda: None))
+    cs = [steady.Contender(lambda n=n: n, est_ms=ms[n]) for n in "abc"]
+    p = steady.Protocol(rounds=3, warm_s=0.0, budget_s=0.03, iters=20)
+    steady.interleave(cs, p, flusher=None, sampler=Sampler())
+    assert order == list("abc" "bca" "cab")  # every round a rotated order
+    assert [c.ms for c in cs] == [[2.0] * 3, [1.0] * 3, [4.0] * 3]
+    assert [c.iters for c in cs] == [3 * 5, 3 * 10, 3 * 2]  # 10 ms per round each, at most `iters`
+    rec = cs[0].record()
+    assert (rec["sm_mhz"], rec["board_w"], rec["throttle"]) == (1500.0, 650.0, ["sw_power_cap"])
+
+
+def test_round_ratios_are_taken_within_each_round():
+    def row(name, baseline, ms):
+        return {"name": name, "label": "", "dtype": "f16", "baseline": baseline, "ok": True, "M": 1024, "N": 1024,
+                "K": 1024, "tflops": 1.0, "steady": {"ms": ms}}
+
+    # the clock drifts between rounds: the kernel is 0.8x cuBLAS in each round, whatever the drift
+    rows = [row("k", False, [1.25, 2.5, 1.25]), row("cublas", True, [1.0, 2.0, 1.0])]
+    an.set_round_ratios(rows)
+    assert rows[0]["steady"]["ratio"] == pytest.approx([0.8, 0.8, 0.8])
+    assert rows[1]["steady"]["ratio"] == pytest.approx([1.0, 1.0, 1.0])
+    rows[0].update(ok=True, rel_error=1e-4, error_bound=1e-3, ms=1.25, ratio=0.8, layout="NN", gain=None)
+    rows[0]["steady"].update(sm_mhz=1530.0, board_w=690.0, throttle=["sw_power_cap"])
+    text = tables.shape_table([{**rows[0], "ms": 1.25}], 989.0)
+    assert "per round" in text and "0.800-0.800" in text and "1530" in text and "690" in text
 
 
 def test_recorded_json_is_strict(doc):
@@ -436,3 +498,20 @@ def test_bench_end_to_end_on_the_gpu(tmp_path, capsys):
     assert results.validate(doc) == [] and doc["complete"]
     assert all(m["ok"] for m in doc["measurements"]) and "M=N=K=512" in text and "x cuBLAS" in text
     assert any(m["baseline"] for m in doc["measurements"])
+
+
+@pytest.mark.gpu
+def test_steady_protocol_end_to_end_on_the_gpu(tmp_path, capsys):
+    """--steady: every row checked, then timed in interleaved rounds; each round's ratio to cuBLAS kept."""
+    from hgemm_bench.main import main
+
+    out = tmp_path / "r.json"
+    rc = main(["--MNK", "512", "--steady", "2", "--warm-s", "0.1", "--iters", "3", "--no-progress", "--json", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 0, text[-3000:]
+    doc = results.load(str(out))
+    assert doc["settings"]["protocol"] == "steady"
+    for m in doc["measurements"]:
+        assert len(m["steady"]["ms"]) == 2 and m["ms_min"] <= m["ms"] <= m["ms_max"]
+        assert len(m["steady"]["ratio"]) == 2
+    assert "SGEMM" in text and "per round" in text

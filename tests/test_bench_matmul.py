@@ -182,3 +182,19 @@ def test_matmul_sections_on_the_gpu(tmp_path, monkeypatch, capsys):
     timed = [v for r in doc["rows"] for k, v in r.items() if k.endswith("_us") and v is not None]
     assert timed and all(v > 0 for v in timed)
     assert "== smallm" in text and "== host" in text and "x cuBLAS" in text
+
+
+@pytest.mark.gpu
+def test_matmul_steady_protocol_on_the_gpu(tmp_path, capsys):
+    """--steady on a section against cuBLAS: hg.matmul and the cuBLAS variants in interleaved rounds."""
+    from hgemm_bench.main import main
+
+    out = tmp_path / "m.json"
+    rc = main(["--matmul", "smallm", "--steady", "2", "--warm-s", "0.1", "--iters", "3", "--json", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 0, text[-3000:]
+    doc = json.loads(out.read_text())
+    assert doc["settings"]["protocol"] == "steady" and doc["settings"]["rounds"] == 2
+    for r in doc["rows"]:
+        assert len(r["steady"]["ms"]) == 2 and len(r["steady"]["ratio"]) == 2 and r["ratio"] > 0
+    assert "per round" in text
