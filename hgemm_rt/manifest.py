@@ -38,9 +38,15 @@ REBUILD_HINT = "rebuild with `python build_kernels.py` (or `--arch XX` for one a
 
 
 def default_artifacts_dir() -> Path:
-    """$HGEMM_ARTIFACTS, else `artifacts/` beside the package (a source checkout)."""
+    """$HGEMM_ARTIFACTS, else the build that an installed wheel carries (`hgemm_rt/artifacts/`, see
+    setup.py), else `artifacts/` of the source checkout this package was imported from."""
     env = os.environ.get("HGEMM_ARTIFACTS")
-    return Path(env) if env else Path(__file__).resolve().parent.parent / "artifacts"
+    if env:
+        return Path(env)
+    here = Path(__file__).resolve().parent
+    packaged = here / "artifacts"
+    # the manifest is written last, so a folder without one is no build (an interrupted copy)
+    return packaged if (packaged / "manifest.json").is_file() else here.parent / "artifacts"
 
 
 def variant_symbol(name: str, choice: Mapping[str, Any]) -> str:
