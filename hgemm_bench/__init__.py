@@ -15,8 +15,12 @@ Modules, in the order a run uses them:
     progress   the stderr progress bar
 
 `python bench.py --matmul [SECTIONS]` measures the public hgemm_rt.matmul instead:
-    matmul_table    its sections as data: shapes, targets, the host section's calls (no GPU)
+    matmul_table    its sections as data: rows (shapes, host calls), baseline, target (no GPU)
     matmul_section  the measuring: against cuBLAS and torch.matmul, host cost per call; its JSON
+
+`python scripts/sanitize.py` runs compute-sanitizer over every kernel:
+    sanitize        the driver: one sanitizer process per tool and part, the child that launches and
+                    checks (through hgemm_rt.testing, the tests' harness), the summary of each log
 
 Everything after `measure` works on plain dicts loaded from JSON, so it is tested on the CPU with a
 recorded GPU run (tests/data/).

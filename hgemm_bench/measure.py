@@ -19,25 +19,16 @@ from hgemm_rt import DeviceArray, HgemmError
 from hgemm_rt._driver import check, driver
 from hgemm_rt.device import Event
 from hgemm_rt.launcher import default_swizzle_stride
-from hgemm_rt.testing import rel_error
+from hgemm_rt.testing import from_bf16_bits, rel_error, to_bf16_bits
 from hgemm_rt.timing import L2Flusher, Timing, time_fn
 
 from .devinfo import ClockSampler
 from .selection import Case
 from .steady import QUEUE_AHEAD_BELOW_MS, Contender, Protocol, interleave
 
-# bf16 travels as its raw 16 bits (no ml_dtypes needed): the top half of an fp32, rounded to nearest even.
+# bf16 travels as its raw 16 bits (no ml_dtypes needed; testing.to_bf16_bits)
 _HOST_DTYPE = {"f16": np.float16, "bf16": np.uint16, "f32": np.float32}
 _FULL_CHECK_ELEMS = 1 << 31  # below M*N*K = 2^31 every row is checked (the reference costs little)
-
-
-def to_bf16_bits(x: np.ndarray) -> np.ndarray:
-    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
-    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-
-
-def from_bf16_bits(b: np.ndarray) -> np.ndarray:
-    return (b.astype(np.uint32) << 16).view(np.float32)
 
 
 def rounded(x32: np.ndarray, dtype: str) -> np.ndarray:

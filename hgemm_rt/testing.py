@@ -1,6 +1,13 @@
-"""Correctness helpers shared by the tests and the benchmark: random operands, the float64
-reference, the relative error and its bound."""
+"""The correctness harness shared by the tests, the benchmark and the sanitizer driver
+(hgemm_bench/sanitize.py): random operands, the float64 reference, the relative error and its bound,
+one checked launch of a kernel; which shapes each catalogue kernel is checked at; and for the
+matmul helper ("util") kernels, the problems and matmul plans that launch each of them at an aligned
+and a ragged shape, and the checked run of those plans."""
 from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
 
@@ -113,3 +120,340 @@ def run_checked(entry, M: int, N: int, K: int, rng: np.random.Generator, *, with
                 cublas_err = None
     bound = error_bound(entry.dtype, acc, entry.out, K, cublas_err)
     return {"error": err, "bound": bound, "cublas_error": cublas_err, "acc": acc}
+
+
+def to_bf16_bits(x: np.ndarray) -> np.ndarray:
+    """bf16 as its raw 16 bits (numpy has no bfloat16): the top half of an fp32, rounded to nearest even."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def from_bf16_bits(b: np.ndarray) -> np.ndarray:
+    return (b.astype(np.uint32) << 16).view(np.float32)
+
+
+# ---------------------------------------------------------------------------------------------------
+# catalogue kernels: the shapes each is checked at, derived from its declaration
+# ---------------------------------------------------------------------------------------------------
+
+def tile_dims(spec) -> dict[str, tuple[int, int]]:
+    """(tile size, required multiple) per dimension of a KernelSpec."""
+    BM, BN, BK = spec.tile
+    return {d: (t, spec.require.get(d, 1)) for d, t in (("M", BM), ("N", BN), ("K", max(BK, 16)))}
+
+
+def round_up(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
+def shapes_for(spec) -> list[tuple[str, int, int, int]]:
+    """Named (label, M, N, K): aligned, one step above and one below a tile multiple (a step is the
+    kernel's required multiple, or 1 where it has none), K below one K tile, and M=1 / N=1 where the
+    kernel accepts them. The first two are "aligned" and "ragged"."""
+    d = tile_dims(spec)
+    aligned = {k: round_up(2 * t, r) for k, (t, r) in d.items()}
+    ragged = {k: (aligned[k] + r if r > 1 else aligned[k] + 1) for k, (t, r) in d.items()}
+    below = {k: aligned[k] - r for k, (t, r) in d.items()}  # one step below a tile multiple
+    cases = [("aligned", aligned["M"], aligned["N"], aligned["K"]),
+             ("ragged", ragged["M"], ragged["N"], ragged["K"]),
+             ("below", below["M"], below["N"], below["K"])]
+    k_small = d["K"][1] if d["K"][1] > 1 else 7
+    if k_small < d["K"][0]:
+        cases.append(("k_small", aligned["M"], aligned["N"], k_small))
+    if d["M"][1] == 1:
+        cases.append(("m1", 1, ragged["N"], ragged["K"]))
+    if d["N"][1] == 1:
+        cases.append(("n1", ragged["M"], 1, ragged["K"]))
+    if spec.grid == "persistent":  # many more tiles than SMs: each CTA loops over several, ragged edges
+        cases.append(("many_tiles", round_up(15 * d["M"][0] + 7, d["M"][1]),
+                      round_up(12 * d["N"][0] + 3, d["N"][1]), round_up(3 * d["K"][0] + 5, d["K"][1])))
+    return cases
+
+
+def refusal_shapes(spec) -> list[tuple[str, int, int, int]]:
+    """For each dimension with a requirement, a shape that breaks only it."""
+    d = tile_dims(spec)
+    base = {k: round_up(2 * t, r) for k, (t, r) in d.items()}
+    out = []
+    for k, (_, r) in d.items():
+        if r > 1:
+            bad = dict(base)
+            bad[k] = base[k] + r // 2 if r // 2 else base[k] + 1
+            out.append((f"bad_{k}", bad["M"], bad["N"], bad["K"]))
+    return out
+
+
+def selected_specs(manifest, pattern: str | None, util: bool) -> list:
+    """The catalogue kernels (util=False) or matmul helper kernels (util=True) whose name matches a
+    glob or contains the pattern (every one without a pattern)."""
+    def match(name: str) -> bool:
+        return not pattern or fnmatch.fnmatch(name, pattern) or pattern in name
+
+    return [s for s in manifest.kernels.values() if (s.ladder == "util") == util and match(s.name)]
+
+
+# ---------------------------------------------------------------------------------------------------
+# util kernels: problems for matmul's plans, and which plans to run (pure data, tested on the CPU)
+# ---------------------------------------------------------------------------------------------------
+
+SHAPE_CLASSES = ("aligned", "ragged")
+# aligned: multiples of every util tile (BM <= 128, BN <= 256, BK = 64), 8 K tiles so that every split
+# count has work; ragged: no dimension a multiple of 8, K = 5 tiles (split 8 leaves slices empty)
+UTIL_SHAPES = {"aligned": (256, 256, 512), "ragged": (97, 141, 261)}
+
+
+@dataclass(frozen=True)
+class Operand:
+    """How one operand sits in its buffer: `order` row | col, `offset` elements in, `pad` extra
+    elements per leading dimension."""
+
+    order: str = "row"
+    offset: int = 0
+    pad: int = 0
+
+    def strides(self, rows: int, cols: int) -> tuple[int, int]:
+        return (cols + self.pad, 1) if self.order == "row" else (1, rows + self.pad)
+
+
+@dataclass(frozen=True)
+class UtilCase:
+    dtype: str
+    shape: str  # "aligned" | "ragged"
+    what: str
+    a: Operand
+    b: Operand
+    c: Operand
+    alpha: float
+    beta: float
+
+    @property
+    def MNK(self) -> tuple[int, int, int]:
+        return UTIL_SHAPES[self.shape]
+
+    def views(self) -> list:
+        from . import problem
+
+        M, N, K = self.MNK
+        isz = problem.ITEMSIZE[self.dtype]
+        out = []
+        for base, op, (rows, cols) in (("A", self.a, (M, K)), ("B", self.b, (K, N)), ("C", self.c, (M, N))):
+            rs, cs = op.strides(rows, cols)
+            # buffers come from cuMemAlloc (256-byte aligned): the view's alignment is its offset's
+            out.append(problem.View.make(base, rows, cols, rs, cs, problem.ptr_alignment(op.offset * isz)))
+        return out
+
+    def problem(self):
+        from . import problem
+
+        a, b, c = self.views()
+        return problem.Problem(self.dtype, "f32", a, b, c, plain=self.alpha == 1.0 and self.beta == 0.0,
+                               beta_zero=self.beta == 0.0)
+
+    def __str__(self) -> str:
+        return f"{self.dtype} {self.shape} {'x'.join(map(str, self.MNK))} {self.what}"
+
+
+def util_cases(dtypes) -> list[UtilCase]:
+    row = Operand()
+    cases = []
+    for dtype in dtypes:
+        for shape in SHAPE_CLASSES:
+            cases += [
+                UtilCase(dtype, shape, "plain", row, row, row, 1.0, 0.0),
+                UtilCase(dtype, shape, "alpha/beta, column-major strided C", row, row, Operand("col", 0, 3), -2.0,
+                         0.25),
+                # rows start off 16-byte boundaries and have odd lengths: copies take load16_any's
+                # misaligned path right up to each row's gap
+                UtilCase(dtype, shape, "misaligned A, column-major B, offset C, alpha", Operand("row", 1, 3),
+                         Operand("col", 3, 5), Operand("row", 1, 1), 0.5, 0.0),
+            ]
+            _M, N, K = UTIL_SHAPES[shape]
+            if K % 8 or N % 8:  # ragged rows padded to 16 bytes: TMA maps of A and B in place
+                cases.append(UtilCase(dtype, shape, "row-major, leading dimensions padded to 8",
+                                      Operand("row", 0, -K % 8), Operand("row", 0, -N % 8), row, 1.0, 0.0))
+    return cases
+
+
+def plan_keys(plan, prob, shape: str, manifest) -> set[tuple[str, str, str]]:
+    """(kernel, feature, shape class) for every util kernel a plan launches; feature "" is the
+    launch itself, then its variant, split-K, alpha/beta, transposing / misaligned copies."""
+    from .problem import Copy
+
+    def c_fast(v) -> bool:  # a view whose columns are adjacent in memory
+        return abs(v.cs) <= abs(v.rs)
+
+    keys = set()
+    for s in plan.steps:
+        if isinstance(s, Copy):
+            name = s.kernel
+            feats = {""}
+            if c_fast(s.src) != c_fast(s.dst):
+                feats.add("transposing")
+            if s.src.align < 16:
+                feats.add("misaligned source")
+            if s.epilogue and not prob.plain:
+                feats.add("alpha/beta")
+        elif manifest.kernels[s.kernel].ladder == "util":
+            name = s.kernel
+            feats = {""} | {f"{k}={v}" for k, v in s.variant}
+            if s.splits > 1:
+                feats.add("split-K")
+            if not prob.plain:
+                feats.add("alpha/beta")
+        else:
+            continue
+        keys |= {(name, f, shape) for f in feats}
+    return keys
+
+
+def util_schedule(manifest, cc: tuple[int, int], sm_count: int, names: set[str]) -> tuple[list, set]:
+    """[(case, plan)] to run, and the keys they cover: per case, matmul's plans cheapest first, each
+    taken only if it covers a key of a selected kernel that no earlier plan covered."""
+    from . import planner
+
+    dtypes = sorted({manifest.kernels[n].dtype for n in names})
+    covered: set = set()
+    out = []
+    for case in util_cases(dtypes):
+        prob = case.problem()
+        for _est, plan in planner.ranked_recipes(prob, manifest, cc, sm_count):
+            new = {k for k in plan_keys(plan, prob, case.shape, manifest) if k[0] in names} - covered
+            if new:
+                out.append((case, plan))
+                covered |= new
+    return out, covered
+
+
+def tma_stored_temps(plan, manifest) -> list[str]:
+    """Temporaries a GEMM of the plan writes with TMA stores (a `tmap:C` kernel) for a later copy to read.
+
+    initcheck does not see the global writes of cp.async.bulk.tensor (TMA) stores: the copy-out that
+    reads such a tC back is reported as reading uninitialised memory although the kernel wrote all of
+    it (H200: every read of tC after the hgemm_sm90 kernels with a TMA-store epilogue; none
+    after the kernels that store with st.global). The runner fills these temporaries with NaN first:
+    initialised for the tool, and a wrong result if the kernel leaves any element unwritten."""
+    from .problem import Gemm
+
+    return [s.c.base for s in plan.steps if isinstance(s, Gemm) and s.c.base not in ("A", "B", "C")
+            and "tmap:C" in manifest.kernels[s.kernel].params]
+
+
+def util_names(manifest, pattern: str | None, cc: tuple[int, int]) -> tuple[set[str], list[str]]:
+    """(selected util kernels runnable on cc, the selected ones with no build for it)."""
+    from .errors import NotBuiltForDeviceError
+
+    runnable, unbuilt = set(), []
+    for spec in selected_specs(manifest, pattern, util=True):
+        try:
+            manifest.select(spec, cc)
+            runnable.add(spec.name)
+        except NotBuiltForDeviceError:
+            unbuilt.append(spec.name)
+    return runnable, sorted(unbuilt)
+
+
+def missing(names, covered) -> list[str]:
+    """Selected util kernels not launched at both shape classes."""
+    return [f"{n} ({c})" for n in sorted(names) for c in SHAPE_CLASSES if (n, "", c) not in covered]
+
+
+def stored_and_exact(x, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """float64 values -> (storage array of `dtype`, the exact float64 values it holds)."""
+    x32 = np.asarray(x, np.float32)
+    if dtype == "bf16":
+        bits = to_bf16_bits(x32)
+        return bits, from_bf16_bits(bits).astype(np.float64)
+    v = x32.astype(np.float16 if dtype == "f16" else np.float32)
+    return v, v.astype(np.float64)
+
+
+class Buffer:
+    """A case's operand on the GPU in a buffer of exactly the view's extent. Inputs: only the view's
+    elements are ever written (row by row), so any read of a gap or past the end is uninitialised
+    or out of bounds. Output: the whole buffer holds `fill` (NaN), so a write outside the view shows."""
+
+    def __init__(self, values, dtype: str, op: Operand, output: bool):
+        from ._driver import check, driver
+        from .dtypes import ITEMSIZE
+        from .memory import DeviceArray
+
+        self.check, self.drv = check, driver()
+        rows, cols = values.shape
+        rs, cs = op.strides(rows, cols)
+        self.isz = ITEMSIZE[dtype]
+        n = op.offset + (rows - 1) * rs + (cols - 1) * cs + 1
+        store, self.exact = stored_and_exact(values, dtype)
+        self.buf = DeviceArray.empty((n,), dtype)
+        self.idx = op.offset + np.arange(rows)[:, None] * rs + np.arange(cols)[None, :] * cs
+        if output:
+            self.host = stored_and_exact(np.full(n, np.nan), dtype)[0]
+            self.host[self.idx] = store
+            self.upload()
+        else:
+            lines = store if op.order == "row" else store.T  # contiguous runs in memory
+            for i, line in enumerate(np.ascontiguousarray(lines)):
+                addr = self.buf.ptr + (op.offset + i * (rs if op.order == "row" else cs)) * self.isz
+                check(self.drv.cuMemcpyHtoD(addr, line.ctypes.data, line.nbytes), "cuMemcpyHtoD")
+        self.view = DeviceArray(self.buf.ptr + op.offset * self.isz, (rows, cols), dtype,
+                                (rs * self.isz, cs * self.isz), owner=self.buf)
+
+    def upload(self) -> None:
+        self.check(self.drv.cuMemcpyHtoD(self.buf.ptr, self.host.ctypes.data, self.host.nbytes), "cuMemcpyHtoD")
+
+    def download(self) -> np.ndarray:
+        from .device import get_device
+
+        out = np.empty_like(self.host)
+        get_device().synchronize()
+        self.check(self.drv.cuMemcpyDtoH(out.ctypes.data, self.buf.ptr, out.nbytes), "cuMemcpyDtoH")
+        return out
+
+
+def run_util(names: set[str], report: Callable[[str], Any] = lambda line: None) -> tuple[int, int, set]:
+    """Run util_schedule on the GPU, each plan checked against float64 and C checked untouched outside
+    its view; `report` gets one line per plan ("ok " or "BAD " first). Returns (wrong results,
+    launches, covered keys)."""
+    from . import planner
+    from .device import get_device
+    from .executor import Execution
+    from .problem import problem_of_arrays
+    from .registry import get_registry
+
+    dev = get_device()
+    manifest = get_registry().manifest
+    sched, _ = util_schedule(manifest, dev.info.cc, dev.info.sm_count, names)
+    rng = np.random.default_rng()
+    bad = launches = 0
+    covered: set = set()
+    bufs: dict = {}
+    for case, plan in sched:
+        if case not in bufs:
+            M, N, K = case.MNK
+            c0 = rng.standard_normal((M, N)) if case.beta else np.full((M, N), np.nan)  # beta == 0: C is poison
+            bufs.clear()  # one case's buffers at a time
+            bufs[case] = [Buffer(rng.standard_normal((M, K)), case.dtype, case.a, False),
+                          Buffer(rng.standard_normal((K, N)), case.dtype, case.b, False),
+                          Buffer(c0, case.dtype, case.c, True)]
+        A, B, C = bufs[case]
+        prob = problem_of_arrays(A.view, B.view, C.view, "f32", case.alpha, case.beta)
+        if prob.key() != case.problem().key():  # the plan was chosen for these exact views
+            raise RuntimeError(f"{case}: views {prob.key()} differ from the planned {case.problem().key()}")
+        C.upload()
+        runnable = Execution(plan, case.dtype, dev.info.ordinal, manifest)
+        for name in tma_stored_temps(plan, manifest):
+            runnable.temps[name].fill_bytes(0xFF)  # NaN: the kernel must overwrite every element read later
+        runnable.run((A.view.ptr, B.view.ptr, C.view.ptr), case.alpha, case.beta, 0)
+        now = C.download()
+        runnable.close()
+        got = now[C.idx].astype(np.float64) if case.dtype != "bf16" else from_bf16_bits(now[C.idx]).astype(np.float64)
+        ref = case.alpha * (A.exact @ B.exact) + (case.beta * C.exact if case.beta else 0.0)
+        err, bound = rel_error(got, ref), error_floor(case.dtype, "f32", case.dtype, case.MNK[2])
+        outside = np.ones(now.shape, bool)
+        outside[C.idx] = False
+        ok = err <= bound and np.array_equal(now[outside].view(np.uint8), C.host[outside].view(np.uint8))
+        bad += not ok
+        launches += len(plan.steps)
+        covered |= {k for k in plan_keys(plan, prob, case.shape, manifest) if k[0] in names}
+        report(f"{'ok ' if ok else 'BAD'} {planner.describe(plan)} | {case} err={err:.2e} launches={len(plan.steps)}")
+    bufs.clear()
+    return bad, launches, covered

@@ -6,8 +6,8 @@ import pytest
 
 import hgemm_rt as hg
 from hgemm_rt.registry import BASELINES
-from hgemm_rt.testing import run_checked
-from kernel_cases import load_manifest_or_none, refusal_shapes, shapes_for
+from hgemm_rt.testing import refusal_shapes, run_checked, shapes_for
+from kernel_cases import load_manifest_or_none
 
 pytestmark = pytest.mark.gpu
 

@@ -1,17 +1,16 @@
 """Resource hygiene on the GPU: no device-memory growth over many launches and alloc/free cycles,
 out-of-memory as a clear exception that leaves the runtime usable, concurrent threads; the util
-kernels through scripts/sanitize.py's matmul plans (without the sanitizer)."""
+kernels through the sanitizer's matmul plans (hgemm_rt.testing.run_util, without the sanitizer)."""
 from __future__ import annotations
 
 import threading
 
 import numpy as np
 import pytest
-from test_sanitize import S as sanitize
 
 import hgemm_rt as hg
 from hgemm_rt._driver import check, driver
-from hgemm_rt.testing import random_operands, reference, rel_error
+from hgemm_rt.testing import missing, random_operands, reference, rel_error, run_util, util_names
 
 pytestmark = pytest.mark.gpu
 
@@ -78,10 +77,10 @@ def test_two_python_threads_launching_at_once_get_correct_results():
 
 
 def test_every_util_kernel_is_right_through_matmul_plans_at_aligned_and_ragged_shapes():
-    """sanitize.py's schedule without the sanitizer: each plan against float64, inputs with never-written
+    """The sanitizer's schedule without the sanitizer: each plan against float64, inputs with never-written
     row gaps, C untouched outside its view, every util kernel at both shape classes."""
     dev = hg.get_device()
-    names, _unbuilt = sanitize.util_names(hg.get_registry().manifest, None, dev.info.cc)
-    bad, launches, covered = sanitize.run_util(names)
+    names, _unbuilt = util_names(hg.get_registry().manifest, None, dev.info.cc)
+    bad, launches, covered = run_util(names)
     assert bad == 0 and launches > len(names)
-    assert sanitize.missing(names, covered) == []
+    assert missing(names, covered) == []

@@ -1,20 +1,19 @@
-"""CPU checks of scripts/sanitize.py: which matmul plans it runs for the util kernels (every kernel at
-an aligned and a ragged shape), and how it reads compute-sanitizer's output."""
+"""CPU checks of the sanitizer run (hgemm_bench/sanitize.py, behind scripts/sanitize.py): which matmul
+plans the harness (hgemm_rt.testing) runs for the util kernels (every kernel at an aligned and a
+ragged shape), and how the driver reads compute-sanitizer's output."""
 from __future__ import annotations
 
-import importlib.util
+import subprocess
 import sys
 
 import pytest
 from kernel_cases import ROOT, load_manifest_or_none
 
+from hgemm_bench import sanitize as S
 from hgemm_rt import planner
+from hgemm_rt import testing as T
 
 MANIFEST = load_manifest_or_none()
-_spec = importlib.util.spec_from_file_location("sanitize", ROOT / "scripts" / "sanitize.py")
-S = importlib.util.module_from_spec(_spec)
-sys.modules["sanitize"] = S  # (dataclasses look their module up there)
-_spec.loader.exec_module(S)
 
 needs_manifest = pytest.mark.skipif(MANIFEST is None, reason="no build manifest (run build_kernels.py)")
 
@@ -22,12 +21,12 @@ needs_manifest = pytest.mark.skipif(MANIFEST is None, reason="no build manifest 
 @needs_manifest
 @pytest.mark.parametrize("cc", [(9, 0), (8, 0)])
 def test_every_util_kernel_is_scheduled_at_an_aligned_and_a_ragged_shape(cc):
-    names, unbuilt = S.util_names(MANIFEST, None, cc)
+    names, unbuilt = T.util_names(MANIFEST, None, cc)
     if not names:
         pytest.skip(f"no util kernel built for sm_{cc[0]}{cc[1]}")
-    assert set(unbuilt) | names == {s.name for s in S.selected_specs(MANIFEST, None, util=True)}
-    sched, covered = S.util_schedule(MANIFEST, cc, 132, names)
-    assert S.missing(names, covered) == []
+    assert set(unbuilt) | names == {s.name for s in T.selected_specs(MANIFEST, None, util=True)}
+    sched, covered = T.util_schedule(MANIFEST, cc, 132, names)
+    assert T.missing(names, covered) == []
     feats = {(k, f) for k, f, _c in covered}
     for n in names:
         spec = MANIFEST.kernels[n]
@@ -48,18 +47,18 @@ def test_every_util_kernel_is_scheduled_at_an_aligned_and_a_ragged_shape(cc):
 
 @needs_manifest
 def test_a_pattern_selects_only_matching_kernels():
-    names, _ = S.util_names(MANIFEST, "util_copy2d_*", (9, 0))
+    names, _ = T.util_names(MANIFEST, "util_copy2d_*", (9, 0))
     assert names == {"util_copy2d_f16", "util_copy2d_bf16", "util_copy2d_f32"}
-    _sched, covered = S.util_schedule(MANIFEST, (9, 0), 132, names)
-    assert {k for k, _f, _c in covered} == names and S.missing(names, covered) == []
-    assert all(s.ladder != "util" for s in S.selected_specs(MANIFEST, "hgemm_mma*", util=False))
-    assert S.selected_specs(MANIFEST, "util_copy2d_*", util=False) == []
+    _sched, covered = T.util_schedule(MANIFEST, (9, 0), 132, names)
+    assert {k for k, _f, _c in covered} == names and T.missing(names, covered) == []
+    assert all(s.ladder != "util" for s in T.selected_specs(MANIFEST, "hgemm_mma*", util=False))
+    assert T.selected_specs(MANIFEST, "util_copy2d_*", util=False) == []
 
 
 def test_views_sit_where_the_case_says():
-    case = S.UtilCase("f16", "ragged", "x", S.Operand("row", 1, 3), S.Operand("col", 3, 5), S.Operand(), 0.5, 0.0)
+    case = T.UtilCase("f16", "ragged", "x", T.Operand("row", 1, 3), T.Operand("col", 3, 5), T.Operand(), 0.5, 0.0)
     a, b, c = case.views()
-    M, N, K = S.UTIL_SHAPES["ragged"]
+    M, N, K = T.UTIL_SHAPES["ragged"]
     assert (a.rows, a.cols, a.rs, a.cs, a.align) == (M, K, K + 3, 1, 2)  # offset 1 fp16: 2-byte aligned
     assert (b.rows, b.cols, b.rs, b.cs, b.align) == (K, N, 1, K + 5, 2)
     assert (c.rs, c.cs, c.align) == (N, 1, 256)
@@ -95,3 +94,18 @@ def test_summaries_count_errors_launches_and_wrong_results():
     assert S.errors_by_kernel(INIT_LOG) == {"util_copy2d_f16": 2}
     r = S.summarize("memcheck/gemm", "========= COMPUTE-SANITIZER\nok  x\n", None, 400.0)
     assert not r.clean and "TIMEOUT" in r.line and r.errors == -1 and r.launches == 1
+
+
+def run_script(*args: str, cwd=ROOT, module: str | None = None) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, *(("-m", module) if module else (str(ROOT / "scripts" / "sanitize.py"),)), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=cwd)
+
+
+def test_the_script_keeps_its_command_line_and_its_children_find_the_driver():
+    out = run_script("--tools", "memcheck,racecheck,synccheck,initcheck", "--timeout", "250", "--sanitizer", "")
+    assert out.returncode == 2 and "compute-sanitizer not found" in out.stderr  # the flags parsed
+    out = run_script("--tools", "memcheck,bogus")
+    assert out.returncode == 2 and "unknown tool" in out.stderr
+    # the parent starts each child as `python -m hgemm_bench.sanitize --child PART` in PACKAGE_DIR
+    out = run_script("--help", cwd=S.PACKAGE_DIR, module="hgemm_bench.sanitize")
+    assert out.returncode == 0 and "--tools" in out.stdout
