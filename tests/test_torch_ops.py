@@ -1,0 +1,330 @@
+"""hgemm_rt.torch: the `hgemm::mm` and `hgemm::linear` torch operators.
+
+Without torch: importing hgemm_rt never imports torch, and `import hgemm_rt.torch` names the extra to
+install. With torch (no GPU needed): the fake implementations' shapes on meta tensors, and every
+refusal (device, dtype, shape, accumulate) with its message. On the GPU: torch.library.opcheck on both
+ops (fp16/bf16; aligned, ragged and tiny shapes; with and without autograd), results and gradients
+against float64 references with the tolerances of the other matmul tests (hgemm_rt.testing), a side
+stream, and a small MLP on the ops under torch.compile (fullgraph) against the same module run
+eagerly, against torch's own nn.Linear, and backward through the compiled graph.
+"""
+from __future__ import annotations
+
+import copy
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hgemm_rt.errors import ValidationError
+from hgemm_rt.testing import error_floor
+
+ROOT = Path(__file__).resolve().parent.parent
+DEVICE = "cuda"
+DTYPES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32"}
+# (M, N, K): aligned, ragged (primes, odd), tiny
+SHAPES = {"aligned": (128, 256, 64), "ragged": (37, 19, 61), "tiny": (1, 1, 1)}
+
+
+@pytest.fixture
+def torch():
+    return pytest.importorskip("torch")
+
+
+@pytest.fixture
+def ht(torch):
+    import hgemm_rt.torch as ht
+
+    return ht
+
+
+@pytest.fixture
+def gpu_torch(torch):
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA device")
+    return torch
+
+
+def _randn(torch, rng, shape, dt, requires_grad=False):
+    """N(0, 1) from the seeded rng, rounded to dt, on the GPU."""
+    x = torch.from_numpy(rng.standard_normal(shape, dtype=np.float32)).to(DEVICE, getattr(torch, DTYPES[dt]))
+    return x.requires_grad_(requires_grad)
+
+
+def _rel(got, ref) -> float:
+    """||got - ref||_F / ||ref||_F in float64; inf if got is not finite."""
+    got = got.detach().double()
+    ref = ref.detach().double()
+    if not bool(got.isfinite().all()):
+        return float("inf")
+    return float((got - ref).norm() / max(float(ref.norm()), 1e-30))
+
+
+def _bound(dt, K):
+    return error_floor(dt, "f32", dt, K)
+
+
+def _seed(torch, rng):
+    torch.manual_seed(int(rng.integers(2**31)))  # module init from the test's seed (HGEMM_TEST_SEED replays it)
+
+
+# ---------------------------------------------------------------------------------------------------
+# CPU, without torch
+# ---------------------------------------------------------------------------------------------------
+
+def test_importing_hgemm_rt_does_not_import_torch():
+    code = "import sys, hgemm_rt; print(sorted(m for m in ('torch', 'hgemm_rt.torch') if m in sys.modules))"
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "[]", f"import hgemm_rt imported {res.stdout.strip()}"
+
+
+def test_without_torch_the_import_error_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)  # what `import torch` sees where torch is not installed
+    monkeypatch.delitem(sys.modules, "hgemm_rt.torch", raising=False)
+    with pytest.raises(ImportError, match=r"pip install hgemm\[torch\]"):
+        importlib.import_module("hgemm_rt.torch")
+
+
+# ---------------------------------------------------------------------------------------------------
+# with torch, no GPU: fake implementations and refusals
+# ---------------------------------------------------------------------------------------------------
+
+def test_fake_implementations_give_torchs_shapes_and_dtypes(torch, ht):
+    meta = dict(device="meta", dtype=torch.bfloat16)
+    c = ht.mm(torch.empty(5, 7, **meta), torch.empty(7, 3, **meta).t().contiguous().t())
+    assert c.shape == (5, 3) and c.dtype == torch.bfloat16 and c.is_contiguous()
+    x, w, b = torch.empty(2, 4, 7, **meta), torch.empty(3, 7, **meta), torch.empty(3, **meta)
+    for args in ((x, w, b), (x, w), (x[0, 0], w, b), (x.transpose(0, 1), w)):
+        y = ht.linear(*args)
+        ref = torch.nn.functional.linear(*args)
+        assert y.shape == ref.shape and y.dtype == ref.dtype and y.is_contiguous()
+    y = ht.replace_linear(torch.nn.Linear(7, 3, device="meta", dtype=torch.float16))(torch.empty(4, 7, device="meta",
+                                                                                                 dtype=torch.float16))
+    assert y.shape == (4, 3)
+
+
+def test_refusals_name_the_problem(torch, ht):
+    meta = dict(device="meta")
+    f16, bf16 = torch.float16, torch.bfloat16
+    cases = [
+        (lambda: ht.mm(torch.randn(4, 4, dtype=f16), torch.randn(4, 4, dtype=f16)), "on cpu; hgemm runs on CUDA"),
+        (lambda: ht.mm(torch.empty(4, 4, dtype=torch.float64, **meta), torch.empty(4, 4, dtype=torch.float64, **meta)),
+         "torch.float64; the kernels take"),
+        (lambda: ht.mm(torch.empty(4, 4, dtype=f16, **meta), torch.empty(4, 4, dtype=bf16, **meta)),
+         "b is torch.bfloat16 but a is torch.float16"),
+        (lambda: ht.mm(torch.empty(4, 5, dtype=f16, **meta), torch.empty(4, 5, dtype=f16, **meta)),
+         "a is 4 x 5 but b is 4 x 5: inner dimensions differ"),
+        (lambda: ht.mm(torch.empty(2, 4, 5, dtype=f16, **meta), torch.empty(5, 5, dtype=f16, **meta)), "must be 2-D"),
+        (lambda: ht.mm(torch.empty(4, 4, dtype=bf16, **meta), torch.empty(4, 4, dtype=bf16, **meta), accumulate="f16"),
+         "accumulate='f16' is not available for torch.bfloat16"),
+        (lambda: ht.linear(torch.empty(3, 5, dtype=f16, **meta), torch.empty(4, 6, dtype=f16, **meta)),
+         "in_features = 6"),
+        (lambda: ht.linear(torch.empty(3, 6, dtype=f16, **meta), torch.empty(4, 6, dtype=f16, **meta),
+                           torch.empty(5, dtype=f16, **meta)), r"expected \(4,\) = \(out_features,\)"),
+        (lambda: ht.linear(torch.empty(3, 6, dtype=f16, **meta), torch.empty(4, 6, dtype=f16, **meta),
+                           torch.empty(4, dtype=torch.float32, **meta)), "bias is torch.float32 but x"),
+    ]
+    for call, match in cases:
+        with pytest.raises(ValidationError, match=match):
+            call()
+
+
+def test_replace_linear_shares_the_parameters(torch, ht):
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Sequential(torch.nn.Linear(16, 4)))
+    params = list(model.parameters())
+    assert ht.replace_linear(model) is model
+    assert isinstance(model[0], ht.Linear) and isinstance(model[2][0], ht.Linear)
+    assert all(p is q for p, q in zip(model.parameters(), params))
+    lone = torch.nn.Linear(3, 2, bias=False)
+    new = ht.replace_linear(lone)
+    assert isinstance(new, ht.Linear) and new.weight is lone.weight and new.bias is None
+
+
+# ---------------------------------------------------------------------------------------------------
+# GPU
+# ---------------------------------------------------------------------------------------------------
+
+OPCHECK_TOL = dict(atol=5e-2, rtol=2e-2)  # two runs of one op may take different routes (alignment)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", list(SHAPES), ids=list(SHAPES))
+@pytest.mark.parametrize("dt", ["f16", "bf16"])
+@pytest.mark.parametrize("grad", [False, True], ids=["nograd", "grad"])
+def test_opcheck_mm(gpu_torch, ht, dt, shape, grad, rng):
+    torch = gpu_torch
+    M, N, K = SHAPES[shape]
+    a = _randn(torch, rng, (M, K), dt, grad)
+    b = _randn(torch, rng, (K, N), dt, grad)
+    bt = _randn(torch, rng, (N, K), dt, grad).t()  # a column-major view, as a Linear weight's .t()
+    op = torch.ops.hgemm.mm.default
+    torch.library.opcheck(op, (a, b), **OPCHECK_TOL)
+    torch.library.opcheck(op, (a, bt), {"accumulate": "f32"}, **OPCHECK_TOL)
+    if dt == "f16":
+        torch.library.opcheck(op, (a.t().contiguous().t(), b), {"accumulate": "f16"}, **OPCHECK_TOL)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", list(SHAPES), ids=list(SHAPES))
+@pytest.mark.parametrize("dt", ["f16", "bf16"])
+@pytest.mark.parametrize("grad", [False, True], ids=["nograd", "grad"])
+def test_opcheck_linear(gpu_torch, ht, dt, shape, grad, rng):
+    torch = gpu_torch
+    M, N, K = SHAPES[shape]
+    x = _randn(torch, rng, (2, M, K), dt, grad)
+    w = _randn(torch, rng, (N, K), dt, grad)
+    bias = _randn(torch, rng, (N,), dt, grad)
+    op = torch.ops.hgemm.linear.default
+    torch.library.opcheck(op, (x, w, bias), **OPCHECK_TOL)
+    torch.library.opcheck(op, (x, w), **OPCHECK_TOL)
+    torch.library.opcheck(op, (x.transpose(0, 1), w, bias), **OPCHECK_TOL)  # rows that do not fold: a copy
+    torch.library.opcheck(op, (x[0, 0], w, None), **OPCHECK_TOL)  # 1-D x, as nn.Linear takes
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", list(SHAPES), ids=list(SHAPES))
+@pytest.mark.parametrize("dt", list(DTYPES))
+def test_results_match_float64(gpu_torch, ht, dt, shape, rng):
+    torch = gpu_torch
+    M, N, K = SHAPES[shape]
+    a, b = _randn(torch, rng, (M, K), dt), _randn(torch, rng, (K, N), dt)
+    c = ht.mm(a, b)
+    assert c.shape == (M, N) and c.dtype == a.dtype and c.is_contiguous()
+    assert _rel(c, a.double() @ b.double()) <= _bound(dt, K)
+    x, w, bias = _randn(torch, rng, (3, M, K), dt), _randn(torch, rng, (N, K), dt), _randn(torch, rng, (N,), dt)
+    ref = x.double() @ w.double().t()
+    for args, want in (((x, w), ref), ((x, w, bias), ref + bias.double()),
+                       ((x.transpose(0, 1), w, bias), (ref + bias.double()).transpose(0, 1))):
+        y = ht.linear(*args)
+        assert y.shape == want.shape and y.is_contiguous()
+        assert _rel(y, want) <= _bound(dt, K), (len(args), args[0].shape)
+    # zero-size products follow torch.mm / F.linear: empty results, and zeros (or the bias) for K = 0
+    assert ht.mm(a[:0], b).shape == (0, N)
+    assert bool((ht.mm(a[:, :0], b[:0]) == 0).all())
+    assert bool((ht.linear(x[..., :0], w[:, :0], bias) == bias).all())
+
+
+@pytest.mark.gpu
+def test_runs_on_the_current_stream(gpu_torch, ht, rng):
+    """Inputs made on a side stream, the op called there, the result read there: no extra sync needed."""
+    torch = gpu_torch
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        a = _randn(torch, rng, (300, 200), "f16")
+        b = _randn(torch, rng, (200, 170), "f16")
+        c = ht.mm(a, b)
+        err = _rel(c, a.double() @ b.double())  # (on s, after the op)
+    assert err <= _bound("f16", 200)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dt", list(DTYPES))
+def test_gradients_match_torch(gpu_torch, ht, dt, rng):
+    """Gradients of mm and linear: in fp32 against torch's own fp32 matmul and F.linear gradients;
+    every dtype against float64 gradients. A .sum() loss makes a broadcast (stride 0) gradient."""
+    torch = gpu_torch
+    M, N, K = 75, 48, 130
+    a, b = _randn(torch, rng, (M, K), dt, True), _randn(torch, rng, (K, N), dt, True)
+    x, w = _randn(torch, rng, (2, M, K), dt, True), _randn(torch, rng, (N, K), dt, True)
+    bias = _randn(torch, rng, (N,), dt, True)
+    g_mm, g_lin = _randn(torch, rng, (M, N), dt), _randn(torch, rng, (2, M, N), dt)
+
+    def grads(mm, lin, cast):
+        ins = [t.detach().to(cast).requires_grad_() for t in (a, b, x, w, bias)]
+        ca, cb, cx, cw, cbias = ins
+        loss = (mm(ca, cb) * g_mm.to(cast)).sum() + (lin(cx, cw, cbias) * g_lin.to(cast)).sum()
+        loss.backward()
+        mm(ca, cb).sum().backward()  # (its gradients add onto the ones above)
+        return [t.grad for t in ins]
+
+    ours = grads(ht.mm, ht.linear, a.dtype)
+    exact = grads(torch.mm, torch.nn.functional.linear, torch.float64)
+    reduction = {"a": N, "b": M, "x": N, "w": 2 * M, "bias": 2 * M}  # the length each gradient sums over
+    for name, got, ref in zip(reduction, ours, exact):
+        assert got.dtype == a.dtype and got.shape == ref.shape
+        assert _rel(got, ref) <= 2 * _bound(dt, reduction[name]), name
+    if dt == "f32":
+        theirs = grads(torch.mm, torch.nn.functional.linear, torch.float32)
+        for name, got, ref in zip(reduction, ours, theirs):
+            assert _rel(got, ref) <= 1e-4, name
+
+
+def _mlp(torch, rng, dt, d_in=96, hidden=200, d_out=40):
+    _seed(torch, rng)
+    model = torch.nn.Sequential(torch.nn.Linear(d_in, hidden), torch.nn.GELU(), torch.nn.Linear(hidden, d_out))
+    return model.to(DEVICE, getattr(torch, DTYPES[dt]))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dt", ["f16", "bf16"])
+def test_compiled_mlp_matches_eager_and_torch(gpu_torch, ht, dt, rng):
+    torch = gpu_torch
+    model = _mlp(torch, rng, dt)
+    ours = ht.replace_linear(copy.deepcopy(model))
+    exact = copy.deepcopy(model).double()
+    graphs = []
+
+    def record(gm, example_inputs):  # a backend that keeps the graph Dynamo captured and runs it as is
+        graphs.append(gm)
+        return gm.forward
+
+    torch.compiler.reset()
+    traced = torch.compile(ours, backend=record, fullgraph=True)
+    x = _randn(torch, rng, (4, 33, 96), dt)
+    assert _rel(traced(x), ours(x)) <= _bound(dt, 200)
+    targets = [str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"]
+    assert targets.count("hgemm.linear.default") == 2, targets
+
+    torch.compiler.reset()
+    compiled = torch.compile(ours, fullgraph=True)  # inductor
+    bound = _bound(dt, 200)
+    for shape in ((4, 33, 96), (3, 17, 96), (5, 96)):  # new batch shapes: a dynamic-shape recompile
+        x = _randn(torch, rng, shape, dt)
+        with torch.no_grad():
+            got, eager, theirs, ref = compiled(x), ours(x), model(x), exact(x.double())
+        assert got.shape == ref.shape and got.dtype == x.dtype
+        assert _rel(got, eager) <= bound, shape
+        assert _rel(eager, theirs) <= 3 * bound, shape
+        assert _rel(got, ref) <= 2 * _rel(theirs, ref) + bound, shape
+
+
+@pytest.mark.gpu
+def test_compiled_training_step_matches_eager(gpu_torch, ht, rng):
+    """Backward through the compiled graph (AOTAutograd traces the registered backward, itself on
+    hgemm::mm) against the same module's eager gradients, fp32, and an optimizer step."""
+    torch = gpu_torch
+    model = ht.replace_linear(_mlp(torch, rng, "f32"))
+    twin = copy.deepcopy(model)
+    torch.compiler.reset()
+    compiled = torch.compile(twin, fullgraph=True)
+    x, target = _randn(torch, rng, (64, 96), "f32", True), _randn(torch, rng, (64, 40), "f32")
+    x2 = x.detach().clone().requires_grad_()
+    torch.nn.functional.mse_loss(model(x), target).backward()
+    torch.nn.functional.mse_loss(compiled(x2), target).backward()
+    assert _rel(x2.grad, x.grad) <= 1e-5
+    for (name, p), q in zip(model.named_parameters(), twin.parameters()):
+        assert _rel(q.grad, p.grad) <= 1e-5, name
+    opt = torch.optim.SGD(twin.parameters(), lr=0.1)
+    opt.step()
+    with torch.no_grad():
+        assert torch.isfinite(compiled(x2)).all()
+
+
+@pytest.mark.gpu
+def test_reduce_overhead_compile_captures_the_ops_in_cuda_graphs(gpu_torch, ht, rng):
+    """mode="reduce-overhead": torch captures the compiled forward in a CUDA graph after warm-up runs
+    (matmul plans are built outside the capture then) and replays it."""
+    torch = gpu_torch
+    ours = ht.replace_linear(_mlp(torch, rng, "f16"))
+    torch.compiler.reset()
+    compiled = torch.compile(ours, mode="reduce-overhead", fullgraph=True)
+    x = _randn(torch, rng, (8, 96), "f16")
+    with torch.no_grad():
+        eager = ours(x)
+        for _ in range(4):  # warm-up, capture, replays
+            got = compiled(x).clone()
+            assert _rel(got, eager) <= _bound("f16", 200)
