@@ -28,8 +28,8 @@ except ImportError as exc:  # torch is an optional extra: say which one
     raise ImportError("hgemm_rt.torch needs PyTorch, which is not installed: pip install hgemm[torch] "
                       f"(or install torch yourself) [{exc}]") from exc
 
-if not hasattr(torch.library, "custom_op") or not hasattr(torch.library, "register_fake"):
-    raise ImportError(f"hgemm_rt.torch needs torch>=2.5 (torch.library.custom_op); this is torch {torch.__version__}: "
+if torch.__version__ < "2.4":  # (a TorchVersion: compares as a version) custom_op with kwarg-only autograd
+    raise ImportError(f"hgemm_rt.torch needs torch>=2.4 (torch.library.custom_op); this is torch {torch.__version__}: "
                       "pip install -U hgemm[torch]")
 
 from .api import matmul
@@ -53,7 +53,8 @@ def _check_tensors(op: str, named: tuple[tuple[str, Tensor], ...], accumulate: O
                                   "torch.bfloat16 or torch.float32")
         if t.dtype != first.dtype:
             raise ValidationError(f"hgemm::{op}: {name} is {t.dtype} but {first_name} is {first.dtype}: "
-                                  "cast them to one dtype")
+                                  "cast them to one dtype (ops are not autocast; hgemm_rt.torch.Linear casts "
+                                  "as nn.Linear does)")
         # meta tensors (shape inference, deferred init) take the fake implementation only
         if t.device.type != "cuda" and not (fake and t.device.type == "meta"):
             raise ValidationError(f"hgemm::{op}: {name} is on {t.device}; hgemm runs on CUDA tensors "
@@ -200,10 +201,17 @@ linear.register_autograd(_linear_backward, setup_context=_linear_setup)
 # ---------------------------------------------------------------------------------------------------
 
 class Linear(torch.nn.Linear):
-    """torch.nn.Linear whose forward is hgemm::linear (same parameters, state dict and init)."""
+    """torch.nn.Linear whose forward is hgemm::linear (same parameters, state dict and init). Under
+    torch.autocast it computes in the autocast dtype, as nn.Linear does (the ops themselves are not
+    autocast: they take one dtype)."""
 
     def forward(self, input: Tensor) -> Tensor:
-        return linear(input, self.weight, self.bias)
+        weight, bias = self.weight, self.bias
+        if input.is_cuda and torch.is_autocast_enabled("cuda"):
+            dt = torch.get_autocast_dtype("cuda")
+            input, weight = input.to(dt), weight.to(dt)  # (differentiable: fp32 master weights get their grads)
+            bias = bias.to(dt) if bias is not None else None
+        return linear(input, weight, bias)
 
     @classmethod
     def from_linear(cls, module: torch.nn.Linear) -> "Linear":

@@ -315,6 +315,22 @@ def test_compiled_training_step_matches_eager(gpu_torch, ht, rng):
 
 
 @pytest.mark.gpu
+def test_linear_module_under_autocast_computes_like_nn_linear(gpu_torch, ht, rng):
+    """fp32 parameters, torch.autocast(bf16): the output is bf16 as nn.Linear's, within bf16 error of it,
+    and the fp32 parameters get fp32 gradients."""
+    torch = gpu_torch
+    model = _mlp(torch, rng, "f32")
+    ours = ht.replace_linear(copy.deepcopy(model))
+    x = _randn(torch, rng, (16, 96), "f32")
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        got, want = ours(x), model(x)
+    assert got.dtype == want.dtype == torch.bfloat16
+    assert _rel(got, want) <= 3 * _bound("bf16", 200)
+    got.float().square().sum().backward()
+    assert all(p.grad is not None and p.grad.dtype == torch.float32 for p in ours.parameters())
+
+
+@pytest.mark.gpu
 def test_reduce_overhead_compile_captures_the_ops_in_cuda_graphs(gpu_torch, ht, rng):
     """mode="reduce-overhead": torch captures the compiled forward in a CUDA graph after warm-up runs
     (matmul plans are built outside the capture then) and replays it."""
