@@ -247,10 +247,10 @@ def test_gradients_match_torch(gpu_torch, ht, dt, rng):
     for name, got, ref in zip(reduction, ours, exact):
         assert got.dtype == a.dtype and got.shape == ref.shape
         assert _rel(got, ref) <= 2 * _bound(dt, reduction[name]), name
-    if dt == "f32":
+    if dt == "f32":  # (torch's own error sets the bound too, should its fp32 matmuls be allowed TF32 here)
         theirs = grads(torch.mm, torch.nn.functional.linear, torch.float32)
-        for name, got, ref in zip(reduction, ours, theirs):
-            assert _rel(got, ref) <= 1e-4, name
+        for name, got, ref, ex in zip(reduction, ours, theirs, exact):
+            assert _rel(got, ref) <= max(1e-4, 2 * _rel(ref, ex)), name
 
 
 def _mlp(torch, rng, dt, d_in=96, hidden=200, d_out=40):
