@@ -11,6 +11,8 @@ from typing import Any, Iterable
 
 from hgemm_rt.testing import baseline_acc, baseline_for, error_bound
 
+from .selection import ladder_rank
+
 Record = dict[str, Any]
 
 CLASSES = ("hgemm", "sgemm")
@@ -167,3 +169,39 @@ def shapes_in_order(records: list[Record]) -> list[tuple[int, int, int]]:
     for r in records:
         seen.setdefault(shape_of(r), None)
     return list(seen)
+
+
+def pick_shape(records: list[dict[str, Any]], size: int) -> tuple[int, int, int]:
+    """size^3 if it was measured, else the measured square closest to it."""
+    squares = [s for s in shapes_in_order(records) if s[0] == s[1] == s[2]]
+    if not squares:
+        raise ValueError("the results hold no square shape")
+    return min(squares, key=lambda s: (abs(s[0] - size), -s[0]))
+
+
+def ladder_rows(records: list[dict[str, Any]], shape: tuple[int, int, int]) -> list[dict[str, Any]]:
+    """Per ladder and step, the fastest correct variant at `shape`; gain is over the previous step of
+    the same ladder that ran; cuBLAS rows (best variant per class) close the table."""
+    at = [r for r in records if shape_of(r) == shape and r.get("ok")]
+    best: dict[tuple[str, int], dict] = {}
+    for r in at:
+        if r["baseline"]:
+            continue
+        k = (r["ladder"], r["step"])
+        if k not in best or r["tflops"] > best[k]["tflops"]:
+            best[k] = r
+    rows, prev = [], {}
+    for (ladder, step) in sorted(best, key=lambda k: (ladder_rank(k[0]), k[0], k[1])):
+        r = best[(ladder, step)]
+        p = prev.get(ladder)
+        rows.append({"ladder": ladder, "step": step, "name": r["name"], "label": r["label"], "layout": r["layout"],
+                     "dtype": r["dtype"], "tflops": r["tflops"], "ratio": r.get("ratio"),
+                     "gain": (r["tflops"] / p - 1.0) * 100.0 if p else None})
+        prev[ladder] = r["tflops"]
+    for dtype in ("f16", "bf16", "f32"):  # the best cuBLAS row per input dtype: each ratio's denominator
+        base = [r for r in at if r["baseline"] and r["dtype"] == dtype and r.get("ok")]
+        if base:
+            b = max(base, key=lambda r: r["tflops"])
+            rows.append({"ladder": "cublas", "step": 0, "name": b["name"], "label": b["label"], "layout": b["layout"],
+                         "dtype": b["dtype"], "tflops": b["tflops"], "ratio": 1.0, "gain": None})
+    return rows

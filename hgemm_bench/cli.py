@@ -68,7 +68,11 @@ matmul: --matmul [SECTIONS] measures the public hgemm_rt.matmul instead of the k
   sections against cuBLAS: hg.matmul and every cuBLAS variant interleaved).
 
 outputs: --plot [PNG] (--topk K), --json FILE, --csv FILE. README: `python bench.py --readme RESULTS.json`
-  rewrites the section between <!-- results:start --> and <!-- results:end --> (no GPU needed).
+  rewrites the section between <!-- results:start --> and <!-- results:end --> and its images (no GPU needed).
+plots (no GPU): --plots JSON [JSON ...] --out DIR draws from kernel bench results: TFLOPS against the
+  shape, a roofline (every kernel and shape against the device's fp16 tensor, fp32 and HBM roofs), a bar
+  chart per ladder; from --matmul results: a roofline and the x-cuBLAS heatmap of each section. The README
+  images: python bench.py --plots docs/bench_results.json docs/matmul_bench_h100.json --out docs/
   $HGEMM_GIT_COMMIT names the commit in the results where the checkout has no .git.
 """.format(sections="\n".join(f"    {name:<8} {sec.title}" for name, sec in SECTIONS.items()), repeats=WALL_REPEATS,
            rounds=STEADY_ROUNDS)
@@ -100,7 +104,9 @@ class Settings:
     readme: str | None = None
     readme_shape: int = 4096
     readme_file: str = "README.md"
-    readme_plot: str = "docs/bench_tflops.png"
+    readme_images: str = "docs"  # where --readme draws the section's images ("": none)
+    plots: list[str] = field(default_factory=list)  # results files to draw (--plots)
+    out: str = "."
     matmul: list[str] = field(default_factory=list)  # sections of the matmul bench; empty: the kernel bench
     autotune: bool = False
     steady: int | None = None  # rounds of the steady-state protocol; None: the default protocol
@@ -179,7 +185,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="regenerate the README results section from a results JSON and exit")
     rd.add_argument("--readme-shape", type=int, default=4096, help="square size of the ladder table (default 4096)")
     rd.add_argument("--readme-file", default="README.md", help="the README to update (default README.md)")
-    rd.add_argument("--readme-plot", default="docs/bench_tflops.png", help="where the README's plot goes")
+    rd.add_argument("--readme-images", default="docs", metavar="DIR",
+                    help="where the section's images go (default docs; '' for none)")
+    rd.add_argument("--plots", nargs="+", metavar="JSON",
+                    help="draw the images of these results files (kernel bench or --matmul) and exit")
+    rd.add_argument("--out", default=".", metavar="DIR", help="where --plots writes (default .)")
     return ap
 
 
@@ -242,6 +252,8 @@ def parse_args(argv: list[str] | None = None) -> Settings:
     if args.warm_s is not None and (args.steady is None or args.warm_s < 0):
         ap.error("--warm-s is the warm-up of --steady, in seconds >= 0")
     sections = matmul_sections(args, ap.error)
+    if args.plots and (args.readme or args.matmul is not None):
+        ap.error("--plots draws from results files and exits: it does not combine with --readme or --matmul")
     patterns = [p.strip() for p in (args.kernels or "").split(",") if p.strip()]
     if args.kernels is not None and not patterns:
         ap.error("--kernels needs at least one pattern")
@@ -252,7 +264,8 @@ def parse_args(argv: list[str] | None = None) -> Settings:
         warmup=args.warmup, iters=args.iters, budget=args.budget, check_rows=args.check_rows,
         topk=args.topk, plot=args.plot, json=args.json, csv=args.csv, seed=args.seed,
         progress=not args.no_progress, list_only=args.list, readme=args.readme,
-        readme_shape=args.readme_shape, readme_file=args.readme_file, readme_plot=args.readme_plot,
+        readme_shape=args.readme_shape, readme_file=args.readme_file, readme_images=args.readme_images,
+        plots=args.plots or [], out=args.out,
         matmul=sections, autotune=args.autotune, steady=args.steady,
         warm_s=STEADY_WARM_S if args.warm_s is None else args.warm_s,
     )

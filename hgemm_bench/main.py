@@ -71,11 +71,29 @@ def readme_mode(s: Settings) -> int:
 
         an.rejudge(doc["measurements"])  # ratios by the current rules, whatever rules the run used
 
-        update_readme(doc, s.readme, s.readme_file, s.readme_plot, s.readme_shape)
+        written = update_readme(doc, s.readme, s.readme_file, s.readme_images, s.readme_shape)
     except (OSError, ValueError, RuntimeError) as exc:
         err(str(exc))
         return 2
-    print(f"updated the results section of {s.readme_file}" + (f" and {s.readme_plot}" if s.readme_plot else ""))
+    print(f"updated the results section of {s.readme_file}" + (f" and {', '.join(written)}" if written else ""))
+    return 0
+
+
+def plots_mode(s: Settings) -> int:
+    """Every image of each results file (plot.write_plots) into s.out."""
+    if not pl.have_matplotlib():
+        err(pl.MISSING_MATPLOTLIB)
+        return 2
+    for path in s.plots:
+        try:
+            doc = results.load_any(path)
+            if doc["schema"] == results.SCHEMA:
+                an.rejudge(doc["measurements"])  # ratios by the current rules, as --readme
+            written = pl.write_plots(doc, s.out, size=s.readme_shape, topk=s.topk)
+        except (OSError, ValueError, KeyError) as exc:
+            err(f"{path}: {exc}")
+            return 2
+        print(f"{path}: wrote {', '.join(written)}")
     return 0
 
 
@@ -116,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     s = parse_args(argv)
     if s.readme:
         return readme_mode(s)
+    if s.plots:
+        return plots_mode(s)
     if s.matmul:
         return matmul_mode(s, argv)
     if s.plot and not pl.have_matplotlib():

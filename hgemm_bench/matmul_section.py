@@ -44,6 +44,7 @@ from .devinfo import ClockSampler, clocks, device_record, header_lines
 from .matmul_table import (GRAPH_CALLS, SECTIONS, WALL_MIN_CALLS, WALL_REPEAT_S, WALL_REPEATS, HostCall, Section,
                            Shape)
 from .measure import ShapeInputs, checked_launch, timed_once
+from .results import MATMUL_SCHEMA
 from .steady import Contender, Protocol, interleave
 from .tables import STEADY_HEADERS, steady_cells
 
@@ -533,7 +534,7 @@ DOC_ROWS = ("targets", "skipped", "rows")  # the lists of the document written o
 
 def make_doc(*, device: dict, build: dict, frameworks: dict, settings: dict, command: str, rows: list[dict],
              verdicts: list[dict], skipped: list[dict]) -> dict:
-    return {"schema": "hgemm-bench-matmul/1",
+    return {"schema": MATMUL_SCHEMA,
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "command": command,
             "device": device, "build": build, "frameworks": frameworks, "settings": settings, "targets": verdicts,
             "skipped": skipped, "rows": rows}

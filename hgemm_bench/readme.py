@@ -1,6 +1,6 @@
 """The README's results section, generated from a results JSON recorded on a GPU: a ladder table (one
 row per step: TFLOPS at one square size, the gain over the previous step, the ratio to cuBLAS) and
-the TFLOPS plot. Only the text between the markers is rewritten."""
+the images plot.py draws from the same file. Only the text between the markers is rewritten."""
 from __future__ import annotations
 
 import os
@@ -9,46 +9,9 @@ from typing import Any
 from tabulate import tabulate
 
 from . import analysis as an
-from .selection import ladder_rank
 
 START = "<!-- results:start -->"
 END = "<!-- results:end -->"
-
-
-def pick_shape(records: list[dict[str, Any]], size: int) -> tuple[int, int, int]:
-    """size^3 if it was measured, else the measured square closest to it."""
-    squares = [s for s in an.shapes_in_order(records) if s[0] == s[1] == s[2]]
-    if not squares:
-        raise ValueError("the results hold no square shape")
-    return min(squares, key=lambda s: (abs(s[0] - size), -s[0]))
-
-
-def ladder_rows(records: list[dict[str, Any]], shape: tuple[int, int, int]) -> list[dict[str, Any]]:
-    """Per ladder and step, the fastest correct variant at `shape`; gain is over the previous step of
-    the same ladder that ran; cuBLAS rows (best variant per class) close the table."""
-    at = [r for r in records if an.shape_of(r) == shape and r.get("ok")]
-    best: dict[tuple[str, int], dict] = {}
-    for r in at:
-        if r["baseline"]:
-            continue
-        k = (r["ladder"], r["step"])
-        if k not in best or r["tflops"] > best[k]["tflops"]:
-            best[k] = r
-    rows, prev = [], {}
-    for (ladder, step) in sorted(best, key=lambda k: (ladder_rank(k[0]), k[0], k[1])):
-        r = best[(ladder, step)]
-        p = prev.get(ladder)
-        rows.append({"ladder": ladder, "step": step, "name": r["name"], "label": r["label"], "layout": r["layout"],
-                     "dtype": r["dtype"], "tflops": r["tflops"], "ratio": r.get("ratio"),
-                     "gain": (r["tflops"] / p - 1.0) * 100.0 if p else None})
-        prev[ladder] = r["tflops"]
-    for dtype in ("f16", "bf16", "f32"):  # the best cuBLAS row per input dtype: each ratio's denominator
-        base = [r for r in at if r["baseline"] and r["dtype"] == dtype and r.get("ok")]
-        if base:
-            b = max(base, key=lambda r: r["tflops"])
-            rows.append({"ladder": "cublas", "step": 0, "name": b["name"], "label": b["label"], "layout": b["layout"],
-                         "dtype": b["dtype"], "tflops": b["tflops"], "ratio": 1.0, "gain": None})
-    return rows
 
 
 def ladder_table(rows: list[dict[str, Any]]) -> str:
@@ -60,13 +23,35 @@ def ladder_table(rows: list[dict[str, Any]]) -> str:
                                    "gain vs previous step", "x cuBLAS"], tablefmt="github", disable_numparse=True)
 
 
-def section(doc: dict[str, Any], size: int, plot_rel: str | None, source: str) -> str:
+def image_lines(doc: dict[str, Any], shape: tuple[int, int, int], images: dict[str, str]) -> list[str]:
+    """Markdown for the images of plot.BENCH_IMAGES (name -> path relative to the README), each with
+    what it shows."""
+    name = doc["device"]["name"]
     records = doc["measurements"]
-    shape = pick_shape(records, size)
+    sweep = ", ".join(str(s[0]) if s[0] == s[1] == s[2] else "x".join(map(str, s)) for s in an.shapes_in_order(records))
+    said = {
+        "tflops": (f"TFLOPS against M=N=K on {name}",
+                   f"The top kernels by geomean TFLOPS over the sweep ({sweep}), the best cuBLAS variant and the best "
+                   "kernel at each size."),
+        "roofline": (f"Roofline of every kernel and shape on {name}",
+                     "Every kernel (its fastest variant) and cuBLAS at every size of the sweep against the roofs of "
+                     "the device: fp16 tensor-core and fp32 peaks, HBM bandwidth (datasheet figures, "
+                     "hgemm_bench/devinfo.py); intensity counts A and B read once and C written once."),
+        "ladders": (f"TFLOPS per ladder step at M=N=K={shape[0]} on {name}",
+                    "Each ladder step of the table above as a bar, its ratio to cuBLAS of the same input type on top."),
+    }
+    lines = []
+    for key, rel in images.items():
+        alt, caption = said[key]
+        lines += [f"![{alt}]({rel})", "", caption, ""]
+    return lines
+
+
+def section(doc: dict[str, Any], size: int, images: dict[str, str], source: str) -> str:
+    records = doc["measurements"]
+    shape = an.pick_shape(records, size)
     dev = doc["device"]
     drv = dev["driver"]
-    shapes = an.shapes_in_order(records)
-    sweep = ", ".join(str(s[0]) if s[0] == s[1] == s[2] else "x".join(map(str, s)) for s in shapes)
     peak = dev.get("fp16_dense_peak_tflops")
     start, end = dev.get("clocks_at_start", {}), dev.get("clocks_at_end", {})
     clock_note = ""
@@ -87,13 +72,10 @@ def section(doc: dict[str, Any], size: int, plot_rel: str | None, source: str) -
         "or TF32)"
         + (f"; the fp16 dense peak of this GPU is {peak:.0f} TFLOPS." if peak else ".") + clock_note,
         "",
-        ladder_table(ladder_rows(records, shape)),
+        ladder_table(an.ladder_rows(records, shape)),
         "",
     ]
-    if plot_rel:
-        lines += [f"![TFLOPS against M=N=K on {dev['name']}]({plot_rel})", "",
-                  f"The plot: the top kernels by geomean TFLOPS over the sweep ({sweep}), the best cuBLAS "
-                  "variant and the best kernel at each size.", ""]
+    lines += image_lines(doc, shape, images)
     lines.append(END)
     return "\n".join(lines)
 
@@ -108,18 +90,21 @@ def replace_section(text: str, new_section: str) -> str:
     return text.rstrip("\n") + "\n\n" + new_section + "\n"
 
 
-def update_readme(doc: dict[str, Any], source: str, readme: str, plot_path: str | None, size: int) -> None:
+def update_readme(doc: dict[str, Any], source: str, readme: str, images_dir: str, size: int) -> list[str]:
+    """Rewrite the section, and draw its images into images_dir ("": a section without images);
+    returns the images written."""
     from . import plot as pl
 
-    plot_rel = None
-    if plot_path:
+    images: dict[str, str] = {}
+    written: list[str] = []
+    if images_dir:
         if not pl.have_matplotlib():
             raise RuntimeError(pl.MISSING_MATPLOTLIB)
-        os.makedirs(os.path.dirname(plot_path) or ".", exist_ok=True)
-        data = pl.plot_series(doc["measurements"], doc["settings"].get("topk", 5))
-        pl.render(data, doc["device"]["name"], plot_path, doc["device"].get("fp16_dense_peak_tflops"))
-        plot_rel = os.path.relpath(plot_path, os.path.dirname(os.path.abspath(readme)) or ".")
+        written = pl.write_plots(doc, images_dir, size=size, topk=doc["settings"].get("topk", 5))
+        here = os.path.dirname(os.path.abspath(readme)) or "."
+        images = {key: os.path.relpath(os.path.join(images_dir, name), here) for key, name in pl.BENCH_IMAGES.items()}
     with open(readme) as f:
         text = f.read()
     with open(readme, "w") as f:
-        f.write(replace_section(text, section(doc, size, plot_rel, source)))
+        f.write(replace_section(text, section(doc, size, images, source)))
+    return written

@@ -10,6 +10,7 @@ from typing import Any
 from . import analysis as an
 
 SCHEMA = "hgemm-bench/1"
+MATMUL_SCHEMA = "hgemm-bench-matmul/1"  # `bench.py --matmul`'s file (matmul_section.make_doc)
 
 # field -> allowed types, for every measurement record
 MEASUREMENT_FIELDS: dict[str, tuple[type, ...]] = {
@@ -143,3 +144,14 @@ def load(path: str) -> dict:
     if problems:
         raise ValueError(f"{path} is not a bench results file: " + "; ".join(problems[:5]))
     return doc
+
+
+def load_any(path: str) -> dict:
+    """A kernel bench results file (checked as load does) or a matmul results file."""
+    with open(path) as f:
+        doc = json.load(f)
+    if isinstance(doc, dict) and doc.get("schema") == MATMUL_SCHEMA:
+        if not isinstance(doc.get("rows"), list) or not isinstance(doc.get("device"), dict):
+            raise ValueError(f"{path}: a matmul results file needs its 'device' and 'rows'")
+        return doc
+    return load(path)

@@ -19,6 +19,7 @@ sys.path.insert(0, str(ROOT))
 from hgemm_bench import analysis as an  # noqa: E402
 from hgemm_bench import cli, progress, readme, results, tables  # noqa: E402
 from hgemm_bench import plot as pl  # noqa: E402
+from hgemm_bench.matmul_table import SECTIONS  # noqa: E402
 from hgemm_bench.selection import default_set, expand, select  # noqa: E402
 
 DATA = ROOT / "tests" / "data"
@@ -343,15 +344,15 @@ def test_json_and_csv_round_trip(doc, tmp_path):
 
 
 def test_readme_section_is_generated_between_the_markers_only(doc, tmp_path):
-    shape = readme.pick_shape(doc["measurements"], 4096)
-    rows = readme.ladder_rows(doc["measurements"], shape)
+    shape = an.pick_shape(doc["measurements"], 4096)
+    rows = an.ladder_rows(doc["measurements"], shape)
     ok_at = [r for r in doc["measurements"] if an.shape_of(r) == shape and r["ok"] and not r["baseline"]]
     assert {(r["ladder"], r["step"]) for r in rows if r["ladder"] != "cublas"} == \
         {(r["ladder"], r["step"]) for r in ok_at}
     for r in rows:
         if r["ladder"] != "cublas":
             assert r["tflops"] == max(x["tflops"] for x in ok_at if (x["ladder"], x["step"]) == (r["ladder"], r["step"]))
-    sec = readme.section(doc, 4096, "docs/p.png", "tests/data/x.json")
+    sec = readme.section(doc, 4096, {"tflops": "docs/p.png"}, "tests/data/x.json")
     assert sec.startswith(readme.START) and sec.endswith(readme.END) and doc["device"]["name"] in sec
     original = "# Title\n\nlead's text\n"
     once = readme.replace_section(original, sec)
@@ -369,10 +370,105 @@ def test_readme_command_rewrites_only_the_section(doc, tmp_path, monkeypatch):
     results.write_json(doc, str(src))
     md = tmp_path / "README.md"
     md.write_text("# hgemm\n\nintro\n")
-    rc = main(["--readme", str(src), "--readme-file", str(md), "--readme-plot", ""])
+    rc = main(["--readme", str(src), "--readme-file", str(md), "--readme-images", ""])
     assert rc == 0
     text = md.read_text()
     assert text.startswith("# hgemm\n\nintro\n") and readme.START in text and "| ladder" in text
+
+
+# -- the images (drawn from the recorded files in docs/) ------------------------------------------------
+
+DOCS = ROOT / "docs"
+BENCH_DOC, MATMUL_DOC = DOCS / "bench_results.json", DOCS / "matmul_bench_h100.json"
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def test_plots_flags():
+    s = cli.parse_args(["--plots", "a.json", "b.json", "--out", "docs/"])
+    assert (s.plots, s.out) == (["a.json", "b.json"], "docs/")
+    for bad in (["--plots"], ["--plots", "a.json", "--readme", "r.json"], ["--plots", "a.json", "--matmul"]):
+        with pytest.raises(SystemExit):
+            cli.parse_args(bad)
+
+
+def test_every_image_renders_from_the_recorded_files(tmp_path):
+    pytest.importorskip("matplotlib")
+    from hgemm_bench.main import main
+
+    assert main(["--plots", str(BENCH_DOC), str(MATMUL_DOC), "--out", str(tmp_path)]) == 0
+    for name in (*pl.BENCH_IMAGES.values(), *pl.MATMUL_IMAGES.values()):
+        data = (tmp_path / name).read_bytes()
+        assert data[:8] == PNG and len(data) > 20_000, name
+
+
+def test_plots_without_matplotlib_or_with_a_bad_file_exit_2(monkeypatch, tmp_path, capsys):
+    from hgemm_bench import main as m
+
+    bad = tmp_path / "x.json"
+    bad.write_text('{"schema": "other"}')
+    assert m.main(["--plots", str(bad), "--out", str(tmp_path)]) == 2
+    monkeypatch.setattr(m.pl, "have_matplotlib", lambda: False)
+    assert m.main(["--plots", str(BENCH_DOC)]) == 2
+    assert "matplotlib" in capsys.readouterr().err
+
+
+def test_the_readme_shows_every_image_and_the_command_that_draws_them():
+    text = (ROOT / "README.md").read_text()
+    for name in (*pl.BENCH_IMAGES.values(), *pl.MATMUL_IMAGES.values()):
+        assert f"](docs/{name})" in text and (DOCS / name).is_file(), name
+    assert f"python bench.py --plots docs/{BENCH_DOC.name} docs/{MATMUL_DOC.name} --out docs/" in text
+
+
+def test_roofline_points_stay_under_the_roofs_of_their_device():
+    from hgemm_bench.devinfo import roofs
+
+    for path in (BENCH_DOC, MATMUL_DOC):
+        doc = results.load_any(str(path))
+        r = roofs(doc["device"])
+        pts = pl.roofline_points(doc)
+        assert pts and r.hbm_tbps and r.fp16_tensor_tflops
+        for p in pts:  # the least traffic and the datasheet peak bound every real measurement
+            assert p["tflops"] <= min(r.fp16_tensor_tflops, p["intensity"] * r.hbm_tbps) * 1.02, p
+        if doc["schema"] == results.SCHEMA:
+            # one point per kernel and shape (its fastest variant), one per cuBLAS input type and shape
+            ok = {(m["name"], m["M"]) for m in doc["measurements"] if m["ok"] and not m["baseline"]}
+            assert sum(p["series"] != "cuBLAS" for p in pts) == len(ok)
+            cube = next(p for p in pts if p["dtype"] == "f16" and p["M"] == p["N"] == p["K"])
+            assert cube["intensity"] == pytest.approx(cube["M"] / 3)  # 2n^3 / (3 n^2 x 2 bytes)
+        else:
+            assert {"hg.matmul", "cuBLAS", "torch.matmul"} <= {p["series"] for p in pts}
+    (label, ys), _fp32 = pl.roof_lines(roofs({"name": "NVIDIA H200"}), [1.0, 1000.0])
+    assert label.startswith("fp16 tensor cores 989") and ys == [4.8, 989.0]
+
+
+def test_ladder_bars_follow_the_readme_table():
+    doc = results.load(str(BENCH_DOC))
+    an.rejudge(doc["measurements"])
+    data = pl.ladder_bars(doc["measurements"], 4096)
+    shape = tuple(data["shape"])
+    rows = [r for r in an.ladder_rows(doc["measurements"], shape) if r["ladder"] != "cublas"]
+    assert [(p["ladder"], s) for p in data["panels"] for s in p["steps"]] == [(r["ladder"], r["step"]) for r in rows]
+    hopper = next(p for p in data["panels"] if p["ladder"] == "hopper")
+    assert set(hopper["cublas"]) == {"f16", "bf16"}  # each bar against cuBLAS of its own input type
+
+
+def heatmap_row(M, N, K, ratio, dtype="f16", b_order="row"):
+    return {"section": "grid", "M": M, "N": N, "K": K, "dtype": dtype, "a_order": "row", "b_order": b_order,
+            "ratio": ratio, "cublas_us": 1.0}
+
+
+def test_heatmap_takes_any_rows_of_a_section():
+    rows = [heatmap_row(m, n, k, m / n) for m in (16, 4096) for n, k in ((4096, 4096), (8192, 1024))]
+    rows.append(heatmap_row(16, 4096, 4096, None, b_order="col"))  # a failed row: no ratio
+    panel = pl.heatmap({"rows": rows})["panels"][0]
+    assert panel["M"] == [16, 4096] and panel["title"] == "grid"
+    assert panel["columns"] == ["4096x4096 B col", "4096x4096 B row", "8192x1024 B row"]  # B order varies
+    assert panel["ratio"] == [[None, 16 / 4096, 16 / 8192], [None, 1.0, 0.5]]
+    doc = results.load_any(str(MATMUL_DOC))
+    panels = {p["section"]: p for p in pl.heatmap(doc)["panels"]}
+    assert set(panels) == {n for n, sec in SECTIONS.items() if sec.baseline == "cublas"}
+    sweep = panels["sweep"]  # squares: the diagonal
+    assert all((v is not None) == (i == j) for i, row in enumerate(sweep["ratio"]) for j, v in enumerate(row))
 
 
 # -- no GPU, missing matplotlib, progress ---------------------------------------------------------------
