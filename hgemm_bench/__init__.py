@@ -7,11 +7,13 @@ Modules, in the order a run uses them:
                power sampled while something runs (NVML)
     measure    the GPU part: inputs, the float64 reference, correctness, event timing
     steady     the steady-state protocol (--steady): warm-up, interleaved rounds, clock and power
-    analysis   pure functions over recorded measurements: error bounds, ratios, best rows, geomeans
+    analysis   pure functions over recorded measurements: error bounds, ratios (per round too),
+               best rows, geomeans, the ladder table's rows
     tables     text tables (per shape, summary, top-k)
-    plot       TFLOPS-vs-shape series and the matplotlib PNG
-    results    JSON / CSV writers, the JSON schema check, loading
-    readme     the README results section (ladder table + plot) from a results JSON
+    plot       the images (--plot, --plots): TFLOPS against the shape, roofline, a bar chart per
+               ladder; for --matmul files a roofline and the x-cuBLAS heatmap
+    results    JSON / CSV writers, the JSON schema check, loading (kernel bench and --matmul files)
+    readme     the README results section (ladder table + images) from a results JSON
     progress   the stderr progress bar
 
 `python bench.py --matmul [SECTIONS]` measures the public hgemm_rt.matmul instead:
