@@ -26,19 +26,20 @@ from .errors import (
 )
 from .manifest import KernelSpec, Manifest
 from .memory import DeviceArray, as_device_array, empty, to_device
-from .registry import CubinKernel, CublasKernel, Registry, get_registry
+from .registry import CubinKernel, CublasKernel, KernelBinary, Registry, get_registry
 from .api import Matmul, PlanCache, autotune, explain, matmul, plans  # any shape, layout, alignment
 
 __all__ = [
-    "CubinKernel", "CublasKernel", "Device", "DeviceArray", "DriverError", "Event", "HgemmError", "KernelSpec",
-    "Manifest", "ManifestError", "Matmul", "NoGpuError", "NotBuiltForDeviceError", "PlanCache", "Registry", "Stream",
-    "UnknownKernelError", "ValidationError", "as_device_array", "autotune", "empty", "explain", "get_device",
-    "get_kernel", "get_registry", "gpu_available", "kernels", "launch", "matmul", "plans", "to_device",
+    "CubinKernel", "CublasKernel", "Device", "DeviceArray", "DriverError", "Event", "HgemmError", "KernelBinary",
+    "KernelSpec", "Manifest", "ManifestError", "Matmul", "NoGpuError", "NotBuiltForDeviceError", "PlanCache",
+    "Registry", "Stream", "UnknownKernelError", "ValidationError", "as_device_array", "autotune", "empty", "explain",
+    "get_device", "get_kernel", "get_registry", "gpu_available", "kernels", "launch", "matmul", "plans", "to_device",
 ]
 
 
 def get_kernel(name: str) -> Any:
-    """The catalogue entry (cubin kernel or cuBLAS baseline) for a name or alias."""
+    """The catalogue entry (cubin kernel or cuBLAS baseline) for a name or alias; a cubin kernel's
+    `.binary(**variant)` describes its compiled form for launching it elsewhere (CuPy's RawModule)."""
     return get_registry().get(name)
 
 

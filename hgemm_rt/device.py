@@ -1,4 +1,4 @@
-"""The device, its primary context, streams and events."""
+"""The device, its primary context, streams and events; the driver's CUDA version against the build's."""
 from __future__ import annotations
 
 import ctypes
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._driver import check, check_code, driver, init, native
-from .errors import NoGpuError, ValidationError
+from .errors import NoGpuError, NotBuiltForDeviceError, ValidationError
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class Device:
             max_smem_optin=get(attr.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
             l2_bytes=get(attr.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE),
             clock_khz=get(attr.CU_DEVICE_ATTRIBUTE_CLOCK_RATE),
-            driver_version=int(check(drv.cuDriverGetVersion(), "cuDriverGetVersion")),
+            driver_version=driver_version(),
         )
 
     def make_current(self) -> None:
@@ -105,7 +105,9 @@ def get_device(ordinal: int = 0) -> Device:
 
 
 class Stream:
-    """A non-blocking CUDA stream owned by this object (`close()` is safe to call twice)."""
+    """A non-blocking CUDA stream owned by this object (`close()` is safe to call twice). Other libraries
+    take it as theirs through the `__cuda_stream__` protocol (e.g. `torch.cuda.ExternalStream`,
+    `cupy.cuda.ExternalStream` with `s.ptr`, cuda.core)."""
 
     def __init__(self, device: Device | None = None):
         self.device = device or get_device()
@@ -118,6 +120,10 @@ class Stream:
     @property
     def ptr(self) -> int:
         return int(self.handle)
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        """(protocol version 0, the CUstream handle as an integer)."""
+        return 0, int(self.handle)
 
     def synchronize(self) -> None:
         check(driver().cuStreamSynchronize(self.handle), "cuStreamSynchronize")
@@ -183,3 +189,51 @@ class Event:
 
     def elapsed_ms(self, start: "Event") -> float:
         return float(check(driver().cuEventElapsedTime(start.handle, self.handle), "cuEventElapsedTime"))
+
+
+# -- the driver against the build --------------------------------------------------------------------
+# CUDA's minor-version compatibility: a cubin from the nvcc of CUDA X.y loads on any driver of CUDA X.0
+# or newer; PTX is JIT-compiled only by a driver of CUDA X.y or newer.
+MIN_LINUX_DRIVER = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}  # the oldest driver of each CUDA major
+
+
+@functools.lru_cache(maxsize=None)
+def driver_version() -> int:
+    """The CUDA version the installed driver supports (cuDriverGetVersion: 13000 is 13.0); process-wide."""
+    init()
+    return int(check(driver().cuDriverGetVersion(), "cuDriverGetVersion"))
+
+
+@functools.lru_cache(maxsize=None)
+def driver_problem(compiler: str, driver_cuda: int, jit: bool = False) -> str | None:
+    """Why a driver that supports CUDA `driver_cuda` (13000 = 13.0) cannot load code from nvcc `compiler`
+    ("13.0.88"): cubins, or PTX to JIT-compile with `jit`; None when it can (or the version is unknown)."""
+    try:
+        major, minor = (int(x) for x in compiler.split(".")[:2])
+    except ValueError:
+        return None  # a manifest without the compiler's version: nothing to compare
+    need = (major, minor) if jit else (major, 0)
+    have = (driver_cuda // 1000, driver_cuda % 1000 // 10)
+    if have >= need:
+        return None
+    what = "PTX (JIT-compiled for this GPU)" if jit else "cubins"
+    driver_name = f" (Linux driver {MIN_LINUX_DRIVER[major]} or newer)" if major in MIN_LINUX_DRIVER and not jit else ""
+    message = (f"this build's {what} come from nvcc {compiler} and need a driver for CUDA {need[0]}.{need[1]} or "
+               f"newer{driver_name}, but the installed driver supports CUDA {have[0]}.{have[1]}: update the NVIDIA "
+               "driver")
+    if have[0] >= 12:  # (older drivers run no toolkit this project builds with)
+        message += (", or rebuild the kernels with the nvcc of a CUDA 12.8+ toolkit: "
+                    "`HGEMM_NVCC=/usr/local/cuda/bin/nvcc python build_kernels.py`")
+    return message
+
+
+def require_driver_for(compiler: str, *, jit: bool = False) -> None:
+    """Raise NotBuiltForDeviceError where this machine's driver is too old for code from nvcc `compiler`
+    (see driver_problem). Without a usable driver it returns: whatever needs the GPU reports that."""
+    try:
+        version = driver_version()
+    except NoGpuError:
+        return
+    problem = driver_problem(compiler, version, jit)
+    if problem:
+        raise NotBuiltForDeviceError(problem)

@@ -1,25 +1,31 @@
-"""Device arrays: memory this package owns (numpy in and out), and zero-copy views of other
-libraries' GPU arrays through `__cuda_array_interface__` or DLPack."""
+"""Device arrays: memory this package owns (numpy in and out), zero-copy views of other libraries' GPU
+arrays through `__cuda_array_interface__` or DLPack, and DLPack export of our own (`__dlpack__`)."""
 from __future__ import annotations
 
-import ctypes
+import functools
 import math
 import sys
+import threading
 import weakref
 from typing import Any
 
 import numpy as np
 
+from . import dlpack
 from ._driver import check, driver, init
 from .device import get_device, stream_handle
 from .dtypes import ITEMSIZE, dtype_code, numpy_dtype
 from .errors import ValidationError
 
+_exports_lock = threading.Lock()  # guards the export counts and deferred closes of every array
+
+
 class DeviceArray:
     """A 2-D (or N-D) array in GPU memory: a pointer, a shape, byte strides and a dtype code.
 
     Arrays made by `empty`/`to_device` own their memory; it is freed by `close()` (safe twice) or when
-    the object is collected. Views of foreign arrays keep the foreign object alive instead.
+    the object is collected. Views of foreign arrays keep the foreign object alive instead. `__dlpack__`
+    hands the memory to torch, CuPy, JAX... without a copy; it stays valid until they let go.
     """
 
     def __init__(self, ptr: int, shape: tuple[int, ...], dtype: str, strides: tuple[int, ...] | None = None,
@@ -33,6 +39,8 @@ class DeviceArray:
         self.readonly = readonly
         self._owner = owner  # foreign object (or DLPack capsule) kept alive for a view
         self._finalizer: weakref.finalize | None = None
+        self._exports = 0  # DLPack capsules of this memory still held by a consumer
+        self._close_deferred = False  # close() was called while some were
         # one cell shared by an owning array and every view of it: [False] once the memory is freed
         self.memory_live: list[bool] = owner.memory_live if isinstance(owner, DeviceArray) else [True]
         # (address, everything else a matmul call's validation reads of this array): operands.KEYERS.
@@ -120,8 +128,14 @@ class DeviceArray:
         check(driver().cuMemsetD8Async(self.ptr, byte, self.nbytes, stream_handle(stream)), "cuMemsetD8Async")
 
     def close(self) -> None:
-        if self._finalizer is not None:
-            self._finalizer()
+        """Free the memory now, or, while a DLPack consumer still holds it, when the last one lets go."""
+        if self._finalizer is None:
+            return
+        with _exports_lock:
+            if self._exports:
+                self._close_deferred = True
+                return
+        self._finalizer()
 
     def __enter__(self) -> "DeviceArray":
         return self
@@ -132,6 +146,68 @@ class DeviceArray:
     def check_open(self) -> None:
         if not self.memory_live[0]:
             raise ValidationError("this device array was closed; its memory is freed")
+
+    # -- DLPack export ------------------------------------------------------------------------
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return dlpack.CUDA, self.device
+
+    def __dlpack__(self, *, stream: int | None = None, max_version: tuple[int, int] | None = None,
+                   dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:
+        """A DLPack capsule of this array (`torch.from_dlpack(a)`, `cupy.from_dlpack(a)`), by the Python
+        array API's protocol: a versioned (DLPack 1.0) capsule where `max_version` allows one, zero-copy
+        unless `copy=True`; the memory stays valid until the consumer lets go, even through `close()`.
+
+        Streams: hgemm does not record which stream last wrote an array, so unless `stream=-1` (the
+        consumer asks for no synchronisation) the export first waits for the work queued on this GPU
+        (cuCtxSynchronize); the consumer may then use the array on any stream, the one it passed included.
+        """
+        self.check_open()
+        if stream is not None and (isinstance(stream, bool) or not isinstance(stream, int)
+                                   or stream < -1 or stream == 0):
+            raise ValidationError(f"__dlpack__(stream={stream!r}): a CUDA stream is an integer handle, 1 (legacy "
+                                  "default), 2 (per-thread default) or -1 (no synchronisation); 0 is ambiguous")
+        if dl_device is not None and tuple(int(x) for x in dl_device) != self.__dlpack_device__():
+            raise BufferError(f"this array lives on DLPack device {self.__dlpack_device__()} and exports only "
+                              f"there, not to {tuple(dl_device)}: copy it to the host with to_numpy()")
+        versioned = max_version is not None and int(max_version[0]) >= 1
+        if self.readonly and not copy and not versioned:
+            raise BufferError("a read-only array exports only as a versioned capsule (DLPack 1.0 flags it "
+                              "read-only): pass max_version=(1, 0), or copy=True")
+        owner = self._memory_owner()
+        if owner._close_deferred:
+            raise ValidationError("this device array was closed; its memory is freed when its DLPack consumers let go")
+        if stream != -1 or copy:
+            get_device(self.device).synchronize()
+        src, flags = self, dlpack.FLAG_READ_ONLY if self.readonly else 0
+        if copy:
+            src = owner = self._contiguous_copy()
+            flags = dlpack.FLAG_IS_COPIED
+        with _exports_lock:
+            owner._exports += 1
+        try:
+            return dlpack.make_capsule(src.ptr, src.shape, src.strides, src.dtype, src.device, keep=src,
+                                       on_release=functools.partial(_release_export, owner),
+                                       versioned=versioned, flags=flags)
+        except BaseException:
+            _release_export(owner)
+            raise
+
+    def _memory_owner(self) -> "DeviceArray":
+        """The array whose close() frees this one's memory (itself, or the array it is a view of)."""
+        a = self
+        while a._finalizer is None and isinstance(a._owner, DeviceArray):
+            a = a._owner
+        return a
+
+    def _contiguous_copy(self) -> "DeviceArray":
+        if not self.is_c_contiguous:
+            raise BufferError(f"copy=True exports C-contiguous arrays only; this one has strides {self.strides} "
+                              "bytes: export it without a copy and copy in the consumer")
+        dup = DeviceArray.empty(self.shape, self.dtype, self.device)
+        if self.nbytes:
+            check(driver().cuMemcpyDtoD(dup.ptr, self.ptr, self.nbytes), "cuMemcpyDtoD (DLPack copy)")
+            get_device(self.device).synchronize()  # (the copy ran on the legacy stream; the consumer's may not)
+        return dup
 
     def __repr__(self) -> str:
         state = " closed" if self.closed else ""
@@ -144,6 +220,15 @@ def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
         strides.append(acc)
         acc *= max(s, 1)
     return tuple(reversed(strides))
+
+
+def _release_export(owner: DeviceArray) -> None:
+    """A DLPack consumer let go of `owner`'s memory: free it if close() was called meanwhile."""
+    with _exports_lock:
+        owner._exports -= 1
+        free = owner._close_deferred and not owner._exports
+    if free:
+        owner.close()
 
 
 def _free(device: Any, ptr: Any, live: list[bool]) -> None:
@@ -166,23 +251,7 @@ def empty(shape: tuple[int, ...], dtype: Any = "f16", device: int = 0) -> Device
 
 # -- zero-copy views ----------------------------------------------------------------------------
 
-class _DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-
-
-class _DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class _DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
-                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
-                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
-
-
-_DL_CUDA = 2  # kDLCUDA
 LEGACY_DLPACK_STREAM = 1  # DLPack's name for the legacy default stream (0 is disallowed)
-_DL_DTYPES = {(2, 16): "f16", (2, 32): "f32", (4, 16): "bf16"}  # (kDLFloat|kDLBfloat, bits)
 
 
 def from_dlpack(obj: Any, stream: int | None = None) -> DeviceArray:
@@ -190,27 +259,17 @@ def from_dlpack(obj: Any, stream: int | None = None) -> DeviceArray:
     stream, 2 = per-thread default, else a handle) is where the caller will use it: the producer
     orders its pending work before that stream."""
     dev_type, dev_id = obj.__dlpack_device__()
-    if int(dev_type) != _DL_CUDA:
+    if int(dev_type) != dlpack.CUDA:
         raise ValidationError(f"{type(obj).__name__} lives on DLPack device type {int(dev_type)}, not a CUDA "
                               "GPU: copy it with hgemm_rt.to_device(numpy_array)")
     try:
         capsule = obj.__dlpack__(stream=stream)
     except TypeError:  # a producer older than the stream keyword
         capsule = obj.__dlpack__()
-    get_ptr = ctypes.pythonapi.PyCapsule_GetPointer
-    get_ptr.restype, get_ptr.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
-    # The DLManagedTensor starts with its DLTensor. The capsule stays unconsumed and alive inside the
-    # view, so the producer's deleter runs when the view goes away.
-    t = _DLTensor.from_address(get_ptr(capsule, b"dltensor"))
-    code = _DL_DTYPES.get((t.dtype.code, t.dtype.bits))
-    if code is None or t.dtype.lanes != 1:
-        raise ValidationError(f"unsupported DLPack dtype (code {t.dtype.code}, {t.dtype.bits} bits)")
-    shape = tuple(t.shape[i] for i in range(t.ndim))
-    itemsize = ITEMSIZE[code]
-    strides = (tuple(t.strides[i] * itemsize for i in range(t.ndim)) if t.strides
-               else _c_strides(shape, itemsize))
-    return DeviceArray((t.data or 0) + t.byte_offset, shape, code, strides, owner=(obj, capsule),
-                       device=int(dev_id))
+    # The capsule stays unconsumed and alive inside the view, so the producer's deleter runs when the
+    # view goes away.
+    ptr, shape, strides, code = dlpack.read_capsule(capsule)
+    return DeviceArray(ptr, shape, code, strides, owner=(obj, capsule), device=int(dev_id))
 
 
 def from_cai(obj: Any) -> DeviceArray:

@@ -1,20 +1,79 @@
 """Every runnable GEMM (cubin kernels from the manifest and the cuBLAS baselines) behind one small
-interface, so that bench.py, the tests and users treat them alike."""
+interface, so that bench.py, the tests and users treat them alike; and, for launching a kernel outside
+this runtime (CuPy's RawModule, ...), what its compiled form needs: `get_kernel(name).binary(...)`."""
 from __future__ import annotations
 
 import difflib
 import functools
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Mapping
 
 from . import cublas
-from .device import get_device
-from .errors import NotBuiltForDeviceError, UnknownKernelError, ValidationError
-from .launcher import LaunchConfig, launch_spec
-from .manifest import KernelSpec, Manifest
+from .device import get_device, require_driver_for
+from .errors import DriverError, NotBuiltForDeviceError, UnknownKernelError, ValidationError
+from .launcher import STATIC_SMEM_LIMIT, LaunchConfig, launch_spec, persistent_grid, tile_grid
+from .manifest import KernelSpec, Manifest, Selection, variant_symbol
 from .memory import as_device_array
-from .validate import unsupported_reason, validate_operands
+from .validate import GemmShape, unsupported_reason, validate_operands
+
+
+@dataclass(frozen=True)
+class KernelBinary:
+    """One compiled variant of a kernel, as another launcher needs it (see the README's CuPy example).
+
+    The function `symbol` in the module at `path` takes `params` in order: `ptr:X` the address of operand
+    X (row-major; B is K x N for NN kernels, N x K for TN), `i32:X` a 32-bit integer, `tmap:X` a 128-byte
+    CUtensorMap of operand X (hgemm_rt/tma.py builds them). Launch `block` threads per block, a grid from
+    `grid_for(M, N, K)`, `dsmem` bytes of dynamic shared memory (above 48 KiB only once the function's
+    max-dynamic-shared-size attribute allows it) and, where `cluster` is not (1, 1, 1), that cluster shape.
+    """
+
+    name: str
+    symbol: str
+    path: Path  # a cubin, or PTX (is_ptx) that the driver JIT-compiles for a GPU newer than every cubin
+    sha256: str
+    arch: str  # the cubin's architecture: "90a", "89", ...
+    is_ptx: bool
+    params: tuple[str, ...]
+    block: tuple[int, int, int]
+    cluster: tuple[int, int, int]
+    dsmem: int
+    static_smem: int  # ptxas's figure for this symbol (0 for PTX)
+    grid: str  # the grid rule: "tiles", "tiles+swizzle" or "persistent" (see grid_for)
+    tile: tuple[int, int, int]  # (BM, BN, BK): one block's (persistent: one step's) output tile and K step
+    layout: str
+    dtype: str
+    require: Mapping[str, int]  # M, N, K divisibility
+    spec: KernelSpec = field(repr=False)
+    manifest: Manifest = field(repr=False)
+
+    @property
+    def needs_smem_attribute(self) -> bool:
+        """True where `dsmem` exceeds the 48 KiB a block gets without opting in."""
+        return self.dsmem > STATIC_SMEM_LIMIT
+
+    def read(self) -> bytes:
+        """The file's bytes, refused (ManifestError) unless they match the manifest's sha256."""
+        return self.manifest.read_verified(self.spec, Selection(self.path, self.sha256, self.arch, self.is_ptx))
+
+    def grid_for(self, M: int, N: int, K: int, *, swizzle_stride: int | None = None,
+                 resident_blocks: int | None = None) -> tuple[int, int, int]:
+        """The launch grid for C = A.B of M x N x K: one block per BM x BN tile ("tiles"; with
+        `swizzle_stride` the "tiles+swizzle" kernels take z = ceil(N / stride) column bands), or, for
+        "persistent" kernels, as many blocks as fit on the GPU at once: pass `resident_blocks` (blocks per
+        SM from the occupancy calculator times the SM count)."""
+        p = GemmShape(M, N, K)
+        if self.grid != "persistent":
+            if swizzle_stride is not None and self.grid != "tiles+swizzle":
+                raise ValidationError(f"{self.name}: this kernel has no thread-block swizzle (grid {self.grid!r})")
+            return tile_grid(self.spec, p, swizzle_stride)
+        if resident_blocks is None or resident_blocks < 1:
+            raise ValidationError(f"{self.name} is persistent: pass resident_blocks=<blocks per SM x SM count> "
+                                  f"(cuOccupancyMaxActiveBlocksPerMultiprocessor with {self.block[0]} threads and "
+                                  f"{self.dsmem} bytes of dynamic shared memory), got {resident_blocks!r}")
+        return persistent_grid(self.spec, p, resident_blocks)
 
 
 class CubinKernel:
@@ -51,8 +110,33 @@ class CubinKernel:
 
     def __call__(self, a: Any, b: Any, c: Any, *, stream: Any = None, swizzle: bool = False,
                  swizzle_stride: int | None = None, **variant: Any) -> LaunchConfig:
-        return launch_spec(self.manifest, self.spec, a, b, c, stream=stream, swizzle=swizzle,
-                           swizzle_stride=swizzle_stride, **variant)
+        try:
+            return launch_spec(self.manifest, self.spec, a, b, c, stream=stream, swizzle=swizzle,
+                               swizzle_stride=swizzle_stride, **variant)
+        except DriverError:
+            require_driver_for(self.manifest.nvcc)  # a driver too old for the build is the better explanation
+            raise
+
+    def binary(self, *, cc: tuple[int, int] | None = None, **variant: Any) -> KernelBinary:
+        """The compiled variant (variant axes as keywords, e.g. stages=3, acc="f16"; defaults as for a
+        launch) for compute capability `cc` (default: this machine's GPU 0, whose driver is checked)."""
+        choice = self.spec.resolve_variant(variant)
+        here = cc is None
+        sel = self.manifest.select(self.spec, get_device().info.cc if here else cc)
+        if here:
+            require_driver_for(self.manifest.nvcc, jit=sel.is_ptx)
+        symbol = variant_symbol(self.spec.name, choice)
+        info = None if sel.is_ptx else self.spec.builds[sel.arch].symbols.get(symbol)
+        if info is None and not sel.is_ptx:
+            raise NotBuiltForDeviceError(f"{self.name}: the sm_{sel.arch} cubin {sel.path.name} has no function "
+                                         f"{symbol}; rebuild with `python build_kernels.py`")
+        return KernelBinary(
+            name=self.name, symbol=symbol, path=sel.path, sha256=sel.sha256, arch=sel.arch, is_ptx=sel.is_ptx,
+            params=self.spec.params, block=self.spec.block, cluster=self.spec.cluster,
+            dsmem=self.spec.dsmem_bytes(choice), static_smem=info.static_smem if info else 0, grid=self.spec.grid,
+            tile=self.spec.tile, layout=self.spec.layout, dtype=self.spec.dtype, require=self.spec.require,
+            spec=self.spec, manifest=self.manifest,
+        )
 
     def __repr__(self) -> str:
         return f"<CubinKernel {self.name} ({self.layout}, {self.dtype})>"

@@ -161,3 +161,67 @@ def test_installed_console_script_lists_the_kernels(tmp_path):
                          timeout=300)
     assert run.returncode == 0, run.stderr
     assert "hgemm_sm90_wgmma_tma_ws_tn" in run.stdout and "hgemm_cublas_tensor_op_tn" in run.stdout
+
+
+# -- a wheel on a machine whose driver is older than the compiler that built it ----------------------
+
+def test_driver_older_than_the_build_names_the_driver_and_the_rebuild(monkeypatch):
+    from hgemm_rt import NotBuiltForDeviceError, device
+
+    monkeypatch.setattr(device, "driver_version", lambda: 12080)  # an R570 driver: CUDA 12.8
+    with pytest.raises(NotBuiltForDeviceError) as info:
+        device.require_driver_for("13.0.88")
+    message = str(info.value)
+    assert "nvcc 13.0.88" in message and "CUDA 13.0 or newer" in message and "580.65.06" in message
+    assert "supports CUDA 12.8" in message
+    assert "HGEMM_NVCC=/usr/local/cuda/bin/nvcc python build_kernels.py" in message and "12.8+" in message
+
+
+@pytest.mark.parametrize("compiler,driver,jit,ok", [
+    ("13.0.88", 13000, False, True),
+    ("13.0.88", 13020, False, True),
+    ("13.2.51", 13000, False, True),   # minor-version compatibility: a 13.2 cubin loads on any 13.x driver
+    ("13.2.51", 13000, True, False),   # ... but its PTX needs a 13.2 driver to JIT-compile
+    ("12.8.93", 12040, False, True),
+    ("13.0.88", 12090, False, False),
+    ("", 11000, False, True),          # no compiler version recorded: nothing to compare
+])
+def test_driver_rule(compiler, driver, jit, ok):
+    from hgemm_rt.device import driver_problem
+
+    assert (driver_problem(compiler, driver, jit) is None) == ok
+
+
+def test_a_driver_older_than_cuda_12_gets_no_rebuild_hint():
+    from hgemm_rt.device import driver_problem
+
+    message = driver_problem("12.8.93", 11080)
+    assert "525.60.13" in message and "HGEMM_NVCC" not in message
+
+
+def test_launch_failing_on_an_old_driver_reports_the_driver(monkeypatch):
+    import hgemm_rt as hg
+    from hgemm_rt import DriverError, NotBuiltForDeviceError, device, registry
+
+    def load_fails(*args, **kwargs):
+        raise DriverError("cuModuleLoadData(hgemm_mma.cubin) failed: CUDA_ERROR_UNSUPPORTED_PTX_VERSION")
+
+    monkeypatch.setattr(registry, "launch_spec", load_fails)
+    kernel = hg.get_kernel("hgemm_naive_f16")
+    major = int(kernel.manifest.nvcc.split(".")[0])
+    monkeypatch.setattr(device, "driver_version", lambda: (major - 1) * 1000 + 90)  # the last driver before it
+    with pytest.raises(NotBuiltForDeviceError, match=f"need a driver for CUDA {major}.0"):
+        kernel(None, None, None)
+    monkeypatch.setattr(device, "driver_version", lambda: major * 1000)  # a new enough driver: the error itself
+    with pytest.raises(DriverError, match="UNSUPPORTED_PTX_VERSION"):
+        kernel(None, None, None)
+
+
+def test_every_environment_variable_is_in_the_readme_table():
+    import re
+
+    sources = [p for d in ("hgemm_rt", "hgemm_build", "hgemm_bench", "scripts", "tests") for p in (ROOT / d).rglob("*")
+               if p.suffix in (".py", ".sh")] + [ROOT / "build_kernels.py", ROOT / "bench.py"]
+    used = {v for p in sources if p.is_file() for v in re.findall(r"\bHGEMM_[A-Z0-9_]+\b", p.read_text())}
+    table = set(re.findall(r"^\| `(HGEMM_[A-Z0-9_]+)` \|", (ROOT / "README.md").read_text(), re.M))
+    assert used and not used - table, f"HGEMM_ variables missing from the README's table: {sorted(used - table)}"

@@ -1,0 +1,164 @@
+"""Interop out, on the GPU: torch and CuPy take our DeviceArrays through DLPack without a copy (f16, bf16,
+f32, transposed views), the memory outlives our array while they hold it, an export waits for work
+hgemm queued on its own stream, Stream speaks `__cuda_stream__`, and a kernel launches through CuPy's
+RawModule from `get_kernel(name).binary()` (the README's escape-hatch example).
+
+torch and cupy are optional: each test imports its framework with pytest.importorskip.
+"""
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+import hgemm_rt as hg
+
+pytestmark = pytest.mark.gpu
+
+DTYPES = ["f16", "bf16", "f32"]
+
+
+def _torch():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA device")
+    return torch
+
+
+def _cupy():
+    return pytest.importorskip("cupy")
+
+
+def _bf16_bits(x: np.ndarray) -> np.ndarray:
+    """float32 -> the bfloat16 bit patterns (round to nearest even), as uint16: no ml_dtypes needed."""
+    u = x.astype(np.float32).view(np.uint32)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def _device_array(rng, shape, dtype):
+    """(a DeviceArray of random values, their float64 values). bf16 goes up as raw bits (in an f16 array
+    of the same bytes) and is viewed as bf16, so the check does not depend on ml_dtypes."""
+    x = rng.standard_normal(shape).astype(np.float32)
+    if dtype == "bf16":
+        bits = _bf16_bits(x)
+        raw = hg.to_device(bits.view(np.float16))
+        values = (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+        return hg.DeviceArray(raw.ptr, shape, "bf16", owner=raw), values
+    host = x.astype(np.float16 if dtype == "f16" else np.float32)
+    return hg.to_device(host), host.astype(np.float64)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_torch_reads_our_arrays_without_a_copy(rng, dtype):
+    torch = _torch()
+    a, values = _device_array(rng, (96, 64), dtype)
+    t = torch.from_dlpack(a)
+    assert t.data_ptr() == a.ptr and t.is_cuda and tuple(t.shape) == (96, 64)
+    assert t.dtype == {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}[dtype]
+    np.testing.assert_array_equal(t.double().cpu().numpy(), values)
+    tt = torch.from_dlpack(a.T)  # a strided view, still no copy
+    assert tt.data_ptr() == a.ptr and tt.stride() == (1, 64)
+    np.testing.assert_array_equal(tt.double().cpu().numpy(), values.T)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cupy_reads_our_arrays_without_a_copy(rng, dtype):
+    cp = _cupy()
+    a, values = _device_array(rng, (96, 64), dtype)
+    try:
+        x = cp.from_dlpack(a)
+    except (NotImplementedError, TypeError) as exc:
+        if dtype == "bf16" and "bfloat16" in str(exc):  # CuPy takes bf16 only with ml_dtypes installed
+            pytest.skip(f"this CuPy has no bfloat16: {exc}")
+        raise
+    assert x.data.ptr == a.ptr and x.shape == (96, 64)
+    got = x.view(cp.uint16) if dtype == "bf16" else x
+    host = cp.asnumpy(got)
+    if dtype == "bf16":
+        host = (host.astype(np.uint32) << 16).view(np.float32)
+    np.testing.assert_array_equal(host.astype(np.float64), values)
+
+
+def test_the_memory_outlives_our_array_while_torch_holds_it(rng):
+    torch = _torch()
+    a, values = _device_array(rng, (256, 256), "f32")
+    t = torch.from_dlpack(a)
+    a.close()  # deferred: torch still points into it
+    assert not a.closed
+    del a
+    gc.collect()
+    scratch = [hg.empty((256, 256), "f32") for _ in range(8)]  # would reuse freed memory
+    for s in scratch:
+        s.fill_bytes(0xFF)
+    hg.get_device().synchronize()
+    np.testing.assert_array_equal(t.double().cpu().numpy(), values)
+
+
+def test_close_frees_once_the_last_consumer_lets_go(rng):
+    torch = _torch()
+    a, _ = _device_array(rng, (64, 64), "f16")
+    t1, t2 = torch.from_dlpack(a), torch.from_dlpack(a.T)
+    a.close()
+    del t1
+    gc.collect()
+    assert not a.closed
+    del t2
+    gc.collect()
+    assert a.closed
+    with pytest.raises(hg.ValidationError, match="closed"):
+        a.__dlpack__()
+
+
+def test_an_export_waits_for_work_hgemm_queued_on_its_own_stream(rng):
+    torch = _torch()
+    M = N = K = 2048  # the naive kernel takes milliseconds here: long enough to be caught unfinished
+    x = rng.standard_normal((M, K)).astype(np.float16)
+    y = rng.standard_normal((K, N)).astype(np.float16)
+    a, b, c = hg.to_device(x), hg.to_device(y), hg.empty((M, N), "f16")
+    c.fill_bytes(0xFF)  # NaN until the kernel writes it
+    hg.get_device().synchronize()
+    with hg.Stream() as s:  # non-blocking: torch's default stream does not wait for it by itself
+        hg.launch("hgemm_naive_f16", a, b, c, stream=s)
+        got = torch.from_dlpack(c).double().cpu().numpy()
+    ref = x.astype(np.float64) @ y.astype(np.float64)
+    assert np.isfinite(got).all(), "torch read C before hgemm's kernel wrote it"
+    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 1e-2
+
+
+def test_copy_true_exports_a_copy(rng):
+    torch = _torch()
+    a, values = _device_array(rng, (32, 16), "f16")
+    t = torch.utils.dlpack.from_dlpack(a.__dlpack__(stream=1, copy=True))
+    assert t.data_ptr() != a.ptr
+    a.fill_bytes(0)
+    hg.get_device().synchronize()
+    np.testing.assert_array_equal(t.double().cpu().numpy(), values)
+
+
+def test_stream_speaks_the_cuda_stream_protocol():
+    with hg.Stream() as s:
+        assert s.__cuda_stream__() == (0, s.ptr)
+        try:
+            from cuda.core import Device
+        except ImportError:
+            Device = pytest.importorskip("cuda.core.experimental").Device
+        theirs = Device(0).create_stream(s)  # cuda.core wraps a foreign stream through the protocol
+        assert int(theirs.handle) == s.ptr
+
+
+def test_escape_hatch_launches_through_cupy_rawmodule(rng):
+    cp = _cupy()
+    # the README's example, as written there
+    kb = hg.get_kernel("hgemm_mma_m16n8k16_mma2x4_warp4x4x2_stages_dsmem_tn_swizzle_x4").binary(stages=3)
+    fn = cp.RawModule(path=str(kb.path)).get_function(kb.symbol)
+    fn.max_dynamic_shared_size_bytes = kb.dsmem  # above 48 KiB a kernel must opt in
+    M, N, K = 1024, 768, 512
+    a = cp.asarray(rng.standard_normal((M, K)), dtype=cp.float16)
+    b = cp.asarray(rng.standard_normal((N, K)), dtype=cp.float16)  # TN: B is N x K
+    c = cp.empty((M, N), dtype=cp.float16)
+    fn(kb.grid_for(M, N, K), kb.block, (a, b, c, cp.int32(M), cp.int32(N), cp.int32(K)), shared_mem=kb.dsmem)
+    assert kb.params == ("ptr:A", "ptr:B", "ptr:C", "i32:M", "i32:N", "i32:K")
+    ref = cp.asnumpy(a).astype(np.float64) @ cp.asnumpy(b).astype(np.float64).T
+    got = cp.asnumpy(c).astype(np.float64)
+    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 1e-2
