@@ -8,6 +8,7 @@
 // Requires M % 128 == 0, N % 256 == 0, K % 32 == 0 (nothing is predicated); 16-byte aligned pointers.
 // Grid "tiles+swizzle": bx = blockIdx.z * gridDim.x + blockIdx.x walks N, blockIdx.y walks M.
 #include "common/cute_tn.cuh"
+#include "common/dsmem.cuh"
 
 namespace {
 // 128x256 rather than 128x128: with fp32 accumulators a 64x64 warp tile is the largest that fits in
@@ -22,7 +23,9 @@ using CuteTnCfg = hg::cute_tn::Config<AccT, 128, 256, 32, Stages, 2, 4>;
       hgemm_mma_stages_block_swizzle_tn_cute__acc##ACC_NAME##__stages##STAGES(                            \
           const half* A, const half* B, half* C, int M, int N, int K) {                                   \
     hg::cute_tn::gemm_tn<CuteTnCfg<ACC_T, STAGES>>(A, B, C, M, N, K);                                     \
-  }
+  }                                                                                                       \
+  HG_EXPORT_DSMEM(hgemm_mma_stages_block_swizzle_tn_cute__acc##ACC_NAME##__stages##STAGES,                 \
+                  CuteTnCfg<ACC_T, STAGES>::smem_bytes())
 
 HGEMM_CUTE_TN(f16, cute::half_t, 2)
 HGEMM_CUTE_TN(f16, cute::half_t, 3)

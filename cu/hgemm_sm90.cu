@@ -28,6 +28,7 @@
 //   *_ws_persistent_cluster2_direct_tn the same with 4 stages and direct stores (no staging buffer)
 //   *_ws_persistent_acol_{tn,nn}[_bf16] the persistent kernels with A column-major
 #include <cuda.h>  // CUtensorMap (128-byte, 64-byte aligned opaque struct)
+#include "common/dsmem.cuh"
 #include "common/sm90.cuh"
 
 namespace {
@@ -338,14 +339,16 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
 
 }  // namespace
 
-// One extern "C" symbol per catalogue entry. Parameters: tensor maps by value (__grid_constant__,
-// so TMA reads them from the parameter space), then C (pointer or tensor map), M, N, K.
+// One extern "C" symbol per catalogue entry, with its dynamic smem exported (HG_EXPORT_DSMEM). Parameters:
+// tensor maps by value (__grid_constant__, so TMA reads them from the parameter space), then C (pointer or
+// tensor map), M, N, K.
 #define HG90_KERNEL_PTRC(NAME, T, NN, STAGES, CLUSTER_M, PERSISTENT)                                     \
   extern "C" __global__ void __launch_bounds__(kThreads, 1)                                              \
       NAME(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB, T* C, int M, \
            int N, int K) {                                                                               \
     sm90_gemm<Kn<T, false, NN, STAGES, CLUSTER_M, PERSISTENT, false>>(tmA, tmB, C, M, N, K);             \
-  }
+  }                                                                                                      \
+  HG_EXPORT_DSMEM(NAME, Kn<T, false, NN, STAGES, CLUSTER_M, PERSISTENT, false>::kSmemBytes)
 // TMA-store kernels, one symbol per stage count: variants = { stages = [3, 4] } (3 stages +
 // whole-tile staging, or 4 stages + half-tile staging). AT: A column-major.
 #define HG90_KERNEL_TMAC1(NAME, T, AT, NN, STAGES, CLUSTER_M)                                            \
@@ -353,7 +356,8 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
       NAME##__stages##STAGES(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB, \
                              const __grid_constant__ CUtensorMap tmC, int M, int N, int K) {             \
     sm90_gemm<Kn<T, AT, NN, STAGES, CLUSTER_M, true, true>>(tmA, tmB, tmC, M, N, K);                     \
-  }
+  }                                                                                                      \
+  HG_EXPORT_DSMEM(NAME##__stages##STAGES, Kn<T, AT, NN, STAGES, CLUSTER_M, true, true>::kSmemBytes)
 #define HG90_KERNEL_TMAC_AT(NAME, T, AT, NN, CLUSTER_M) \
   HG90_KERNEL_TMAC1(NAME, T, AT, NN, 3, CLUSTER_M)      \
   HG90_KERNEL_TMAC1(NAME, T, AT, NN, 4, CLUSTER_M)

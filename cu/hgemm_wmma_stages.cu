@@ -32,12 +32,13 @@ template <int S>
 using Mma4x4Warp4x4StagesDsmem = wg::Config<16, 16, 16, 4, 4, 4, 4, 32, S, 8, wg::Copy::kAsync, half>;
 
 // One extern "C" symbol per variant, body from the shared template (the config type is the variadic
-// tail because template argument lists contain commas).
+// tail because template argument lists contain commas), and its dynamic smem for the build's check.
 #define HG_WMMA_KERNEL(SYM, SMEM, ...)                                                               \
   extern "C" __global__ void __launch_bounds__(__VA_ARGS__::kThreads, 1)                              \
       SYM(const half* A, const half* B, half* C, int M, int N, int K) {                              \
     wg::gemm_##SMEM##_smem<__VA_ARGS__>(A, B, C, M, N, K);                                            \
-  }
+  }                                                                                                  \
+  HG_EXPORT_DSMEM(SYM, wg::dsmem_bytes_##SMEM<__VA_ARGS__>)
 // variants = { stages = [2, 3, 4] }: SYM__stagesS
 #define HG_WMMA_STAGES(SYM, CFG, SMEM)                   \
   HG_WMMA_KERNEL(SYM##__stages2, SMEM, CFG<2>)           \

@@ -9,6 +9,7 @@
 //   Requires N % 4 == 0 and K % 4 == 0 (16-byte cp.async chunks of A and B rows, float4 stores of C);
 //   M, N, K edges are guarded (zero-filled loads, guarded stores).
 #include <mma.h>
+#include "common/dsmem.cuh"
 #include "common/sgemm.cuh"
 
 namespace sgw {
@@ -104,6 +105,10 @@ __device__ __forceinline__ void round_to_tf32(Frag& f) {
   for (int t = 0; t < f.num_elements; ++t) f.x[t] = wmma::__float_to_tf32(f.x[t]);
 }
 
+// Dynamic smem of one kernel: kStages slices (exported per symbol for the build's check).
+template <int BK, int kStages>
+constexpr int kSmemBytes = kStages * Slice<BK>::kFloats * (int)sizeof(float);
+
 template <int BK, int kStages>
 __device__ __forceinline__ void sgemm_wmma_tf32_stages(const float* __restrict__ A, const float* __restrict__ B,
                                                        float* __restrict__ C, int M, int N, int K) {
@@ -197,7 +202,8 @@ __device__ __forceinline__ void sgemm_wmma_tf32_stages(const float* __restrict__
   extern "C" __global__ void __launch_bounds__(sgw::kThreads, 2)                                     \
       symbol(const float* A, const float* B, float* C, int M, int N, int K) {                        \
     sgw::sgemm_wmma_tf32_stages<BK, stages>(A, B, C, M, N, K);                                        \
-  }
+  }                                                                                                  \
+  HG_EXPORT_DSMEM(symbol, sgw::kSmemBytes<BK, stages>)
 
 SGEMM_WMMA_STAGES(sgemm_wmma_m16n16k8_mma4x2_warp2x4_stages__stages2, 16, 2)
 SGEMM_WMMA_STAGES(sgemm_wmma_m16n16k8_mma4x2_warp2x4_stages__stages3, 16, 3)

@@ -29,6 +29,7 @@
 // util_gemm_simt_{f16,bf16,f32}: C = alpha * A.B + beta * C with any strides for A, B and C and any
 //   alignment, fp32 FMA, 256 threads, 64 x 64 tile, 4 x 4 outputs per thread. The correctness fallback
 //   (dtypes/arches without a tensor-core kernel) and the one-launch path for tiny problems.
+#include "common/dsmem.cuh"
 #include "common/matmul_util.cuh"
 
 namespace {
@@ -439,7 +440,8 @@ UTIL_COPY2D(util_copy2d_f32, float)
                    int ldc_c, int alpha_bits, int beta_bits) {                                           \
     gemm_mma<MmaCfg<T, BM, WMW, WNW, ST, BROW>>(A, B, C, M, N, K, lda, ldb, ldc_r, ldc_c, alpha_bits,    \
                                                 beta_bits);                                              \
-  }
+  }                                                                                                      \
+  HG_EXPORT_DSMEM(NAME##SUFFIX, MmaCfg<T, BM, WMW, WNW, ST, BROW>::kSmemBytes)
 // BM, warps along M x N, stages: 16 and 32 rows keep every warp on the full tile height (4 warps
 // along N); 64 and 128 use 2 x 4 warps. Deeper pipelines where the stage is small (memory-bound
 // skinny shapes want more bytes in flight per SM).

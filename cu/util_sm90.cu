@@ -17,6 +17,7 @@
 //   tile) + barriers + 1 KB alignment slack. Arch: sm_90a (wgmma, setmaxnreg).
 #include <cuda.h>  // CUtensorMap
 
+#include "common/dsmem.cuh"
 #include "common/matmul_util.cuh"
 #include "common/sm90.cuh"
 
@@ -241,7 +242,8 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
       NAME(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB, T* C, int M, int N, \
            int K, int ldc_r, int ldc_c, int alpha_bits, int beta_bits) {                                         \
     wgmma_splitk<WCfg<T, BM, BN, NN, STAGES>>(tmA, tmB, C, M, N, K, ldc_r, ldc_c, alpha_bits, beta_bits);       \
-  }
+  }                                                                                                               \
+  HG_EXPORT_DSMEM(NAME, WCfg<T, BM, BN, NN, STAGES>::kSmemBytes)
 // 4 stages of 48 KB at BM = 128, 5 of 40 KB at BM = 64 (as deep as 227 KB allows); the narrower
 // tiles keep a ~192 KB ring: BN = 128 in 6 stages of 32 KB (BM = 128) or 8 of 24 KB (BM = 64),
 // BN = 64 in 8 of 24 KB (BM = 128) or 12 of 16 KB (BM = 64).

@@ -108,6 +108,9 @@ __device__ __forceinline__ void gemm_tn(const half* __restrict__ Aptr, const hal
   Tensor gB = local_tile(mB, make_tile(Int<BN>{}, Int<BK>{}), make_coord(bx, _));  // (BN, BK, k)
   Tensor gC = local_tile(mC, make_tile(Int<BM>{}, Int<BN>{}), make_coord(by, bx));  // (BM, BN)
 
+  static_assert((cosize_v<typename Cfg::SmemLayoutA> + cosize_v<typename Cfg::SmemLayoutB>) * sizeof(T) ==
+                    Cfg::smem_bytes(),
+                "the operand tiles must fill exactly the dynamic smem the kernel exports (smem_bytes)");
   T* smem_a = reinterpret_cast<T*>(smem_raw);
   T* smem_b = smem_a + cosize(typename Cfg::SmemLayoutA{});
   Tensor sA = make_tensor(make_smem_ptr(smem_a), typename Cfg::SmemLayoutA{});  // (BM, BK, Stages)

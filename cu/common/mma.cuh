@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "dsmem.cuh"
 #include "ptx.cuh"
 
 namespace hg {
@@ -482,12 +483,14 @@ __device__ __forceinline__ void kernel_body(const half* A, const half* B, half* 
 }  // namespace hg
 
 // One extern "C" kernel per declared symbol. CFG is a Config type without commas (an alias), so
-// that it can sit inside __launch_bounds__.
+// that it can sit inside __launch_bounds__. Its dynamic smem (0 for a static rung) is exported for
+// the build's check against the toml's dsmem.
 #define HG_MMA_KERNEL(SYM, CFG)                                                              \
   extern "C" __global__ void __launch_bounds__(CFG::THREADS, CFG::MIN_BLOCKS)                 \
       SYM(const half* A, const half* B, half* C, int M, int N, int K) {                       \
     hg::mma::kernel_body<CFG>(A, B, C, M, N, K);                                              \
-  }
+  }                                                                                           \
+  HG_EXPORT_DSMEM(SYM, CFG::DSMEM ? CFG::SMEM_BYTES : 0)
 
 // The (acc, stages) variants of a rung: f16 x 2|3|4 (HG_MMA_F16_STAGES), and f32 x 2|3|4 on top
 // (HG_MMA_ACC_STAGES). CFG is an alias template CFG<bool F32, int STAGES>;

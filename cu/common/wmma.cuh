@@ -16,6 +16,7 @@
 #include <mma.h>
 #include <cuda_fp16.h>
 #include <cstdint>
+#include "dsmem.cuh"
 #include "ptx.cuh"
 
 namespace hg {
@@ -364,6 +365,12 @@ __device__ __forceinline__ void gemm_dynamic_smem(const half* A, const half* B, 
   extern __shared__ __align__(128) unsigned char hg_wmma_dsmem[];
   gemm<Cfg>(A, B, C, M, N, K, hg_wmma_dsmem);
 }
+
+// The dynamic shared memory each body needs (exported per symbol with HG_EXPORT_DSMEM).
+template <class Cfg>
+constexpr int dsmem_bytes_static = 0;
+template <class Cfg>
+constexpr int dsmem_bytes_dynamic = Cfg::kSmemBytes;
 
 }  // namespace wmma_gemm
 }  // namespace hg
