@@ -9,14 +9,15 @@ import hashlib
 import itertools
 import json
 import os
-from dataclasses import dataclass, field
+import re
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
 from .errors import ManifestError, NotBuiltForDeviceError
 from .expr import eval_int_expr
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: every declared field written out, symbols carry dynamic_smem
 LAYOUTS = ("NN", "TN")  # B as K x N or as N x K (row-major)
 A_ORDERS = ("row", "col")  # A row-major (M x K) or column-major (stored K x M)
 DTYPES = ("f16", "bf16", "f32")
@@ -32,6 +33,7 @@ LADDERS = ("cuda", "wmma", "mma", "cute", "hopper", "sgemm", "util")  # util: he
 ROLES = ("gemm", "copy", "gemm_strided_mma", "gemm_strided_wgmma", "gemm_strided_simt")
 ARCHS = ("80", "86", "89", "90", "90a")
 DEFAULT_PARAMS = ("ptr:A", "ptr:B", "ptr:C", "i32:M", "i32:N", "i32:K")
+PTX_ARCH = "90"  # the build keeps the PTX of its sm_90 cubin: the newest non-"a" target, JIT-able by newer GPUs
 PARAM_KINDS = ("ptr", "i32", "tmap")
 
 REBUILD_HINT = "rebuild with `python build_kernels.py` (or `--arch XX` for one architecture)"
@@ -67,6 +69,7 @@ class SymbolInfo:
     spill_loads: int
     stack: int
     static_smem: int
+    dynamic_smem: int = 0  # what the kernel exports (hg_dsmem__<symbol>); the build checks it against dsmem
 
 
 @dataclass(frozen=True)
@@ -158,15 +161,25 @@ class KernelSpec:
         return eval_int_expr(self.dsmem, names)
 
 
+def _show(v: Any) -> str:
+    """repr(v), shortened: a message names the bad value without pasting a whole table."""
+    r = repr(v)
+    return r if len(r) <= 80 else r[:77] + "..."
+
+
 def _tuple3(v: Any, what: str, name: str) -> tuple[int, int, int]:
-    if not (isinstance(v, (list, tuple)) and 1 <= len(v) <= 3 and all(isinstance(x, int) and x > 0 for x in v)):
-        raise ManifestError(f"{name}: {what} must be 1 to 3 positive integers, got {v!r}")
+    if not (isinstance(v, (list, tuple)) and 1 <= len(v) <= 3 and all(_is_int(x) and x > 0 for x in v)):
+        raise ManifestError(f"{name}: {what} must be 1 to 3 positive integers, got {_show(v)}")
     return tuple(list(v) + [1] * (3 - len(v)))  # type: ignore[return-value]
 
 
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)  # JSON/TOML true is no number
+
+
 def _choice(v: Any, allowed: tuple, what: str, name: str) -> str:
-    if v not in allowed:
-        raise ManifestError(f"{name}: {what}={v!r} is not one of {list(allowed)}")
+    if not isinstance(v, str) or v not in allowed:
+        raise ManifestError(f"{name}: {what}={_show(v)} is not one of {list(allowed)}")
     return v
 
 
@@ -175,37 +188,104 @@ DECLARED_FIELDS = ("name", "family", "ladder", "step", "layout", "dtype", "acc",
                    "dsmem", "require", "align", "variants", "aliases", "archs", "params", "cluster", "technique",
                    "sass", "tma", "default", "a_order", "role")
 MANIFEST_FIELDS = ("builds", "ptx")
+TOP_FIELDS = ("schema", "nvcc", "build_hash", "created", "kernels")  # a manifest's top-level table
+SYMBOL_FIELDS = tuple(f.name for f in fields(SymbolInfo))
+SYMBOL_FIELDS_REQUIRED = tuple(f.name for f in fields(SymbolInfo) if f.default is MISSING)  # older entries
+TMA_SWIZZLES = (0, 32, 64, 128)  # bytes; CU_TENSOR_MAP_SWIZZLE_NONE/32B/64B/128B
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def _typed(d: Mapping[str, Any], field: str, types: tuple, what: str, name: str, default: Any = None) -> Any:
     """d[field] if it has one of `types` (never a bool for a number), else a ManifestError naming it."""
     value = d.get(field, default)
     if isinstance(value, bool) and bool not in types or not isinstance(value, types):
-        raise ManifestError(f"{name}: {field} must be {what}, got {value!r}")
+        raise ManifestError(f"{name}: {field} must be {what}, got {_show(value)}")
     return value
 
 
 def _str_list(d: Mapping[str, Any], field: str, name: str, default: tuple = ()) -> tuple:
     value = _typed(d, field, (list, tuple), "a list of strings", name, default)
     if not all(isinstance(x, str) for x in value):
-        raise ManifestError(f"{name}: {field} must be a list of strings, got {value!r}")
+        raise ManifestError(f"{name}: {field} must be a list of strings, got {_show(value)}")
     return tuple(value)
 
 
-def kernel_spec_from_dict(d: Mapping[str, Any], with_builds: bool = True) -> KernelSpec:
-    """Validate one kernel declaration (from a cu/*.toml entry or a manifest entry): unknown fields,
-    wrong types and out-of-range values are ManifestErrors naming the kernel, the field and the value."""
+def _table(d: Any, where: str, required: tuple, optional: tuple = ()) -> Mapping[str, Any]:
+    """`d` as a table holding every `required` key and nothing unknown, else a ManifestError."""
     if not isinstance(d, Mapping):
-        raise ManifestError(f"a kernel declaration must be a table, got {type(d).__name__}")
+        raise ManifestError(f"{where} must be a table, got {_show(d)}")
+    missing = [k for k in required if k not in d]
+    unknown = sorted(str(k) for k in set(d) - set(required) - set(optional))
+    if missing or unknown:
+        problems = ([f"missing {missing}"] if missing else []) + ([f"unknown {unknown}"] if unknown else [])
+        raise ManifestError(f"{where}: {', '.join(problems)} key(s); it holds {list(required + optional)}")
+    return d
+
+
+def _tables(complete: bool) -> tuple:
+    # a toml may leave a table out (or null); a manifest entry writes it, {} when empty, so that a null
+    # there is damage rather than "no requirement"
+    return (Mapping,) if complete else (Mapping, type(None))
+
+
+def _variants(d: Mapping[str, Any], name: str, complete: bool) -> dict[str, tuple]:
+    """axis -> non-empty list of values, all integers (>= 0) or all strings, each making an identifier
+    suffix (`name__<axis><value>`): a value whose type changed would keep its symbol and change its meaning."""
+    variants = _typed(d, "variants", _tables(complete), "a table of axis -> list of values", name, {}) or {}
+    out = {}
+    for axis, values in variants.items():
+        ok = isinstance(axis, str) and isinstance(values, (list, tuple)) and len(values) > 0 and (
+            all(_is_int(v) and v >= 0 for v in values) or all(isinstance(v, str) for v in values))
+        if not ok or not all(f"{axis}{v}".isidentifier() for v in values):
+            raise ManifestError(f"{name}: variants must map axis -> non-empty list of integers or of strings "
+                                f"(one type per axis), got {axis!r} = {_show(values)}")
+        out[axis] = tuple(values)
+    return out
+
+
+def _tma(d: Mapping[str, Any], params: tuple, name: str, complete: bool) -> dict[str, Any] | None:
+    """operand -> { box = [inner, outer], swizzle = bytes } for tmap:<operand> parameters, swizzle
+    written out (a manifest the build wrote describes every tmap operand, and only those)."""
+    tma = _typed(d, "tma", (Mapping, type(None)), "a table of operand -> { box, swizzle }", name)
+    operands = [p.partition(":")[2] for p in params if p.startswith("tmap:")]
+    if tma is None and not (complete and operands):
+        return None
+    if not set(tma or {}) <= set(operands) or complete and (set(tma or {}) != set(operands) or tma == {}):
+        raise ManifestError(f"{name}: tma describes {sorted(tma or {})}, its tmap parameters are {operands}"
+                            + ("" if operands else " (a kernel without them has tma = null)"))
+    if not tma:
+        return None
+    out = {}
+    for op, entry in tma.items():
+        entry = _table(entry, f"{name}: tma.{op}", ("box", "swizzle") if complete else ("box",), ("swizzle",))
+        box, swizzle = entry["box"], entry.get("swizzle", 0)
+        if not (isinstance(box, (list, tuple)) and len(box) == 2 and all(_is_int(x) and 1 <= x <= 256 for x in box)):
+            raise ManifestError(f"{name}: tma.{op}.box must be [inner, outer] with 1..256 each, got {_show(box)}")
+        if not _is_int(swizzle) or swizzle not in TMA_SWIZZLES:
+            raise ManifestError(f"{name}: tma.{op}.swizzle must be one of {list(TMA_SWIZZLES)} bytes, got {_show(swizzle)}")
+        out[op] = {"box": list(box), "swizzle": swizzle}
+    return out
+
+
+def kernel_spec_from_dict(d: Mapping[str, Any], with_builds: bool = True, complete: bool = False) -> KernelSpec:
+    """Validate one kernel declaration (from a cu/*.toml entry or a manifest entry): unknown fields,
+    wrong types and out-of-range values are ManifestErrors naming the kernel, the field and the value.
+    `complete` (a manifest entry as the build writes it): every field is present, builds carry every
+    figure and exactly the kernel's symbols, so a deleted or retyped entry never loads as a default."""
+    if not isinstance(d, Mapping):
+        raise ManifestError(f"a kernel declaration must be a table, got {_show(d)}")
     name = d.get("name")
     if not isinstance(name, str) or not name.isidentifier():
-        raise ManifestError(f"kernel name must be an identifier, got {name!r}")
+        raise ManifestError(f"kernel name must be an identifier, got {_show(name)}")
     unknown = sorted(set(d) - set(DECLARED_FIELDS) - (set(MANIFEST_FIELDS) if with_builds else set()))
     if unknown:
         raise ManifestError(f"{name}: unknown field(s) {unknown}; a declaration has {list(DECLARED_FIELDS)}")
-    missing = [k for k in ("family", "ladder", "layout", "dtype", "out", "block", "tile", "grid") if k not in d]
+    needed = DECLARED_FIELDS + MANIFEST_FIELDS if complete else ("family", "ladder", "layout", "dtype", "out",
+                                                                 "block", "tile", "grid")
+    missing = [k for k in needed if k not in d]
     if missing:
         raise ManifestError(f"{name}: missing field(s) {missing}")
+    family = _typed(d, "family", (str,), "the family (file stem) name", name)
     step = _typed(d, "step", (int,), "a non-negative integer", name, 0)
     align = _typed(d, "align", (int,), "a power of two from 1 to 256 (bytes)", name, 16)
     if step < 0:
@@ -214,25 +294,21 @@ def kernel_spec_from_dict(d: Mapping[str, Any], with_builds: bool = True) -> Ker
         raise ManifestError(f"{name}: align must be a power of two from 1 to 256 (bytes), got {align!r}")
     dsmem = _typed(d, "dsmem", (int, str), "bytes or an expression", name, 0)
     technique = _typed(d, "technique", (str,), "a string", name, "")
-    tma = _typed(d, "tma", (Mapping, type(None)), "a table of operand -> { box, swizzle }", name)
-    default = _typed(d, "default", (Mapping, type(None)), "a table of axis -> value", name) or {}
+    default = _typed(d, "default", _tables(complete), "a table of axis -> value", name, {}) or {}
     aliases, sass = _str_list(d, "aliases", name), _str_list(d, "sass", name)
     if not all(a.isidentifier() for a in aliases):
         raise ManifestError(f"{name}: aliases must be identifiers, got {list(aliases)}")
-    variants = d.get("variants", {}) or {}
-    if not isinstance(variants, Mapping) or not all(
-        isinstance(v, (list, tuple)) and len(v) > 0 for v in variants.values()
-    ):
-        raise ManifestError(f"{name}: variants must map axis -> non-empty list, got {variants!r}")
-    require = dict(_typed(d, "require", (Mapping, type(None)), "a table of M/N/K -> multiple", name) or {})
+    variants = _variants(d, name, complete)
+    require = dict(_typed(d, "require", _tables(complete), "a table of M/N/K -> multiple", name, {}) or {})
     for dim, mult in require.items():
-        if dim not in ("M", "N", "K") or isinstance(mult, bool) or not isinstance(mult, int) or mult < 1:
-            raise ManifestError(f"{name}: require must map M/N/K to positive integers, got {require!r}")
+        if dim not in ("M", "N", "K") or not _is_int(mult) or mult < 1:
+            raise ManifestError(f"{name}: require must map M/N/K to positive integers, got {_show(require)}")
     params = _str_list(d, "params", name, DEFAULT_PARAMS)
     for p in params:
         kind, _, what = p.partition(":")
         if kind not in PARAM_KINDS or not what:
             raise ManifestError(f"{name}: parameter {p!r} is not <{'|'.join(PARAM_KINDS)}>:<name>")
+    tma = _tma(d, params, name, complete)
     archs = _str_list(d, "archs", name, ("80", "86", "89", "90"))
     for a in archs:
         _choice(a, ARCHS, "arch", name)
@@ -242,7 +318,7 @@ def kernel_spec_from_dict(d: Mapping[str, Any], with_builds: bool = True) -> Ker
             _choice(a, ACCS, "acc variant", name)
     spec = KernelSpec(
         name=name,
-        family=str(d["family"]),
+        family=family,
         ladder=_choice(d["ladder"], LADDERS, "ladder", name),
         step=step,
         layout=_choice(d["layout"], LAYOUTS, "layout", name),
@@ -255,7 +331,7 @@ def kernel_spec_from_dict(d: Mapping[str, Any], with_builds: bool = True) -> Ker
         dsmem=dsmem,
         require=require,
         align=align,
-        variants={k: tuple(v) for k, v in variants.items()},
+        variants=variants,
         aliases=aliases,
         archs=archs,
         params=params,
@@ -274,7 +350,7 @@ def kernel_spec_from_dict(d: Mapping[str, Any], with_builds: bool = True) -> Ker
         raise ManifestError(f"{name}: a_order = \"col\" needs a tmap:A parameter (the tensor map reads A^T)")
     for axis, value in spec.default.items():
         if value not in spec.variants.get(axis, ()):
-            raise ManifestError(f"{name}: default {axis}={value!r} is not among its variants {dict(spec.variants)}")
+            raise ManifestError(f"{name}: default {axis}={_show(value)} is not among its variants {dict(spec.variants)}")
     if spec.threads > 1024:
         raise ManifestError(f"{name}: block {spec.block} has {spec.threads} threads (> 1024)")
     for choice in spec.variant_choices():  # every variant's smem expression must evaluate
@@ -285,20 +361,72 @@ def kernel_spec_from_dict(d: Mapping[str, Any], with_builds: bool = True) -> Ker
             raise ManifestError(f"{name}: dsmem {spec.dsmem!r} for {choice}: {exc}") from None
     if not with_builds:
         return spec
-    builds = {}
-    for arch, b in (d.get("builds") or {}).items():
-        builds[arch] = ArchBuild(
-            arch=arch,
-            cubin=b["cubin"],
-            sha256=b["sha256"],
-            symbols={s: SymbolInfo(**info) for s, info in b["symbols"].items()},
-            warnings=tuple(b.get("warnings", ())),
-        )
-        absent = set(spec.symbols()) - set(builds[arch].symbols)
-        if absent:
-            raise ManifestError(f"{name}: sm_{arch} cubin lacks symbol(s) {sorted(absent)}; {REBUILD_HINT}")
-    ptx = d.get("ptx")
-    return KernelSpec(**{**spec.__dict__, "builds": builds, "ptx": PtxBuild(**ptx) if ptx else None})
+    builds_in = _typed(d, "builds", (Mapping, type(None)), "a table of arch -> build", name) or {}
+    builds = {arch: _arch_build(spec, arch, b, complete) for arch, b in builds_in.items()}
+    ptx = _typed(d, "ptx", (Mapping, type(None)), "a table { arch, path, sha256 } or null", name)
+    if complete and (ptx is None) != (PTX_ARCH not in builds):  # the PTX comes with the sm_90 cubin
+        raise ManifestError(f"{name}: ptx must be the PTX of its sm_{PTX_ARCH} build, and null without one; got "
+                            f"{_show(ptx)} with builds for {sorted(builds)}")
+    if ptx is not None:
+        ptx = _table(ptx, f"{name}: ptx", ("arch", "path", "sha256"))
+        _choice(ptx["arch"], (PTX_ARCH,) if complete else ARCHS, "ptx arch", name)
+        _file_ref(ptx, "path", f"{name}: ptx", complete)
+        ptx = PtxBuild(**ptx)
+    return KernelSpec(**{**spec.__dict__, "builds": builds, "ptx": ptx})
+
+
+def _file_ref(d: Mapping[str, Any], key: str, where: str, complete: bool) -> None:
+    """d[key] a relative path, d["sha256"] its digest (64 lowercase hex digits where the build wrote it)."""
+    if not isinstance(d[key], str):
+        raise ManifestError(f"{where}: {key} must be a path relative to the artifacts directory, got {_show(d[key])}")
+    sha = d["sha256"]
+    if not isinstance(sha, str) or complete and not _SHA256.fullmatch(sha):
+        raise ManifestError(f"{where}: sha256 must be 64 hex digits, got {_show(sha)}")
+
+
+def _arch_build(spec: KernelSpec, arch: Any, b: Any, complete: bool) -> ArchBuild:
+    where = f"{spec.name}: sm_{arch} build"
+    if arch not in spec.archs:
+        raise ManifestError(f"{spec.name}: has a build for {_show(arch)}, but declares only {list(spec.archs)}")
+    b = _table(b, where, ("cubin", "sha256", "symbols") + (("warnings",) if complete else ()), ("warnings",))
+    _file_ref(b, "cubin", where, complete)
+    warnings = _str_list(b, "warnings", where)
+    symbols_in = b["symbols"]
+    if not isinstance(symbols_in, Mapping):
+        raise ManifestError(f"{where}: symbols must be a table of symbol -> ptxas figures, got {_show(symbols_in)}")
+    wanted = dict(zip(spec.symbols(), spec.variant_choices()))
+    absent = sorted(set(wanted) - set(symbols_in))
+    if absent:
+        raise ManifestError(f"{spec.name}: sm_{arch} cubin lacks symbol(s) {absent}")
+    if complete and set(symbols_in) != set(wanted):
+        raise ManifestError(f"{where}: symbols {sorted(set(symbols_in) - set(wanted))} are not among the kernel's "
+                            f"variants {dict(spec.variants)}")
+    symbols = {}
+    for sym, info in symbols_in.items():
+        info = _table(info, f"{where}: symbol {sym}", SYMBOL_FIELDS if complete else SYMBOL_FIELDS_REQUIRED,
+                      SYMBOL_FIELDS)
+        for k, v in info.items():
+            if not _is_int(v) or v < 0:
+                raise ManifestError(f"{where}: symbol {sym} {k} must be a non-negative integer, got {_show(v)}")
+        symbols[sym] = SymbolInfo(**info)
+        if complete and sym in wanted and info["dynamic_smem"] != spec.dsmem_bytes(wanted[sym]):
+            raise ManifestError(f"{where}: symbol {sym} exports {info['dynamic_smem']} bytes of dynamic smem, its "
+                                f"dsmem {spec.dsmem!r} gives {spec.dsmem_bytes(wanted[sym])}")
+    return ArchBuild(arch=arch, cubin=b["cubin"], sha256=b["sha256"], symbols=symbols, warnings=warnings)
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, Mapping):
+        return {k: _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    return v
+
+
+def declaration_dict(spec: KernelSpec) -> dict[str, Any]:
+    """Every declared field of `spec` written out in JSON types: a manifest entry before its builds
+    (a default the toml left implicit is explicit here, so no field of a manifest entry is optional)."""
+    return {f: _jsonable(getattr(spec, f)) for f in DECLARED_FIELDS}
 
 
 def sha256_file(path: Path) -> str:
@@ -337,19 +465,37 @@ class Manifest:
             data = json.loads(path.read_text())
         except (OSError, ValueError) as exc:
             raise ManifestError(f"{path} is not readable JSON ({exc}); {REBUILD_HINT}") from None
-        if not isinstance(data, dict) or data.get("schema") != SCHEMA_VERSION:
-            got = data.get("schema") if isinstance(data, dict) else type(data).__name__
-            raise ManifestError(
-                f"{path} has schema {got!r}, this runtime reads schema {SCHEMA_VERSION}; {REBUILD_HINT}"
-            )
-        kernels = {k["name"]: kernel_spec_from_dict(k) for k in data.get("kernels", [])}
-        aliases = {}
-        for spec in kernels.values():
-            for alias in spec.aliases:
-                if alias in kernels or alias in aliases:
-                    raise ManifestError(f"alias {alias!r} of {spec.name} clashes with another name")
-                aliases[alias] = spec.name
-        return cls(root, kernels, aliases, str(data.get("build_hash", "")), str(data.get("nvcc", "")))
+        return cls.from_dict(data, root, str(path))
+
+    @classmethod
+    def from_dict(cls, data: Any, root: Path, source: str = "the manifest") -> "Manifest":
+        """Validate a parsed manifest. Anything structurally wrong (types, missing or unknown keys) is a
+        ManifestError naming `source`, the place and the value, and how to rebuild."""
+        if not isinstance(data, Mapping):
+            raise ManifestError(f"{source} holds a JSON {type(data).__name__}, not a manifest table; {REBUILD_HINT}")
+        if data.get("schema") != SCHEMA_VERSION:
+            raise ManifestError(f"{source} has schema {_show(data.get('schema'))}, this runtime reads schema "
+                                f"{SCHEMA_VERSION}; {REBUILD_HINT}")
+        try:
+            _table(data, "the top level", TOP_FIELDS)
+            for key in ("nvcc", "build_hash", "created"):
+                _typed(data, key, (str,), "a string", "the top level")
+            entries = _typed(data, "kernels", (list,), "a list of kernel entries", "the top level")
+            kernels: dict[str, KernelSpec] = {}
+            for entry in entries:
+                spec = kernel_spec_from_dict(entry, complete=True)
+                if spec.name in kernels:
+                    raise ManifestError(f"kernel {spec.name} is listed twice")
+                kernels[spec.name] = spec
+            aliases: dict[str, str] = {}
+            for spec in kernels.values():
+                for alias in spec.aliases:
+                    if alias in kernels or alias in aliases:
+                        raise ManifestError(f"alias {alias!r} of {spec.name} clashes with another name")
+                    aliases[alias] = spec.name
+        except ManifestError as exc:
+            raise ManifestError(f"{source}: {exc}; {REBUILD_HINT}") from None
+        return cls(root, kernels, aliases, data["build_hash"], data["nvcc"])
 
     def canonical(self, name: str) -> str | None:
         return name if name in self.kernels else self.aliases.get(name)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -144,3 +145,140 @@ def test_any_mutated_declaration_is_accepted_or_refused_with_a_manifest_error(mu
         kernel_spec_from_dict(d, with_builds=False)
     except ManifestError:
         pass
+
+
+# -- a structurally broken manifest is a ManifestError naming the problem and the rebuild ----------------
+
+def _valid_manifest() -> dict:
+    """A manifest as the build writes it (hgemm_build.publish.merge), for kernels that cover the shapes
+    of an entry: variants (ints and strings), tensor maps, require, default, cluster, PTX."""
+    from hgemm_build.jobs import Built
+    from hgemm_build.publish import merge
+    from hgemm_rt.manifest import SYMBOL_FIELDS
+
+    wanted = {"naive", "sgemm_wmma", "hgemm_sm90", "util"}
+    families = [f for f in CATALOG if f.name in wanted]
+    built = {}
+    for fam in families:
+        for arch in fam.archs:
+            symbols = {s: {**{k: 0 for k in SYMBOL_FIELDS}, "registers": 32, "dynamic_smem": spec.dsmem_bytes(c)}
+                       for spec in fam.kernels if arch in spec.archs
+                       for s, c in zip(spec.symbols(), spec.variant_choices())}
+            ptx = Path(__file__) if arch == "90" else None  # any file stands in for the PTX (merge hashes it)
+            built[(fam.name, arch)] = Built(fam.name, arch, ROOT / "x.cubin", f"{len(built):064x}", symbols,
+                                            ("ptxas warning: x",), ptx)
+    entries, _, _ = merge(families, built, {}, [], ROOT / "no-artifacts")
+    return {"schema": SCHEMA_VERSION, "nvcc": "13.0.88", "build_hash": "0123456789abcdef",
+            "created": "2025-01-01T00:00:00Z", "kernels": entries}
+
+
+VALID = _valid_manifest()
+LOADED = Manifest.from_dict(VALID, ROOT, "m")
+# tables whose keys are data (an arch, a symbol, an axis): deleting one of their entries is a smaller
+# build or another declaration, not damage, so the property below deletes only keys of fixed records
+MAPS = {"builds", "symbols", "require", "variants", "default", "tma"}
+OTHER_TYPES = [None, 0, 7, -1, 1.5, True, False, "", "x", "90", "BM * 2", [], [1], ["a"], {}, {"a": 1}]
+
+
+def _json_type(v):
+    return type(v).__name__
+
+
+def _paths(node, path=()):
+    """Every (path, may_delete, JSON type of the value there) in the JSON tree."""
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for key, child in items:
+        here = path + (key,)
+        yield here, isinstance(node, dict) and (not path or path[-1] not in MAPS), _json_type(child)
+        yield from _paths(child, here)
+
+
+PATHS = list(_paths(VALID))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(range(len(PATHS))), st.sampled_from(range(len(OTHER_TYPES) + 1))),
+                min_size=1, max_size=3))
+def test_a_damaged_manifest_loads_the_same_or_raises_manifest_error(mutations):
+    """Deleted keys and values of another type: the manifest means what it meant, or it is refused
+    with a ManifestError that says how to rebuild (never a KeyError/TypeError from deeper code)."""
+    import copy
+
+    data = copy.deepcopy(VALID)
+    changed = False
+    for p, v in mutations:
+        path, may_delete, valid_type = PATHS[p]
+        parent = data
+        try:
+            for key in path[:-1]:
+                parent = parent[key]
+            old = parent[path[-1]]
+        except (KeyError, IndexError, TypeError):
+            continue  # an earlier mutation removed or replaced this place
+        if v == len(OTHER_TYPES):
+            if may_delete:
+                del parent[path[-1]]
+                changed = True
+        elif _json_type(OTHER_TYPES[v]) not in (valid_type, _json_type(old)):  # never back to a valid type
+            parent[path[-1]] = copy.deepcopy(OTHER_TYPES[v])
+            changed = True
+    try:
+        loaded = Manifest.from_dict(data, ROOT, "m")
+    except ManifestError as exc:
+        assert "build_kernels.py" in str(exc)
+        return
+    assert loaded == LOADED or not changed, "a damaged manifest loaded with another meaning"
+
+
+@pytest.mark.parametrize("text,match", [
+    ("{not json", "is not readable JSON"),
+    ("[1, 2]", "holds a JSON list, not a manifest table"),
+    ('{"schema": 2, "nvcc": "13.0", "build_hash": "x", "created": "x", "kernels": {}}',
+     "kernels must be a list of kernel entries, got {}"),
+    ('{"schema": 2, "nvcc": "13.0", "build_hash": "x", "kernels": []}', r"the top level: missing \['created'\]"),
+    ('{"schema": 2, "nvcc": 13, "build_hash": "x", "created": "x", "kernels": []}', "nvcc must be a string, got 13"),
+    ('{"schema": 2, "nvcc": "13.0", "build_hash": "x", "created": "x", "kernels": ["k"]}',
+     "a kernel declaration must be a table, got 'k'"),
+])
+def test_a_broken_manifest_file_names_the_problem_and_the_rebuild(tmp_path, text, match):
+    (tmp_path / "manifest.json").write_text(text)
+    with pytest.raises(ManifestError, match=match) as exc:
+        Manifest.load(tmp_path)
+    assert str(tmp_path / "manifest.json") in str(exc.value) and "rebuild with `python build_kernels.py`" in str(exc.value)
+
+
+@pytest.mark.parametrize("damage,match", [
+    (lambda k: k.pop("dsmem"), r"sgemm_wmma_\w+: missing field\(s\) \['dsmem'\]"),
+    (lambda k: k["builds"]["90"].pop("sha256"), r"sm_90 build: missing \['sha256'\]"),
+    (lambda k: k["builds"].update({"90": []}), "sm_90 build must be a table, got"),
+    (lambda k: k["builds"]["90"].update(symbols=[]), "symbols must be a table of symbol -> ptxas figures"),
+    (lambda k: next(iter(k["builds"]["90"]["symbols"].values())).pop("registers"), r"missing \['registers'\]"),
+    (lambda k: next(iter(k["builds"]["90"]["symbols"].values())).update(dynamic_smem=1),
+     "exports 1 bytes of dynamic smem, its dsmem 'stages .*' gives 37888"),
+    (lambda k: k["variants"].update(stages=[2, "3"]), "one type per axis"),
+    (lambda k: k.update(require=None), "require must be a table"),
+    (lambda k: k.update(ptx={"arch": "90"}), r"ptx: missing \['path', 'sha256'\]"),
+])
+def test_a_broken_kernel_entry_names_the_kernel_and_the_field(damage, match):
+    import copy
+
+    data = copy.deepcopy(VALID)
+    damage(next(k for k in data["kernels"] if k["name"].startswith("sgemm_wmma")))
+    with pytest.raises(ManifestError, match=match):
+        Manifest.from_dict(data, ROOT, "m")
+
+
+def test_every_declaration_survives_the_manifest_round_trip():
+    from hgemm_rt.manifest import declaration_dict, kernel_spec_from_dict
+
+    for spec in DECLARED:
+        assert kernel_spec_from_dict(declaration_dict(spec), with_builds=False) == spec, spec.name
+
+
+def test_every_built_symbol_records_the_dynamic_smem_its_kernel_exports(manifest):
+    """The build checked each export against dsmem; the manifest keeps the kernel's own figure."""
+    wrong = [(spec.name, arch, sym, info.dynamic_smem, spec.dsmem_bytes(choice))
+             for spec in manifest.kernels.values() for arch, b in spec.builds.items()
+             for sym, choice in zip(spec.symbols(), spec.variant_choices())
+             for info in [b.symbols[sym]] if info.dynamic_smem != spec.dsmem_bytes(choice)]
+    assert not wrong, f"{len(wrong)} symbols, e.g. (kernel, arch, symbol, exported, declared): {wrong[:5]}"
