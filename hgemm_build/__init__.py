@@ -1,1 +1,3 @@
-"""Build-side helpers for build_kernels.py: the kernel catalogue (cu/*.toml) and the nvcc toolchain."""
+"""The kernel build: `hgemm_build.cli:main` (`python build_kernels.py`, `hgemm-build`) compiles the families
+declared in cu/*.toml (catalog) with nvcc (toolchain) as cached, checked jobs (jobs, cubin) and publishes
+them into artifacts/ and its manifest (publish)."""

@@ -218,7 +218,8 @@ def _table(d: Any, where: str, required: tuple, optional: tuple = ()) -> Mapping
     unknown = sorted(str(k) for k in set(d) - set(required) - set(optional))
     if missing or unknown:
         problems = ([f"missing {missing}"] if missing else []) + ([f"unknown {unknown}"] if unknown else [])
-        raise ManifestError(f"{where}: {', '.join(problems)} key(s); it holds {list(required + optional)}")
+        expected = list(dict.fromkeys(required + optional))
+        raise ManifestError(f"{where}: {', '.join(problems)} key(s); expected {expected}")
     return d
 
 
@@ -262,7 +263,8 @@ def _tma(d: Mapping[str, Any], params: tuple, name: str, complete: bool) -> dict
         if not (isinstance(box, (list, tuple)) and len(box) == 2 and all(_is_int(x) and 1 <= x <= 256 for x in box)):
             raise ManifestError(f"{name}: tma.{op}.box must be [inner, outer] with 1..256 each, got {_show(box)}")
         if not _is_int(swizzle) or swizzle not in TMA_SWIZZLES:
-            raise ManifestError(f"{name}: tma.{op}.swizzle must be one of {list(TMA_SWIZZLES)} bytes, got {_show(swizzle)}")
+            raise ManifestError(f"{name}: tma.{op}.swizzle must be one of {list(TMA_SWIZZLES)} bytes, "
+                                f"got {_show(swizzle)}")
         out[op] = {"box": list(box), "swizzle": swizzle}
     return out
 
@@ -350,7 +352,8 @@ def kernel_spec_from_dict(d: Mapping[str, Any], with_builds: bool = True, comple
         raise ManifestError(f"{name}: a_order = \"col\" needs a tmap:A parameter (the tensor map reads A^T)")
     for axis, value in spec.default.items():
         if value not in spec.variants.get(axis, ()):
-            raise ManifestError(f"{name}: default {axis}={_show(value)} is not among its variants {dict(spec.variants)}")
+            raise ManifestError(f"{name}: default {axis}={_show(value)} is not among its variants "
+                                f"{dict(spec.variants)}")
     if spec.threads > 1024:
         raise ManifestError(f"{name}: block {spec.block} has {spec.threads} threads (> 1024)")
     for choice in spec.variant_choices():  # every variant's smem expression must evaluate

@@ -244,7 +244,8 @@ def test_a_broken_manifest_file_names_the_problem_and_the_rebuild(tmp_path, text
     (tmp_path / "manifest.json").write_text(text)
     with pytest.raises(ManifestError, match=match) as exc:
         Manifest.load(tmp_path)
-    assert str(tmp_path / "manifest.json") in str(exc.value) and "rebuild with `python build_kernels.py`" in str(exc.value)
+    message = str(exc.value)
+    assert str(tmp_path / "manifest.json") in message and "rebuild with `python build_kernels.py`" in message
 
 
 @pytest.mark.parametrize("damage,match", [
