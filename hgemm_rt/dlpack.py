@@ -8,7 +8,6 @@ still bearing its first name was never taken, and its destructor releases the ex
 from __future__ import annotations
 
 import ctypes
-import threading
 from typing import Any, Callable
 
 from .dtypes import ITEMSIZE
@@ -94,8 +93,9 @@ class _Export:
         self.managed, self.shape, self.strides, self.keep, self.on_release = managed, shape, strides, keep, on_release
 
 
-_live: dict[int, _Export] = {}  # struct address -> its export
-_live_lock = threading.Lock()
+# struct address -> its export. No lock: a dict's set and pop are atomic, and a lock here could be
+# re-entered by a capsule destructor that garbage collection runs while it is held.
+_live: dict[int, _Export] = {}
 
 
 def live_exports() -> int:
@@ -104,8 +104,7 @@ def live_exports() -> int:
 
 
 def _release(address: int | None) -> None:
-    with _live_lock:
-        export = _live.pop(address or 0, None)
+    export = _live.pop(address or 0, None)
     if export is not None:  # (once: the deleter and an unconsumed capsule's destructor never both find it)
         export.on_release()
 
@@ -154,11 +153,9 @@ def make_capsule(ptr: int, shape: tuple[int, ...], strides: tuple[int, ...], dty
         managed.version = DLPackVersion(*VERSION)
         managed.flags = flags
     address = ctypes.addressof(managed)
-    with _live_lock:
-        _live[address] = _Export(managed, shape_arr, strides_arr, keep, on_release)
+    _live[address] = _Export(managed, shape_arr, strides_arr, keep, on_release)
     try:
         return _capsule_new(address, NAME_VERSIONED if versioned else NAME, _DESTRUCTOR_PTR)
     except BaseException:  # no capsule: nothing was exported (the caller undoes its own bookkeeping)
-        with _live_lock:
-            del _live[address]
+        del _live[address]
         raise

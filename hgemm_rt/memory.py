@@ -17,7 +17,9 @@ from .device import get_device, stream_handle
 from .dtypes import ITEMSIZE, dtype_code, numpy_dtype
 from .errors import ValidationError
 
-_exports_lock = threading.Lock()  # guards the export counts and deferred closes of every array
+# guards the export counts and deferred closes of every array; re-entrant because garbage collection may
+# run a capsule's release while this thread holds it
+_exports_lock = threading.RLock()
 
 
 class DeviceArray:
