@@ -143,7 +143,9 @@ def test_stream_speaks_the_cuda_stream_protocol():
             from cuda.core import Device
         except ImportError:
             Device = pytest.importorskip("cuda.core.experimental").Device
-        theirs = Device(0).create_stream(s)  # cuda.core wraps a foreign stream through the protocol
+        dev = Device(0)
+        dev.set_current()  # (cuda.core's rule; the primary context, the one hgemm uses)
+        theirs = dev.create_stream(s)  # cuda.core wraps a foreign stream through the protocol
         assert int(theirs.handle) == s.ptr
 
 
