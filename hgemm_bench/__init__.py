@@ -20,6 +20,13 @@ Modules, in the order a run uses them:
     matmul_table    its sections as data: rows (shapes, host calls), baseline, target (no GPU)
     matmul_section  the measuring: against cuBLAS and torch.matmul, host cost per call; its JSON
 
+`python bench.py --profile [JSON]` runs Nsight Compute over every rung; `--ladder-doc JSON` renders
+docs/ladder.md from its JSON and docs/ladder_notes.toml (no GPU):
+    ncu         finding ncu, its command line, its raw-page CSV parsed into base units (no GPU)
+    counters    the metrics collected and the counters derived from them; comparing two rungs
+    profile     the batches (one ncu process per ladder), the launcher ncu profiles, the JSON
+    ladder_doc  the notes checked against the counters, the markdown and its roofline figure
+
 `python scripts/sanitize.py` runs compute-sanitizer over every kernel:
     sanitize        the driver: one sanitizer process per tool and part, the child that launches and
                     checks (through hgemm_rt.testing, the tests' harness), the summary of each log

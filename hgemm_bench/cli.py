@@ -111,6 +111,9 @@ class Settings:
     autotune: bool = False
     steady: int | None = None  # rounds of the steady-state protocol; None: the default protocol
     warm_s: float = STEADY_WARM_S
+    profile: str | None = None  # --profile: the JSON to write (hgemm_bench/profile.py)
+    ladder_doc: str | None = None  # --ladder-doc: the profile JSON to render (hgemm_bench/ladder_doc.py)
+    ladder_doc_out: str = "docs/ladder.md"
 
     def settings_record(self) -> dict:
         """What a results file records about how it was measured."""
@@ -179,6 +182,16 @@ def build_parser() -> argparse.ArgumentParser:
                          "(default all)")
     mm.add_argument("--autotune", action="store_true",
                     help="with --matmul: autotune every cuBLAS-section shape first (writes the tuning cache)")
+
+    pf = ap.add_argument_group("profile (Nsight Compute over the ladders; docs/ladder.md)")
+    pf.add_argument("--profile", nargs="?", const="ladder_profile.json", metavar="JSON",
+                    help="run ncu over every rung of every ladder (default variant; the group flags and --kernels "
+                         "narrow it) at one shape (--MNK, default 4096) and write its counters to JSON "
+                         "(default ladder_profile.json)")
+    pf.add_argument("--ladder-doc", metavar="PROFILE_JSON",
+                    help="render docs/ladder.md and its roofline figure from a --profile JSON and exit (no GPU)")
+    pf.add_argument("--ladder-doc-out", default="docs/ladder.md", metavar="MD",
+                    help="the document --ladder-doc writes (default docs/ladder.md; the figure goes beside it)")
 
     rd = ap.add_argument_group("README (no GPU)")
     rd.add_argument("--readme", metavar="RESULTS_JSON",
@@ -268,4 +281,5 @@ def parse_args(argv: list[str] | None = None) -> Settings:
         plots=args.plots or [], out=args.out,
         matmul=sections, autotune=args.autotune, steady=args.steady,
         warm_s=STEADY_WARM_S if args.warm_s is None else args.warm_s,
+        profile=args.profile, ladder_doc=args.ladder_doc, ladder_doc_out=args.ladder_doc_out,
     )

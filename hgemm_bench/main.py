@@ -136,6 +136,14 @@ def main(argv: list[str] | None = None) -> int:
         return readme_mode(s)
     if s.plots:
         return plots_mode(s)
+    if s.ladder_doc:
+        from .ladder_doc import ladder_doc_mode
+
+        return ladder_doc_mode(s.ladder_doc, s.ladder_doc_out)
+    if s.profile:
+        from .profile import profile_mode
+
+        return profile_mode(s, command_line(argv), build_record)
     if s.matmul:
         return matmul_mode(s, argv)
     if s.plot and not pl.have_matplotlib():
