@@ -64,6 +64,7 @@ METRICS: dict[str, str] = {
     "l2_hz": "lts__cycles_elapsed.avg.per_second",
     "hmma": "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
     "gmma": "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
+    "tensor": "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active",
     "fma": "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active",
     "fp16": "sm__pipe_fp16_cycles_active.avg.pct_of_peak_sustained_active",
     "cpi": "smsp__average_warp_latency_per_inst_issued.ratio",
@@ -200,8 +201,8 @@ COUNTERS: tuple[Counter, ...] = (
     Counter("dram_pct", "DRAM throughput", "%", "pct", "", "dram__throughput.avg.pct_of_peak_sustained_elapsed",
             _raw("dram_pct")),
     Counter("tensor_pipe_pct", "tensor pipe", "%", "pct", "up",
-            "sm__pipe_tensor_op_{hmma,gmma}_cycles_active.avg.pct_of_peak_sustained_active (mma.sync/WMMA "
-            "or wgmma, whichever ran)", _largest("hmma", "gmma")),
+            "sm__pipe_tensor{,_op_hmma,_op_gmma}_cycles_active.avg.pct_of_peak_sustained_active (the largest: "
+            "mma.sync/WMMA or wgmma, whichever ran)", _largest("hmma", "gmma", "tensor")),
     Counter("simt_pipe_pct", "FMA pipe", "%", "pct", "up",
             "sm__pipe_{fma,fp16}_cycles_active.avg.pct_of_peak_sustained_active (FFMA / HFMA2)",
             _largest("fma", "fp16")),

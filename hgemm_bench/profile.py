@@ -112,6 +112,7 @@ def launch_batch(spec: dict) -> dict:
 
     M, N, K = spec["shape"]
     dev = hg.get_device()
+    device = device_record(dev)
     registry = hg.get_registry()
     inp = ShapeInputs(M, N, K, np.random.default_rng(spec["seed"]), check_rows=1)
     records = []
@@ -151,8 +152,11 @@ def launch_batch(spec: dict) -> dict:
                 rec.update(status="error", reason=f"{type(exc).__name__}: {exc}")
             records.append(rec)
     finally:
-        inp.close()
-    return {"device": device_record(dev), "launches": records}
+        try:
+            inp.close()
+        except (hg.HgemmError, RuntimeError):
+            pass  # a kernel that broke the context breaks the frees too; the record says which
+    return {"device": device, "launches": records}
 
 
 def launch_main(spec_path: str) -> int:
@@ -290,6 +294,11 @@ def run_all(exe: str, batches: list[Batch], shape: tuple[int, int, int], workdir
     return {"metrics": metrics, "dropped": dropped, "batches": runs}
 
 
+def function_name(kernel: str) -> str:
+    """'hgemm_naive_f16' from ncu's kernel name, with or without a parameter list."""
+    return kernel.split("(")[0].strip()
+
+
 def assemble(workdir: Path, meta: dict) -> dict:
     """The profile JSON from a run's files: each launch record joined with ncu's row for its symbol
     (a cuBLAS batch: the longest of the kernels cuBLAS launched)."""
@@ -317,12 +326,13 @@ def assemble(workdir: Path, meta: dict) -> dict:
                     rows = sorted(launches, key=lambda L: -(L.metrics.get(ct.METRICS["time"]) or 0.0))
                     k["ncu_kernels"] = [L.kernel for L in launches]
                 else:
-                    rows = [L for L in launches if L.kernel == rec["symbol"]]
+                    rows = [L for L in launches if function_name(L.kernel) == rec["symbol"]]
                 if rows:
                     row = rows[0]
                     k["status"] = "ok"
                     k["ncu_kernel"] = row.kernel
-                    k["passes"] = next((n for name, n in passes if name == row.kernel), None)
+                    k["passes"] = next((n for name, n in passes if function_name(name) == function_name(row.kernel)),
+                                       None)
                     k["metrics"] = {m: v for m, v in row.metrics.items() if m in wanted}
                 else:
                     k["status"] = "not profiled"
