@@ -345,22 +345,9 @@ __device__ __forceinline__ void gemm_mma(const typename C::Elem* __restrict__ A,
             make_float2(acc[mi][ni][2], acc[mi][ni][3]);
       }
   }
-  uint32_t rank = 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (splits > 1) {
-    rank = hgu::cluster_ctarank();
-    hgu::cluster_sync();
-  } else {
-    __syncthreads();
-  }
-#else
-  __syncthreads();  // no clusters before sm_90: the runtime launches S = 1 only
-#endif
-  hgu::reduce_store<T, C::BM, C::BN, C::kRedStride>(smem, splits, rank, tid, C::kThreads, Cout, M, N, m0, n0, ldc_r,
-                                                    ldc_c, __int_as_float(alpha_bits), __int_as_float(beta_bits));
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (splits > 1) hgu::cluster_sync();  // peers may still be reading this CTA's tile
-#endif
+  hgu::cluster_reduce_store<T, C::BM, C::BN, C::kRedStride>(smem, splits, tid, C::kThreads, Cout, M, N, m0, n0, ldc_r,
+                                                            ldc_c, __int_as_float(alpha_bits),
+                                                            __int_as_float(beta_bits));
 }
 
 // ================================================================================================

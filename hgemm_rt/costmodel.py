@@ -27,6 +27,8 @@ class ArchRates:
     strided_wgmma_tflops: Mapping[tuple[int, int], float]  # gemm_strided_wgmma by (BM, BN)
     simt_tflops: Mapping[str, float]
     dram_bytes_per_s: float
+    stream_bytes_per_s: float  # gemm_strided_stream: B read once, straight from HBM
+    stream_sm_bytes_per_s: float  # what one SM of a gemm_strided_stream grid pulls when few SMs are busy
     copy_bytes_per_s: float  # copy kernel, row-major destination with 16-byte rows
     copy_transpose_bytes_per_s: float  # column-major destination
     copy_unaligned_bytes_per_s: float  # destination rows not 16-byte aligned: element stores
@@ -41,6 +43,7 @@ class ArchRates:
 
 LADDER_FLOOR = 0.25  # the first rung of a ladder runs at about this fraction of its last (naive kernels)
 REUSE_FULL = 42.0  # BM*BN/(BM+BN) of a 128 x 64 tile: smaller tiles re-read operands from L2 more
+STREAM_SPLIT_COST = 0.04  # per doubling of the splits of a streaming kernel (H100: 17.6 -> 18.7 us at 1x4096x4096)
 ODD_N_DIRECT_STORE = 0.85  # direct-store epilogues fall back to element stores when N is odd (4095^3)
 
 # H100/H200 (measured): Hopper persistent ~775 TFLOPS at 4096^3, gemm_strided_mma ~217, SGEMM 8x8 ~40,
@@ -54,6 +57,8 @@ HOPPER = ArchRates(
                           (64, 64): 300.0, (128, 64): 450.0},
     simt_tflops={"f16": 15.0, "bf16": 15.0, "f32": 20.0},
     dram_bytes_per_s=2.6e12,  # achievable on H100 SXM / H200 (3.35 / 4.8 TB/s peak)
+    stream_bytes_per_s=2.9e12,
+    stream_sm_bytes_per_s=45e9,
     copy_bytes_per_s=2.5e12,
     copy_transpose_bytes_per_s=1.5e12,
     copy_unaligned_bytes_per_s=0.75e12,
@@ -85,6 +90,8 @@ AMPERE = ArchRates(
     strided_wgmma_tflops={},
     simt_tflops={"f16": 8.0, "bf16": 8.0, "f32": 12.0},
     dram_bytes_per_s=1.3e12,
+    stream_bytes_per_s=1.45e12,
+    stream_sm_bytes_per_s=30e9,
     copy_bytes_per_s=1.2e12,
     copy_transpose_bytes_per_s=0.75e12,
     copy_unaligned_bytes_per_s=0.4e12,
@@ -145,6 +152,8 @@ class CostModel:
         tiles = math.ceil(g.M / BM) * math.ceil(g.N / BN) * g.splits
         load = math.ceil(tiles / self.sm_count)  # CTAs on the busiest SM
         eff = tiles / (load * self.sm_count)
+        if spec.role == "gemm_strided_stream":
+            return self._stream_us(g, BM, BN, isz, load)
         Mt, Nt = math.ceil(g.M / BM) * BM, math.ceil(g.N / BN) * BN  # what the tiles compute, wasted or not
         rate = self.kernel_tflops(spec)
         if spec.role == "gemm" and "ptr:C" in spec.params and g.N % 2:
@@ -161,6 +170,18 @@ class CostModel:
             latency += r.strided_tile_latency_us * BM * BN / (128 * 128)
         # a problem too small to keep the GPU busy costs the launch's latency instead
         return max((max(compute, memory, panel) + epilogue) * 1e6, latency)
+
+    def _stream_us(self, g: Gemm, BM: int, BN: int, isz: int, load: int) -> float:
+        """A streaming kernel reads B once per BM rows of C, at the DRAM rate, or at what its busiest SM
+        pulls where the grid leaves SMs idle. Splitting K costs a cluster launch and a few percent of
+        the stream (shorter runs per row, the DSMEM reduction), so it pays only where it fills idle SMs."""
+        r = self.rates
+        row_tiles = math.ceil(g.M / BM)
+        nbytes = (row_tiles * g.K * g.N + g.M * g.K + g.M * g.N) * isz
+        memory = nbytes / r.stream_bytes_per_s * (1.0 + STREAM_SPLIT_COST * math.log2(g.splits))
+        panel = load * (min(g.M, BM) + BN) * (g.K / g.splits) * isz / r.stream_sm_bytes_per_s
+        latency = r.cluster_launch_us if g.splits > 1 else 0.0
+        return max(memory, panel) * 1e6 + latency
 
     def copy_us(self, c: Copy, dtype: str, beta_zero: bool = True) -> float:
         """A copy step: bytes over the rate its destination's access pattern reaches."""

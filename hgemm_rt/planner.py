@@ -22,9 +22,12 @@ from .manifest import KernelSpec, Manifest
 from .problem import ITEMSIZE, Copy, Gemm, Problem, Recipe, Route, Temp, View
 
 SPLITS = (1, 2, 4, 8)  # cluster sizes along K (portable cluster size limit is 8)
-STRIDED_MMA_ALIGN = 16  # gemm_strided_mma's cp.async chunks: 16-byte aligned rows, leading dims multiple of 8
+STRIDED_MMA_ALIGN = 16  # 16-byte chunks of A and B: 16-byte aligned rows, leading dims multiple of 8
 TMA_ROW_BYTES = 128  # row pitch of the padded copies that TMA maps read (TMA itself needs 16)
-SPLIT_K_ROLES = ("gemm_strided_mma", "gemm_strided_wgmma")
+# A and B by pointer and leading dimension, B row- or column-major (the `b` variant)
+LEADING_DIM_ROLES = ("gemm_strided_mma", "gemm_strided_stream")
+SPLIT_K_ROLES = ("gemm_strided_mma", "gemm_strided_wgmma", "gemm_strided_stream")
+DECODE_ROWS = 16  # see ranked_recipes
 
 
 def _round_up(x: int, m: int) -> int:
@@ -142,7 +145,7 @@ def _recipe(route: Route, p: Problem, spec: KernelSpec, glue: _Glue) -> Recipe |
                 b = pack("tB", b, N, _round_up(K, 8), tma=True)
         g = Gemm(route.kernel, spec.role, a, b, p.c, M, N, K, splits=splits, epilogue=True)
         return glue.recipe(route, g)
-    if spec.role == "gemm_strided_mma":
+    if spec.role in LEADING_DIM_ROLES:
         a = p.a
         if not (a.cs == 1 and a.align >= STRIDED_MMA_ALIGN and (a.rows == 1 or a.rs % 8 == 0)):
             a = pack("tA", a, M, _round_up(K, 8))
@@ -154,6 +157,8 @@ def _recipe(route: Route, p: Problem, spec: KernelSpec, glue: _Glue) -> Recipe |
         else:
             b = pack("tB", b.T, N, _round_up(K, 8)).T  # N x K row-major, seen as K x N
             b_layout = "col"
+        if b_layout not in spec.variants.get("b", ()):
+            return None  # a kernel of the other B layout takes it
         g = Gemm(route.kernel, spec.role, a, b, p.c, M, N, K, variant=(("b", b_layout),), splits=splits,
                  epilogue=True)
         return glue.recipe(route, g)
@@ -244,15 +249,26 @@ def candidate_routes(prob: Problem, manifest: Manifest, cc: tuple[int, int], ker
     return out
 
 
+def _gemm_tile_rows(recipe: Recipe, manifest: Manifest) -> int:
+    return max(manifest.kernels[s.kernel].tile[0] for s in recipe.steps if isinstance(s, Gemm))
+
+
 def ranked_recipes(prob: Problem, manifest: Manifest, cc: tuple[int, int], sm_count: int,
                    kernel: str | None = None) -> list[tuple[float, Recipe]]:
-    """Every runnable recipe with its estimated microseconds, cheapest first."""
+    """Every runnable recipe with its estimated microseconds, cheapest first.
+
+    A problem with a side of at most DECODE_ROWS (decoding) only streams B: where kernels with tiles
+    that short can run it, taller tiles are not candidates (they waste most of each tile; measured on
+    an H100 at M = 1..16 they ran 1.1-1.6x slower than the best short-tile kernel, which the model's
+    rates alone do not see)."""
     model = CostModel.for_device(cc, sm_count, manifest)
     out = []
     for route in candidate_routes(prob, manifest, cc, kernel):
         recipe = recipe_for(route, prob, manifest)
         if recipe is not None:
             out.append((model.estimate_us(recipe, prob.dtype, prob.beta_zero), recipe))
+    if min(prob.M, prob.N) <= DECODE_ROWS:
+        out = [x for x in out if _gemm_tile_rows(x[1], manifest) <= DECODE_ROWS] or out
     out.sort(key=lambda x: (x[0], str(x[1].route)))
     return out
 

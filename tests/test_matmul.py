@@ -152,7 +152,7 @@ def _check_plan_contract(plan, prob, manifest):
                 assert planner.fits(v, *dims, tma=name in tm, align=spec.align, itemsize=ISZ[prob.dtype]), (step, name)
                 if v.base in temps:
                     assert (temps[v.base].rows, temps[v.base].cols) == dims
-        elif step.role == "gemm_strided_mma":
+        elif step.role in planner.LEADING_DIM_ROLES:
             assert step.a.cs == 1 and (step.M == 1 or step.a.rs % 8 == 0) and step.a.align >= 16
             lay = dict(step.variant)["b"]
             ld = step.b.rs if lay == "row" else step.b.cs
@@ -201,11 +201,19 @@ def test_heuristic_picks_the_fast_paths_on_hopper():
     p = h(4095, 4095, 4095)  # unaligned: padded copies, then a TMA + wgmma kernel
     k = MANIFEST.kernels[p.route.kernel]
     assert (k.ladder == "hopper" or k.name.startswith("util_gemm_wgmma_")) and len(p.steps) >= 2
-    # decode shapes: a split-K util kernel (mma.sync m16.. or the wgmma BM x 128 tiles), no copies
-    for shape in ((16, 4096, 4096), (4096, 16, 4096), (128, 4096, 4096)):
-        p = h(*shape)
-        assert p.route.kernel.startswith(("util_gemm_mma_f16_m", "util_gemm_wgmma_f16_m")) and len(p.steps) == 1
-        assert dict(p.route.options).get("splits", 1) > 1 or p.route.kernel.endswith(("n128_nn", "n128_tn"))
+    # decode shapes (a side <= 16): a 16-row-tile kernel, copying at most the short operand (N = 16 is
+    # solved as C^T = B^T A^T, whose A is B^T: not row-major); B as N x K (nn.Linear's weight) gets the
+    # streaming kernel
+    for shape, orders, steps in (((16, 4096, 4096), None, 1), ((4096, 16, 4096), None, 2),
+                                 ((1, 4096, 4096), ("row", "col", "row"), 1)):
+        p = h(*shape, **({"orders": orders} if orders else {}))
+        assert MANIFEST.kernels[p.route.kernel].tile[0] <= planner.DECODE_ROWS, planner.describe(p)
+        assert len(p.steps) <= steps and p.copy_bytes <= 2 * 16 * 4096 * 2, planner.describe(p)
+    assert h(1, 4096, 4096, orders=("row", "col", "row")).route.kernel.startswith("util_gemm_decode_tn_")
+    # M = 128: a split-K util kernel (the wgmma BM x 128 tiles, or split mma.sync), no copies
+    p = h(128, 4096, 4096)
+    assert p.route.kernel.startswith(("util_gemm_mma_f16_m", "util_gemm_wgmma_f16_m")) and len(p.steps) == 1
+    assert dict(p.route.options).get("splits", 1) > 1 or p.route.kernel.endswith(("n128_nn", "n128_tn"))
 
 
 @needs_manifest
@@ -402,6 +410,9 @@ ROUTE_CASES = [
     ("f16", 192, 136, 120, ("col", "col", "row"), (0, 0, 0)),  # A column-major in place (acol kernels)
     ("bf16", 150, 260, 70, ("row", "col", "row"), (0, 0, 0)),
     ("f32", 97, 141, 100, ("row", "row", "row"), (0, 0, 0)),
+    ("f16", 5, 77, 261, ("row", "row", "row"), (0, 0, 0)),  # decode shapes: ragged K, N % 8 != 0
+    ("bf16", 9, 250, 1000, ("row", "col", "col"), (0, 0, 3)),
+    ("f16", 1, 1, 40, ("row", "col", "row"), (0, 0, 1)),
 ]
 
 

@@ -173,4 +173,29 @@ __device__ __forceinline__ void reduce_store(const unsigned char* tile, int spli
   }
 }
 
+// The split-K epilogue's whole protocol, once every thread of the CTA has written its part of the
+// CTA's fp32 partial tile at `tile`: the barrier that publishes the tiles (the cluster's with splits
+// > 1, the CTA's otherwise, and always before sm_90), the summed store, and the cluster barrier that
+// keeps each tile alive until its peers have read it.
+template <typename T, int BM, int BN, int kStride>
+__device__ __forceinline__ void cluster_reduce_store(const unsigned char* tile, int splits, int t, int nthreads, T* C,
+                                                     int M, int N, int m0, int n0, int ldc_r, int ldc_c, float alpha,
+                                                     float beta) {
+  uint32_t rank = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (splits > 1) {
+    rank = cluster_ctarank();
+    cluster_sync();
+  } else {
+    __syncthreads();
+  }
+#else
+  __syncthreads();  // no clusters before sm_90: the runtime launches S = 1 only
+#endif
+  reduce_store<T, BM, BN, kStride>(tile, splits, rank, t, nthreads, C, M, N, m0, n0, ldc_r, ldc_c, alpha, beta);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (splits > 1) cluster_sync();  // peers may still be reading this CTA's tile
+#endif
+}
+
 }  // namespace hgu

@@ -1,0 +1,209 @@
+// Family "util_decode": the decode-shape GEMM behind hgemm_rt.matmul (M <= 16: one token or a few, as
+// an LLM generates). Such a GEMM reads all of B once and does almost no arithmetic per byte, so its
+// speed is how fast B streams from HBM: what matters is keeping enough bytes in flight per SM without
+// the CTA-wide barriers of a tiled pipeline. Here every thread runs its own cp.async ring: it copies
+// the 16-byte pieces of A and B that it will itself consume, kStages chunks ahead, and reads them back
+// into mma.sync fragments; nothing is shared between threads until the final reduction, so the ring
+// needs no barrier at all.
+//
+// util_gemm_decode_tn_{f16,bf16} (variant b = col), the ABI of the gemm_strided_mma kernels:
+//   C = alpha * A.B + beta * C. A: M x K row-major with leading dimension lda. B: N x K row-major with
+//   ldb (b=col: the nn.Linear weight, the layout of decoding). C: any strides, any alignment.
+//   A warp owns 16 rows x 32 columns of C for its share of K, in 32-wide chunks: one m16n8k16 pair per
+//   8 columns, fp32 accumulation. A CTA is 8 warps along K (warp w takes chunks w, w + 8, ...), so
+//   that together they read 512-byte runs of each of its 32 rows of B at a time, which DRAM streams
+//   better than scattered 64-byte pieces.
+//   The k order inside a chunk is permuted, the same way for A and B (a dot product does not care):
+//   thread (g = lane/4, q = lane%4) loads 8 consecutive k, kb + 8q .. 8q+7, which become its fragment
+//   slots, so every load is one 16-byte vector.
+//   The warps' partial tiles are summed in shared memory; split-K over a cluster (grid.z = cluster.z
+//   = S in {1, 2, 4, 8}, sm_90) then sums the CTAs' tiles through DSMEM (hgu::cluster_reduce_store).
+//   Needs A and B 16-byte aligned and lda, ldb multiples of 8; any M, N, K >= 1 (edge chunks are
+//   loaded element by element and zero-filled). Any M works; M > 16 re-reads B per 16 rows, which
+//   the planner prices.
+#include "common/dsmem.cuh"
+#include "common/matmul_util.cuh"
+
+namespace {
+
+constexpr int kWarps = 8, kThreads = kWarps * 32;
+constexpr int kBM = 16, kBN = 32, kChunk = 32;  // C tile of a CTA; K per warp step
+constexpr int kTiles = kBN / 8;                  // m16n8 tiles per warp
+constexpr int kSlots = 6;                        // 16-byte pieces per thread per chunk: A rows g, g+8; 4 of B
+constexpr int kRedStride = kBN + 4;              // floats per row of a warp's partial tile (16-byte rows)
+// The ring, [warp][stage][slot][lane] 16-byte pieces (a warp's reads of one slot are 512 contiguous
+// bytes: conflict-free); declared as the kernels' dynamic shared memory in util_decode.toml.
+template <int kStages>
+__host__ __device__ constexpr int ring_bytes() { return kWarps * kStages * kSlots * 32 * 16; }
+static_assert(kBM % 8 == 0, "split-K row slices: BM must divide by every cluster size up to 8");
+
+// 8 consecutive elements p[0..valid) (zero beyond), for chunks at the matrix edges.
+template <typename T>
+__device__ __forceinline__ uint4 load8_edge(const T* p, int valid) {
+  static_assert(sizeof(T) == 2, "16-bit elements");
+  const unsigned short* e = reinterpret_cast<const unsigned short*>(p);
+  uint32_t w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    w[i] = (2 * i < valid ? e[2 * i] : 0u) | ((2 * i + 1 < valid ? static_cast<uint32_t>(e[2 * i + 1]) : 0u) << 16);
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+__device__ __forceinline__ int clamp8(int x) { return x < 0 ? 0 : (x > 8 ? 8 : x); }
+
+// One thread's 16-byte pieces of one K chunk: A rows g and g + 8, and one row of B per 8-column tile.
+struct Chunk {
+  uint4 a_lo, a_hi;
+  uint4 b[kTiles];
+};
+
+// The ragged last chunk of a slice (kb + 32 > kEnd), loaded element by element straight into registers.
+template <typename T>
+__device__ __forceinline__ void load_ragged_chunk(Chunk& ch, const T* __restrict__ A, const T* __restrict__ B,
+                                                  int M, int N, int kEnd, int lda, int ldb, int m0, int n0, int kb,
+                                                  int g, int q, bool two_row_groups) {
+  const int ka = kb + 8 * q, kvalid = clamp8(kEnd - ka);
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  const int r = m0 + g;
+  ch.a_lo = r < M ? load8_edge(A + static_cast<long long>(r) * lda + ka, kvalid) : zero;
+  ch.a_hi = two_row_groups && r + 8 < M ? load8_edge(A + static_cast<long long>(r + 8) * lda + ka, kvalid) : zero;
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) {
+    const int n = n0 + 8 * j + g;
+    ch.b[j] = n < N ? load8_edge(B + static_cast<long long>(n) * ldb + ka, kvalid) : zero;
+  }
+}
+
+// A whole chunk (kb + 32 <= kEnd) copied into this thread's ring stage `ring` (kSlots pieces, 512
+// bytes apart): pieces outside the matrix are zero-filled (a 0-byte copy from a valid address).
+template <typename T>
+__device__ __forceinline__ void issue_chunk(uint4* ring, const T* __restrict__ A, const T* __restrict__ B, int M,
+                                            int N, int lda, int ldb, int m0, int n0, int kb, int g, int q,
+                                            bool two_row_groups) {
+  const int ka = kb + 8 * q;
+  auto copy_row = [&](uint4* dst, const T* base, int ld, int row, int rows) {
+    const bool in = row < rows;
+    hg::cp_async_16_zfill(dst, in ? base + static_cast<long long>(row) * ld + ka : base, in ? 16 : 0);
+  };
+  copy_row(ring, A, lda, m0 + g, M);
+  if (two_row_groups) copy_row(ring + 32, A, lda, m0 + g + 8, M);
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) copy_row(ring + 32 * (2 + j), B, ldb, n0 + 8 * j + g, N);
+}
+
+__device__ __forceinline__ void read_chunk(Chunk& ch, const uint4* ring, bool two_row_groups) {
+  ch.a_lo = ring[0];
+  ch.a_hi = two_row_groups ? ring[32] : make_uint4(0, 0, 0, 0);
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) ch.b[j] = ring[32 * (2 + j)];
+}
+
+// Fragment slot pair (2q, 2q+1) of half h of k-step s is k = kb + 8q + 2(2s+h) + {0, 1}: register
+// 2s+h of the thread's 16-byte pieces of A and of B.
+template <typename T>
+__device__ __forceinline__ void compute_chunk(const Chunk& ch, float (&acc)[kTiles][4]) {
+  const uint32_t lo[4] = {ch.a_lo.x, ch.a_lo.y, ch.a_lo.z, ch.a_lo.w};
+  const uint32_t hi[4] = {ch.a_hi.x, ch.a_hi.y, ch.a_hi.z, ch.a_hi.w};
+#pragma unroll
+  for (int s = 0; s < 2; ++s) {
+    const uint32_t a[4] = {lo[2 * s], hi[2 * s], lo[2 * s + 1], hi[2 * s + 1]};
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+      const uint32_t w[4] = {ch.b[j].x, ch.b[j].y, ch.b[j].z, ch.b[j].w};
+      const uint32_t b[2] = {w[2 * s], w[2 * s + 1]};
+      hgu::mma_f32<T>(acc[j], a, b);
+    }
+  }
+}
+
+template <typename T, int kStages>
+__device__ __forceinline__ void gemm_decode(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
+                                            int M, int N, int K, int lda, int ldb, int ldc_r, int ldc_c,
+                                            int alpha_bits, int beta_bits) {
+  static_assert(kWarps * kBM * kRedStride * 4 <= ring_bytes<kStages>(), "the partial tiles reuse the ring");
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+  const int m0 = blockIdx.y * kBM, n0 = blockIdx.x * kBN;
+  const bool two_row_groups = M - m0 > 8;  // rows g + 8 exist somewhere in this tile
+
+  // This CTA's K slice, in whole chunks (slices never share a chunk, so each k is summed once).
+  const int splits = gridDim.z;
+  const int chunks = (K + kChunk - 1) / kChunk;
+  const int per = (chunks + splits - 1) / splits;
+  const int c_begin = min(chunks, static_cast<int>(blockIdx.z) * per);
+  const int c_end = min(chunks, c_begin + per);
+  const int kEnd = min(K, c_end * kChunk);
+
+  float acc[kTiles][4];
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[j][i] = 0.f;
+
+  // This warp's chunks: c_begin + warp + j * kWarps for j < mine; a ragged last chunk of the slice
+  // (only where kEnd == K) is loaded directly after the ring has drained.
+  const int first = c_begin + warp;
+  const int mine = first < c_end ? (c_end - 1 - first) / kWarps + 1 : 0;
+  const bool ragged_last = mine > 0 && (first + (mine - 1) * kWarps + 1) * kChunk > kEnd;
+  const int whole = mine - (ragged_last ? 1 : 0);
+  uint4* ring = reinterpret_cast<uint4*>(smem) + warp * kStages * kSlots * 32 + lane;
+  auto stage = [&](int j) { return ring + (j % kStages) * kSlots * 32; };
+  auto issue = [&](int j) {
+    issue_chunk<T>(stage(j), A, B, M, N, lda, ldb, m0, n0, (first + j * kWarps) * kChunk, g, q, two_row_groups);
+  };
+#pragma unroll
+  for (int j = 0; j < kStages - 1; ++j) {
+    if (j < whole) issue(j);
+    hg::cp_async_commit();  // an empty group keeps the wait count uniform
+  }
+  for (int j = 0; j < whole; ++j) {
+    hg::cp_async_wait<kStages - 2>();  // chunk j has landed (this thread's own copies: no barrier)
+    Chunk ch;
+    read_chunk(ch, stage(j), two_row_groups);
+    if (j + kStages - 1 < whole) issue(j + kStages - 1);  // the stage chunk j - 1 was read from
+    hg::cp_async_commit();
+    compute_chunk<T>(ch, acc);
+  }
+  hg::cp_async_wait<0>();
+  if (ragged_last) {
+    Chunk ch;
+    load_ragged_chunk<T>(ch, A, B, M, N, kEnd, lda, ldb, m0, n0, (first + whole * kWarps) * kChunk, g, q,
+                         two_row_groups);
+    compute_chunk<T>(ch, acc);
+  }
+  __syncthreads();  // the ring becomes the warps' partial tiles
+
+  // C fragment: acc[j][0..1] are row g, acc[j][2..3] row g + 8, columns 8j + 2q + {0, 1}.
+  auto red = reinterpret_cast<float(*)[kBM][kRedStride]>(smem);
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) {
+    const int c = 8 * j + 2 * q;
+    *reinterpret_cast<float2*>(&red[warp][g][c]) = make_float2(acc[j][0], acc[j][1]);
+    *reinterpret_cast<float2*>(&red[warp][g + 8][c]) = make_float2(acc[j][2], acc[j][3]);
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < kBM * kBN; e += kThreads) {
+    const int r = e / kBN, c = e % kBN;
+    float s = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) s += red[w][r][c];
+    red[0][r][c] = s;  // each element has one owner: read all, then overwrite
+  }
+  hgu::cluster_reduce_store<T, kBM, kBN, kRedStride>(reinterpret_cast<const unsigned char*>(&red[0][0][0]), splits,
+                                                     threadIdx.x, kThreads, C, M, N, m0, n0, ldc_r, ldc_c,
+                                                     __int_as_float(alpha_bits), __int_as_float(beta_bits));
+}
+
+}  // namespace
+
+// ---- extern "C" entry points (one per declared symbol, see util_decode.toml) ----
+// 4 ring stages: measured on an H100, 2 to 8 stream alike once two CTAs (16 warps) share an SM.
+#define UTIL_DECODE(NAME, T)                                                                            \
+  extern "C" __global__ void __launch_bounds__(kThreads)                                                \
+      NAME##__bcol(const T* A, const T* B, T* C, int M, int N, int K, int lda, int ldb, int ldc_r,       \
+                   int ldc_c, int alpha_bits, int beta_bits) {                                           \
+    gemm_decode<T, 4>(A, B, C, M, N, K, lda, ldb, ldc_r, ldc_c, alpha_bits, beta_bits);                  \
+  }                                                                                                     \
+  HG_EXPORT_DSMEM(NAME##__bcol, ring_bytes<4>())
+UTIL_DECODE(util_gemm_decode_tn_f16, __half)
+UTIL_DECODE(util_gemm_decode_tn_bf16, __nv_bfloat16)
