@@ -17,6 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from hgemm_bench import cli  # noqa: E402
 from hgemm_bench import counters as ct  # noqa: E402
 from hgemm_bench import ladder_doc as ld  # noqa: E402
 from hgemm_bench import ncu  # noqa: E402
@@ -296,3 +297,59 @@ def test_docs_ladder_md_is_generated_from_the_recorded_profile():
     want = ld.render(doc, ld.load_notes(), "ladder_roofline.png", "docs/ladder_profile.json")
     assert (ROOT / "docs" / "ladder.md").read_text() == want, "run python bench.py --ladder-doc docs/ladder_profile.json"
     assert {k["name"] for k in doc["kernels"] if k["status"] == "ok" and not k.get("baseline")} >= set(ld.load_notes())
+
+
+def test_the_launcher_launches_every_rung_in_its_default_variant(monkeypatch, tmp_path):
+    """The child ncu profiles, with the GPU stubbed: every rung resolves its default variant, launch
+    options and declared configuration, and the record names the symbol the regex expects."""
+    from types import SimpleNamespace
+
+    import hgemm_rt as hg
+    from hgemm_bench import devinfo, measure
+    from hgemm_rt import registry as reg_mod
+    from hgemm_rt.launcher import LaunchConfig
+    from hgemm_rt.manifest import variant_symbol
+
+    try:
+        registry = hg.get_registry()
+    except hg.ManifestError as exc:
+        pytest.skip(f"no build: {exc}")
+    launched = []
+
+    def fake_launch(manifest, spec, a, b, c, *, stream=None, swizzle=False, swizzle_stride=None, **variant):
+        launched.append((spec.name, swizzle))
+        return LaunchConfig(variant_symbol(spec.name, spec.resolve_variant(variant)), (1, 1, 1), spec.block, 0,
+                            spec.cluster)
+
+    class Inputs:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def operands(self, layout, dtype, a_order="row"):
+            return "A", "B"
+
+        def output(self, dtype):
+            return "C"
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(reg_mod, "launch_spec", fake_launch)
+    monkeypatch.setattr(hg, "get_device", lambda: SimpleNamespace(info=SimpleNamespace(cc=(9, 0)),
+                                                                  synchronize=lambda: None))
+    monkeypatch.setattr(measure, "ShapeInputs", Inputs)
+    monkeypatch.setattr(devinfo, "device_record", lambda dev: {"name": "stub"})
+    monkeypatch.setattr(type(registry.get("hgemm_cublas_tensor_op_tn")), "__call__", lambda self, *a, **k: None)
+    s = cli.parse_args(["--profile", "x.json"])
+    batches = pf.plan(pf.rungs(registry.kernels(), s), cublas=True)
+    records = []
+    for b in batches:
+        out = pf.launch_batch({"shape": [4096] * 3, "kernels": b.kernels, "cublas": b.cublas, "seed": 0})
+        records += out["launches"]
+        assert [r["symbol"] for r in out["launches"] if not r["baseline"]] == b.symbols
+    assert all(r["status"] == "launched" for r in records), [r for r in records if r["status"] != "launched"]
+    assert len(records) == sum(len(b.kernels) for b in batches) + 2
+    hopper = next(r for r in records if r["name"] == "hgemm_sm90_wgmma_tma_ws_persistent_cluster2_tn")
+    assert hopper["config"]["cluster"] == [2, 1, 1] and hopper["config"]["cubin_arch"] == "90a"
+    assert hopper["config"]["variant"] == {"stages": 4} and hopper["config"]["dsmem"] > 0
+    assert dict(launched)["hgemm_mma_m16n8k16_mma2x4_warp4x4_stages"] is True  # thread-block swizzle at N=4096
