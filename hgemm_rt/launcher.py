@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, NamedTuple
 
 from ._driver import check, check_code, driver, native
-from .device import Device, get_device, stream_handle
+from .device import Device, get_device, require_driver_for, stream_handle
 from .errors import ManifestError, ValidationError
 from .manifest import KernelSpec, Manifest, Selection, variant_symbol
 from .memory import as_device_array
@@ -164,6 +164,7 @@ class ModuleCache:
     def _module(self, manifest: Manifest, dev: Device, spec: KernelSpec, sel: Selection) -> Any:
         key = (dev.info.ordinal, str(sel.path))
         if key not in self._modules:
+            require_driver_for(manifest.nvcc, jit=sel.is_ptx)  # before the driver gives a raw load error
             data = manifest.read_verified(spec, sel)
             if sel.is_ptx:
                 warnings.warn(

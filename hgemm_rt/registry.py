@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 from . import cublas
 from .device import get_device, require_driver_for
-from .errors import DriverError, NotBuiltForDeviceError, UnknownKernelError, ValidationError
+from .errors import NotBuiltForDeviceError, UnknownKernelError, ValidationError
 from .launcher import STATIC_SMEM_LIMIT, LaunchConfig, launch_spec, persistent_grid, tile_grid
 from .manifest import KernelSpec, Manifest, Selection, variant_symbol
 from .memory import as_device_array
@@ -110,12 +110,8 @@ class CubinKernel:
 
     def __call__(self, a: Any, b: Any, c: Any, *, stream: Any = None, swizzle: bool = False,
                  swizzle_stride: int | None = None, **variant: Any) -> LaunchConfig:
-        try:
-            return launch_spec(self.manifest, self.spec, a, b, c, stream=stream, swizzle=swizzle,
-                               swizzle_stride=swizzle_stride, **variant)
-        except DriverError:
-            require_driver_for(self.manifest.nvcc)  # a driver too old for the build is the better explanation
-            raise
+        return launch_spec(self.manifest, self.spec, a, b, c, stream=stream, swizzle=swizzle,
+                           swizzle_stride=swizzle_stride, **variant)
 
     def binary(self, *, cc: tuple[int, int] | None = None, **variant: Any) -> KernelBinary:
         """The compiled variant (variant axes as keywords, e.g. stages=3, acc="f16"; defaults as for a

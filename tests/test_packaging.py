@@ -199,22 +199,22 @@ def test_a_driver_older_than_cuda_12_gets_no_rebuild_hint():
     assert "525.60.13" in message and "HGEMM_NVCC" not in message
 
 
-def test_launch_failing_on_an_old_driver_reports_the_driver(monkeypatch):
+def test_loading_a_kernel_on_an_old_driver_reports_the_driver(monkeypatch):
+    """Every launch path (launch, matmul, the bench) loads its cubins through ModuleCache, which checks
+    the driver first: a too-old driver is named instead of a raw cuModuleLoadData error."""
+    from types import SimpleNamespace
+
     import hgemm_rt as hg
-    from hgemm_rt import DriverError, NotBuiltForDeviceError, device, registry
+    from hgemm_rt import NotBuiltForDeviceError, device, launcher
 
-    def load_fails(*args, **kwargs):
-        raise DriverError("cuModuleLoadData(hgemm_mma.cubin) failed: CUDA_ERROR_UNSUPPORTED_PTX_VERSION")
-
-    monkeypatch.setattr(registry, "launch_spec", load_fails)
     kernel = hg.get_kernel("hgemm_naive_f16")
-    major = int(kernel.manifest.nvcc.split(".")[0])
+    manifest, spec = kernel.manifest, kernel.spec
+    sel = manifest.select(spec, (9, 0))
+    major = int(manifest.nvcc.split(".")[0])
     monkeypatch.setattr(device, "driver_version", lambda: (major - 1) * 1000 + 90)  # the last driver before it
+    fake_gpu = SimpleNamespace(info=SimpleNamespace(ordinal=0))
     with pytest.raises(NotBuiltForDeviceError, match=f"need a driver for CUDA {major}.0"):
-        kernel(None, None, None)
-    monkeypatch.setattr(device, "driver_version", lambda: major * 1000)  # a new enough driver: the error itself
-    with pytest.raises(DriverError, match="UNSUPPORTED_PTX_VERSION"):
-        kernel(None, None, None)
+        launcher.ModuleCache().function(manifest, fake_gpu, spec, sel, spec.symbols()[0])
 
 
 def test_every_environment_variable_is_in_the_readme_table():
