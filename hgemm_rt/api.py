@@ -79,6 +79,12 @@ class Call:
     def operands(self) -> tuple:
         return (self.a, self.b, self.c)
 
+    def described(self) -> "Call":
+        """This call without the arrays it was made with (operands.described): what a cache keeps."""
+        kw = {k: getattr(self, k) for k in self.__slots__}
+        kw.update(a=ops.described(self.a), b=ops.described(self.b), c=ops.described(self.c))
+        return Call(**kw)
+
 
 def _self_overlapping(op: Operand) -> bool:
     """True if two elements of a 2-D view share an address (zero or interleaved strides)."""
@@ -353,7 +359,7 @@ class Bound:
         fw = next((f for f in call.frameworks if f in ops.FRAMEWORK_STREAM), None)
         self.stream_fn = None if call.explicit_stream or fw is None else fw
         self.executions: dict[int, Execution] = {}
-        self.result_like = next((op for op in (call.a, call.b) if op.framework), None)
+        self._describe(call)
         # stream= given on framework operands: the framework's current stream is a producer to wait for
         self.waits = bool(call.explicit_stream and call.frameworks)
         # byte ranges of A, B and out around their addresses: a repeat call with an out checks that
@@ -363,6 +369,14 @@ class Bound:
         # a loop on the same buffers launches without looking anything up, and after GRAPH_AFTER_REPEATS
         # repeats through one CUDA graph
         self.last = LastCall((None,), None, None, ())
+
+    def _describe(self, call: Call) -> None:
+        self.call = call
+        self.result_like = next((op for op in (call.a, call.b) if op.framework), None)
+
+    def forget_arrays(self) -> None:
+        """Drop the first call's arrays (after run_full): a remembered call keeps descriptions only."""
+        self._describe(self.call.described())
 
     def stream(self) -> int:
         fw = self.stream_fn
@@ -530,6 +544,7 @@ class Matmul:
         result = bound.run_full()
         key = call_cache_key(a, b, out, stream)
         if key is not None:
+            bound.forget_arrays()
             self._bound[key] = bound
         return result
 
@@ -615,6 +630,7 @@ def _first_call(a: Any, b: Any, out: Any, alpha: Any, beta: Any, accumulate: str
     result = bound.run_full()
     key = call_cache_key(a, b, out, alpha, beta, accumulate, kernel, stream)
     if key is not None:
+        bound.forget_arrays()
         plans.remember(key, bound)
     return result
 

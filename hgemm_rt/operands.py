@@ -312,6 +312,24 @@ def result_ptr(x: Any) -> int:
     return x.data.ptr  # CuPy
 
 
+def described(op: Operand | None) -> Operand | None:
+    """`op` without the array it came from: what a remembered call keeps. A cache must not keep the
+    caller's arrays alive (their memory would stay allocated, and a torch CUDA-graph capture checks
+    that every tensor of its pool is freed); torch and CuPy operands keep a zero-size array of their
+    dtype and device for new_result."""
+    if op is None:
+        return None
+    template = None
+    if op.framework == "torch":
+        template = op.obj.new_empty((0,))
+    elif op.framework == "cupy":
+        cupy = _cupy()
+        with cupy.cuda.Device(op.device):
+            template = cupy.empty(0, dtype=op.obj.dtype)
+    return Operand(op.what, op.ptr, op.shape, op.strides, op.dtype, op.device, op.readonly, obj=template,
+                   framework=op.framework, producer_stream=op.producer_stream)
+
+
 def new_result(like: Operand, shape: tuple, device: int, stream: int, foreign_stream: bool) -> Any:
     """A new C-contiguous result of `shape` in the framework of `like` (torch or CuPy), or None.
     `foreign_stream`: the call runs on a stream that may not be the framework's current one."""

@@ -370,3 +370,30 @@ def test_repeat_calls_on_the_same_tensors_see_new_contents(with_out, rng):
         assert err < BOUND["f16"], f"call {i}: rel err {err:.2e}"
     # the repeats were served from the validated-call cache (the path that must re-read memory)
     assert call_cache_key(a, b, out, 1.0, 0.0, None, "auto", None) in hg.plans.calls
+
+
+@pytest.mark.parametrize("via", ["matmul", "Matmul"])
+def test_a_remembered_call_keeps_no_array_alive(via, rng):
+    """The call cache (and a Matmul's bound calls) keep descriptions, not the caller's tensors: their
+    memory is freed when the caller drops them (a torch CUDA-graph capture also checks this)."""
+    torch = pytest.importorskip("torch")
+    import gc
+    import weakref
+
+    mm = None
+    refs = []
+    for _ in range(2):  # the first call is validated and remembered, the second takes the repeat path
+        a = torch.from_numpy(rng.standard_normal((64, 48))).to("cuda", torch.float16)
+        b = torch.from_numpy(rng.standard_normal((48, 40))).to("cuda", torch.float16)
+        if via == "Matmul":
+            mm = mm or hg.Matmul(a.clone(), b.clone())
+            c = mm(a, b)
+        else:
+            c = hg.matmul(a, b)
+        torch.cuda.synchronize()
+        ref = a.double().cpu().numpy() @ b.double().cpu().numpy()
+        assert _rel(c.double().cpu().numpy(), ref) <= BOUND["f16"]
+        refs += [weakref.ref(a), weakref.ref(b), weakref.ref(c)]
+        del a, b, c
+    gc.collect()
+    assert all(r() is None for r in refs), "a remembered call still holds a tensor"
