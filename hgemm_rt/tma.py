@@ -130,5 +130,8 @@ def build_param(spec: Any, operand: str, array: Any, kernel_name: str) -> ctypes
         raise ValidationError(
             f"{kernel_name}: operand {operand} must be contiguous along its rows for TMA; strides {array.strides}"
         )
-    return encode_2d(int(array.ptr), int(rows), int(cols), int(array.strides[0]), array.dtype, tuple(box), swizzle,
+    # a single row's stride is never followed, and may be anything (a (1, K) slice of a column-major
+    # matrix): the map gets the dense one, as the planner's View.make assumes
+    row_stride = int(array.strides[0]) if rows > 1 else -(-cols * item // 16) * 16
+    return encode_2d(int(array.ptr), int(rows), int(cols), row_stride, array.dtype, tuple(box), swizzle,
                      kernel_name, operand)

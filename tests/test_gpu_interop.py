@@ -397,3 +397,18 @@ def test_a_remembered_call_keeps_no_array_alive(via, rng):
         del a, b, c
     gc.collect()
     assert all(r() is None for r in refs), "a remembered call still holds a tensor"
+
+
+@pytest.mark.parametrize("dt", ["f16", "bf16"])
+def test_single_row_or_column_views_with_any_stride(dt, rng):
+    """K = 1 (an outer product) with A of strides (1, 1), as torch's autograd makes them: A^T is one
+    row whose stride is never followed, and a TMA map of it must not take that stride at face value."""
+    torch = pytest.importorskip("torch")
+    tdt = {"f16": torch.float16, "bf16": torch.bfloat16}[dt]
+    base = torch.from_numpy(rng.standard_normal(256)).to("cuda", tdt)
+    a = base.as_strided((256, 1), (1, 1))
+    b = torch.from_numpy(rng.standard_normal((1, 64))).to("cuda", tdt)
+    c = hg.matmul(a, b)
+    torch.cuda.synchronize()
+    ref = a.double().cpu().numpy() @ b.double().cpu().numpy()
+    assert _rel(c.double().cpu().numpy(), ref) <= BOUND[dt]
