@@ -2,8 +2,11 @@
 torch.matmul, in the same run, on the same buffers.
 
 Sections (matmul_table declares their rows, baseline and target):
-  ragged, sweep, smallm, layouts  GPU time of hg.matmul and of the best cuBLAS variant on the same
-          buffers in the same layout (hgemm_rt.cublas.matmul); issue 7's targets are judged where set
+  ragged, sweep, smallm, layouts, decode  GPU time of hg.matmul and of the best cuBLAS variant on the
+          same buffers in the same layout (hgemm_rt.cublas.matmul); issue 7's targets are judged where
+          set; the memory-bound decode rows show GB/s and the share of the HBM bandwidth a 1 GiB fill
+          reaches (the L2 flush leaves dirty lines, whose write-back the next kernel pays: the same for
+          cuBLAS, but it lowers both against that reference)
   torch   hg.matmul(x, w.t()) against torch.matmul(x, w.t()) on the same torch tensors (w an (N, K)
           weight, as nn.Linear presents it): GPU time and wall time per call
   host    wall time per call of a 64^3 matmul per input kind (DeviceArray, torch, CuPy, a Matmul
@@ -35,7 +38,7 @@ from tabulate import tabulate
 import hgemm_rt as hg
 from hgemm_rt import cublas
 from hgemm_rt.api import call_identity
-from hgemm_rt.problem import ACCUMULATE
+from hgemm_rt.problem import ACCUMULATE, ITEMSIZE
 from hgemm_rt.testing import baseline_acc, error_bound, random_operands, reference, rel_error
 from hgemm_rt.timing import L2Flusher, time_fn
 
@@ -84,6 +87,15 @@ class Run:
     steady: Protocol | None = None
     sampler: ClockSampler | None = None
     skipped: list[dict] = field(default_factory=list)
+    hbm: float | None = None  # measured HBM bandwidth, bytes/s (hbm_bytes_per_s)
+
+    def hbm_bytes_per_s(self) -> float:
+        """HBM bandwidth as a 1 GiB fill measures it, once per run: the reference of memory-bound rows."""
+        if self.hbm is None:
+            with hg.empty((HBM_PROBE_BYTES // 4,), "f32") as buf:
+                t = time_fn(lambda: buf.fill_bytes(0), warmup=2, iters=10)
+            self.hbm = HBM_PROBE_BYTES / (t.median_ms * 1e-3)
+        return self.hbm
 
     def gpu_us(self, fn: Callable[[], Any], stream: Any = None) -> float:
         """Median GPU microseconds of fn: L2 flushed before each run, the runs queued behind a busy GPU."""
@@ -93,6 +105,9 @@ class Run:
     def skip(self, section: str, what: str, reason: str) -> None:
         print(f"  skipped {what}: {reason}")
         self.skipped.append({"section": section, "what": what, "reason": reason})
+
+
+HBM_PROBE_BYTES = 1 << 30
 
 
 def calls_per_repeat(seconds_per_call: float) -> int:
@@ -197,10 +212,21 @@ def measure_vs_cublas(section: str, shape: Shape, run: Run) -> list[dict]:
         timed = time_vs_cublas(run, lambda: hg.matmul(A, B, C), *cublas_calls(A, B, C, dtype))
     finally:
         inp.close()
-    return [{"section": section, "M": M, "N": N, "K": K, "dtype": dtype, "a_order": shape.a_order,
-             "b_order": shape.b_order, "route": route, **timed, "hg_tflops": tflops(shape, timed["hg_us"]),
-             "cublas_tflops": tflops(shape, timed["cublas_us"]), "cublas_rel_error": cublas_err,
-             "checked_rows": int(len(inp.rows)), **verdict_of(err, error_bound(dtype, acc, dtype, K, cublas_err))}]
+    row = {"section": section, "M": M, "N": N, "K": K, "dtype": dtype, "a_order": shape.a_order,
+           "b_order": shape.b_order, "route": route, **timed, "hg_tflops": tflops(shape, timed["hg_us"]),
+           "cublas_tflops": tflops(shape, timed["cublas_us"]), "cublas_rel_error": cublas_err,
+           "checked_rows": int(len(inp.rows)), **verdict_of(err, error_bound(dtype, acc, dtype, K, cublas_err))}
+    if SECTIONS[section].bandwidth:
+        hbm = run.hbm_bytes_per_s()
+        row.update(hg_gbps=gbps(shape, timed["hg_us"]), cublas_gbps=gbps(shape, timed["cublas_us"]),
+                   hbm_gbps=hbm / 1e9, hg_hbm_share=gbps(shape, timed["hg_us"]) * 1e9 / hbm)
+    return [row]
+
+
+def gbps(shape: Shape, us: float | None) -> float | None:
+    """GB/s of the operands' and the result's bytes, each read or written once (the floor of any GEMM's traffic)."""
+    nbytes = (shape.M * shape.K + shape.K * shape.N + shape.M * shape.N) * ITEMSIZE[shape.dtype]
+    return nbytes / (us * 1e-6) / 1e9 if us else None
 
 
 # -- against torch.matmul -----------------------------------------------------------------------------
@@ -406,11 +432,19 @@ def shape_cell(r: dict) -> str:
 
 def cublas_table(rows: list[dict]) -> str:
     steady = any(r.get("steady") for r in rows)  # the rounds' spread, clock and power beside the ratio
-    return tabulate([[shape_cell(r), fmt(r["hg_us"]), fmt(r["hg_tflops"]), fmt(r["cublas_us"]),
-                      fmt(r["cublas_tflops"]), r["cublas_variant"], fmt(r["ratio"], ".2f", "x"), fmt_err(r), r["route"]]
+    bandwidth = any("hg_gbps" in r for r in rows)  # memory-bound rows: GB/s instead of TFLOPS
+    rate = (lambda r, who: fmt(r[f"{who}_gbps"], ".0f")) if bandwidth else (lambda r, who: fmt(r[f"{who}_tflops"]))
+    text = tabulate([[shape_cell(r), fmt(r["hg_us"]), rate(r, "hg"), fmt(r["cublas_us"]), rate(r, "cublas"),
+                      r["cublas_variant"], fmt(r["ratio"], ".2f", "x"), fmt_err(r), r["route"]]
+                     + ([fmt(100 * r["hg_hbm_share"], ".0f", "%")] if bandwidth else [])
                      + (steady_cells(r) if steady else []) for r in rows],
-                    headers=["shape", "matmul us", "TFLOPS", "cuBLAS us", "TFLOPS", "cuBLAS best", "x cuBLAS",
-                             "rel err", "route"] + (STEADY_HEADERS if steady else []), disable_numparse=True)
+                    headers=["shape", "matmul us", "GB/s" if bandwidth else "TFLOPS", "cuBLAS us",
+                             "GB/s" if bandwidth else "TFLOPS", "cuBLAS best", "x cuBLAS", "rel err", "route"]
+                    + (["matmul % HBM"] if bandwidth else []) + (STEADY_HEADERS if steady else []),
+                    disable_numparse=True)
+    if bandwidth:
+        text += f"\nHBM bandwidth (a 1 GiB fill on this GPU): {rows[0]['hbm_gbps']:.0f} GB/s"
+    return text
 
 
 def torch_table(rows: list[dict]) -> str:

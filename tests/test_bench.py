@@ -466,7 +466,8 @@ def test_heatmap_takes_any_rows_of_a_section():
     assert panel["ratio"] == [[None, 16 / 4096, 16 / 8192], [None, 1.0, 0.5]]
     doc = results.load_any(str(MATMUL_DOC))
     panels = {p["section"]: p for p in pl.heatmap(doc)["panels"]}
-    assert set(panels) == {n for n, sec in SECTIONS.items() if sec.baseline == "cublas"}
+    measured = {r["section"] for r in doc["rows"]}  # the recorded run may predate a section
+    assert set(panels) == {n for n, sec in SECTIONS.items() if sec.baseline == "cublas" and n in measured}
     sweep = panels["sweep"]  # squares: the diagonal
     assert all((v is not None) == (i == j) for i, row in enumerate(sweep["ratio"]) for j, v in enumerate(row))
 
