@@ -16,63 +16,31 @@ from typing import Any, Callable
 import numpy as np
 
 from hgemm_rt import DeviceArray, HgemmError
-from hgemm_rt._driver import check, driver
 from hgemm_rt.device import Event
+from hgemm_rt.dtypes import STORAGE, storage_all_finite, storage_to_f64, to_storage
 from hgemm_rt.launcher import default_swizzle_stride
-from hgemm_rt.testing import from_bf16_bits, rel_error, to_bf16_bits
+from hgemm_rt.testing import rel_error
 from hgemm_rt.timing import L2Flusher, Timing, time_fn
 
 from .devinfo import ClockSampler
 from .selection import Case
 from .steady import QUEUE_AHEAD_BELOW_MS, Contender, Protocol, interleave
 
-# bf16 travels as its raw 16 bits (no ml_dtypes needed; testing.to_bf16_bits)
-_HOST_DTYPE = {"f16": np.float16, "bf16": np.uint16, "f32": np.float32}
 _FULL_CHECK_ELEMS = 1 << 31  # below M*N*K = 2^31 every row is checked (the reference costs little)
-
-
-def rounded(x32: np.ndarray, dtype: str) -> np.ndarray:
-    """Host array in the device's bit layout for `dtype`."""
-    return to_bf16_bits(x32) if dtype == "bf16" else x32.astype(_HOST_DTYPE[dtype])
-
-
-def values(host: np.ndarray, dtype: str) -> np.ndarray:
-    """float64 values of a host array in device layout."""
-    return (from_bf16_bits(host) if dtype == "bf16" else host).astype(np.float64)
-
-
-def _finite_rows(host: np.ndarray, dtype: str) -> bool:
-    if dtype == "bf16":  # exponent all ones: Inf or NaN
-        return not bool(((host & 0x7F80) == 0x7F80).any())
-    return bool(np.isfinite(host).all())
 
 
 def all_finite(host: np.ndarray, dtype: str) -> bool:
     """No NaN/Inf anywhere in C. numpy releases the GIL in ufuncs, so row blocks are checked in
     parallel: at 8192^2 the scan would otherwise cost more host time than timing the kernel."""
     if host.size < (1 << 22):
-        return _finite_rows(host, dtype)
+        return storage_all_finite(host, dtype)
     blocks = np.array_split(host, _pool()._max_workers)
-    return all(_pool().map(lambda blk: _finite_rows(blk, dtype), blocks))
+    return all(_pool().map(lambda blk: storage_all_finite(blk, dtype), blocks))
 
 
 @functools.lru_cache(maxsize=None)
 def _pool() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1))
-
-
-def upload(host: np.ndarray, dtype: str) -> DeviceArray:
-    host = np.ascontiguousarray(host)
-    arr = DeviceArray.empty(host.shape, dtype)
-    check(driver().cuMemcpyHtoD(arr.ptr, host.ctypes.data, host.nbytes), "cuMemcpyHtoD")
-    return arr
-
-
-def download(arr: DeviceArray, out: np.ndarray | None = None) -> np.ndarray:
-    if out is None:
-        out = np.empty(arr.shape, dtype=_HOST_DTYPE[arr.dtype])
-    check(driver().cuMemcpyDtoH(out.ctypes.data, arr.ptr, out.nbytes), "cuMemcpyDtoH")
-    return out
 
 
 def timed_once(run: Callable[[], Any]) -> float:
@@ -104,8 +72,9 @@ class ShapeInputs:
         """A (M x K; column-major: the transposed view of a K x M upload) and B as the layout takes it."""
         key = (layout, dtype, a_order)
         if key not in self._dev:
-            a, b = rounded(self.a32, dtype), rounded(self.b32, dtype)
-            a_up, b_up = upload(a if a_order == "row" else a.T, dtype), upload(b if layout == "NN" else b.T, dtype)
+            a, b = to_storage(self.a32, dtype), to_storage(self.b32, dtype)
+            a_up = DeviceArray.from_host(a if a_order == "row" else a.T, dtype)
+            b_up = DeviceArray.from_host(b if layout == "NN" else b.T, dtype)
             self._uploads += [a_up, b_up]
             self._dev[key] = (a_up if a_order == "row" else a_up.T, b_up)
         return self._dev[key]
@@ -118,14 +87,14 @@ class ShapeInputs:
     def host_output(self, dtype: str) -> np.ndarray:
         """One host buffer per output dtype, reused: no fresh pages to fault in per kernel."""
         if dtype not in self._host:
-            self._host[dtype] = np.empty((self.M, self.N), dtype=_HOST_DTYPE[dtype])
+            self._host[dtype] = np.empty((self.M, self.N), dtype=STORAGE[dtype])
         return self._host[dtype]
 
     def reference(self, dtype: str) -> np.ndarray:
         """float64 C on the checked rows, from the inputs as rounded to `dtype`."""
         if dtype not in self._ref:
-            a = values(rounded(self.a32[self.rows], dtype), dtype)
-            self._ref[dtype] = a @ values(rounded(self.b32, dtype), dtype)
+            a = storage_to_f64(to_storage(self.a32[self.rows], dtype), dtype)
+            self._ref[dtype] = a @ storage_to_f64(to_storage(self.b32, dtype), dtype)
         return self._ref[dtype]
 
     def close(self) -> None:
@@ -143,10 +112,10 @@ def checked_launch(run: Callable[[], Any], C: DeviceArray, inp: ShapeInputs, dty
     against the float64 reference of `dtype` inputs; None where C holds NaN/Inf)."""
     C.fill_bytes(0xFF)  # NaN in every element: one the kernel leaves unwritten fails the check
     ms = timed_once(run)
-    host = download(C, inp.host_output(C.dtype))
+    host = C.to_host(inp.host_output(C.dtype))
     if not all_finite(host, C.dtype):
         return ms, None
-    return ms, rel_error(values(host[inp.rows], C.dtype), inp.reference(dtype))
+    return ms, rel_error(storage_to_f64(host[inp.rows], C.dtype), inp.reference(dtype))
 
 
 class Skip(Exception):

@@ -1,4 +1,5 @@
-"""The element types the kernels take: codes, sizes and their numpy equivalents (one table)."""
+"""The element types the kernels take: codes, sizes, their numpy equivalents and host storage, and the
+bf16 <-> fp32 bit conversions (one table, one place)."""
 from __future__ import annotations
 
 from typing import Any
@@ -16,6 +17,14 @@ try:  # bf16 has no numpy dtype of its own; ml_dtypes (a JAX dependency) provide
     NUMPY["bf16"] = np.dtype(ml_dtypes.bfloat16)
 except ImportError:  # pragma: no cover - optional
     pass
+
+# Host arrays in the device's bit layout that need no ml_dtypes: bf16 travels as its raw 16 bits.
+STORAGE = {"f16": np.dtype(np.float16), "bf16": np.dtype(np.uint16), "f32": np.dtype(np.float32)}
+
+# __cuda_array_interface__ type strings: bf16 has none of its own, so it goes as 2 raw bytes
+CAI_TYPESTR = {"f16": "<f2", "f32": "<f4", "bf16": "<V2"}
+
+_BF16_EXPONENT = 0x7F80  # all ones: Inf or NaN
 
 
 def dtype_code(dtype: Any) -> str:
@@ -38,3 +47,32 @@ def numpy_dtype(code: str) -> np.dtype:
     if code not in NUMPY:
         raise ValidationError(f"dtype {code} has no numpy equivalent here (install ml_dtypes for bf16)")
     return NUMPY[code]
+
+
+def f32_to_bf16_bits(x: Any) -> np.ndarray:
+    """bf16 as its raw 16 bits: the top half of each fp32, rounded to nearest even (uint16). The sum is
+    taken in 64 bits so that no input wraps around."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def bf16_bits_to_f32(bits: Any) -> np.ndarray:
+    """The fp32 values of bf16 bit patterns (exact: bf16 is the top half of an fp32)."""
+    return (np.asarray(bits).astype(np.uint32) << 16).view(np.float32)
+
+
+def to_storage(x32: Any, code: str) -> np.ndarray:
+    """fp32 values rounded to `code`, as a host array in the device's bit layout (STORAGE)."""
+    return f32_to_bf16_bits(x32) if code == "bf16" else np.asarray(x32).astype(STORAGE[code])
+
+
+def storage_to_f64(host: np.ndarray, code: str) -> np.ndarray:
+    """The float64 values of a host array in the device's bit layout."""
+    return (bf16_bits_to_f32(host) if code == "bf16" else host).astype(np.float64)
+
+
+def storage_all_finite(host: np.ndarray, code: str) -> bool:
+    """No Inf or NaN in a host array in the device's bit layout (bf16 read from its exponent bits)."""
+    if code == "bf16":
+        return not bool(((host & _BF16_EXPONENT) == _BF16_EXPONENT).any())
+    return bool(np.isfinite(host).all())

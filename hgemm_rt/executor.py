@@ -15,10 +15,11 @@ from dataclasses import replace
 from typing import Any
 
 from .device import get_device
+from .dtypes import ITEMSIZE
 from .launcher import ArrayRef, KernelLaunch, PackedParams, ParamPacker, prepare
 from .manifest import Manifest
 from .memory import DeviceArray
-from .problem import ITEMSIZE, Copy, Recipe, View
+from .problem import Copy, Recipe, View
 from .validate import GemmShape
 
 PACKED_PER_EXECUTION = 32  # parameter sets kept per execution (one per distinct A, B, C addresses and scalars)

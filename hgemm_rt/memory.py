@@ -1,5 +1,9 @@
 """Device arrays: memory this package owns (numpy in and out), zero-copy views of other libraries' GPU
-arrays through `__cuda_array_interface__` or DLPack, and DLPack export of our own (`__dlpack__`)."""
+arrays through `__cuda_array_interface__` or DLPack, and DLPack export of our own (`__dlpack__`).
+
+This is the one module that copies between host and device memory: numpy arrays in and out
+(`from_numpy`, `to_numpy`), raw host bits in the device's layout (`from_host`, `copy_from_host` into a
+strided view, `to_host`), and strided views read or filled whole (`strided_to_host`, `fill_strided`)."""
 from __future__ import annotations
 
 import functools
@@ -14,7 +18,7 @@ import numpy as np
 from . import dlpack
 from ._driver import check, driver, init
 from .device import get_device, stream_handle
-from .dtypes import ITEMSIZE, dtype_code, numpy_dtype
+from .dtypes import CAI_TYPESTR, ITEMSIZE, STORAGE, dtype_code, numpy_dtype
 from .errors import ValidationError
 
 # guards the export counts and deferred closes of every array; re-entrant because garbage collection may
@@ -65,9 +69,15 @@ class DeviceArray:
     @classmethod
     def from_numpy(cls, a: np.ndarray, device: int = 0) -> "DeviceArray":
         a = np.ascontiguousarray(a)
-        arr = cls.empty(a.shape, a.dtype, device)
-        if a.nbytes:
-            check(driver().cuMemcpyHtoD(arr.ptr, a.ctypes.data, a.nbytes), "cuMemcpyHtoD")
+        return cls.from_host(a, a.dtype, device)
+
+    @classmethod
+    def from_host(cls, host: np.ndarray, dtype: Any, device: int = 0) -> "DeviceArray":
+        """A new array of `dtype` holding `host`'s bytes: a host array in the device's bit layout, such as
+        bf16 as its uint16 bits (dtypes.STORAGE), which numpy alone cannot name."""
+        host = np.ascontiguousarray(host)
+        arr = cls.empty(host.shape, dtype, device)
+        arr.copy_from_host(host)
         return arr
 
     # -- properties ---------------------------------------------------------------------------
@@ -100,8 +110,7 @@ class DeviceArray:
 
     @property
     def __cuda_array_interface__(self) -> dict:
-        typestr = {"f16": "<f2", "f32": "<f4", "bf16": "<V2"}[self.dtype]
-        return {"shape": self.shape, "typestr": typestr, "data": (self.ptr, self.readonly),
+        return {"shape": self.shape, "typestr": CAI_TYPESTR[self.dtype], "data": (self.ptr, self.readonly),
                 "strides": None if self.is_c_contiguous else self.strides, "version": 3}
 
     # -- transfers ----------------------------------------------------------------------------
@@ -109,11 +118,51 @@ class DeviceArray:
         self.check_open()
         if not self.is_c_contiguous:
             raise ValidationError("to_numpy() needs a C-contiguous array")
-        out = np.empty(self.shape, dtype=numpy_dtype(self.dtype))
+        return self.to_host(np.empty(self.shape, dtype=numpy_dtype(self.dtype)))
+
+    def to_host(self, out: np.ndarray | None = None) -> np.ndarray:
+        """This C-contiguous array's bytes in host memory: into `out` (a C-contiguous array of as many
+        bytes), else into a new array in the device's bit layout (bf16 as uint16 bits, dtypes.STORAGE).
+        Synchronous on the legacy stream: work queued on other streams is the caller's to wait for."""
+        self.check_open()
+        if not self.is_c_contiguous:
+            raise ValidationError("to_host() needs a C-contiguous array")
+        if out is None:
+            out = np.empty(self.shape, dtype=STORAGE[self.dtype])
+        elif out.nbytes != self.nbytes or not out.flags.c_contiguous:
+            raise ValidationError(f"to_host(out): out must be C-contiguous and hold {self.nbytes} bytes, "
+                                  f"not {out.nbytes}")
         if out.nbytes:
             get_device(self.device)
             check(driver().cuMemcpyDtoH(out.ctypes.data, self.ptr, out.nbytes), "cuMemcpyDtoH")
         return out
+
+    def copy_from_host(self, host: np.ndarray) -> None:
+        """Write `host` (this array's shape, in the device's bit layout: any numpy dtype of the same item
+        size) into this array, which may be a 2-D view with a row or column stride of one element: one
+        copy per contiguous row (or column), so the bytes between them stay as they are."""
+        host = np.asarray(host)
+        if host.shape != self.shape or host.itemsize != self.itemsize:
+            raise ValidationError(f"host array {host.dtype}{list(host.shape)} does not fit the device array "
+                                  f"{self.dtype}{list(self.shape)}")
+        self.check_open()
+        if not host.size:
+            return
+        get_device(self.device)
+        drv = driver()
+        if self.is_c_contiguous:
+            host = np.ascontiguousarray(host)
+            check(drv.cuMemcpyHtoD(self.ptr, host.ctypes.data, host.nbytes), "cuMemcpyHtoD")
+            return
+        if self.ndim == 2 and self.strides[1] == self.itemsize:
+            lines, step = host, self.strides[0]  # rows
+        elif self.ndim == 2 and self.strides[0] == self.itemsize:
+            lines, step = host.T, self.strides[1]  # columns
+        else:
+            raise ValidationError(f"copy_from_host() writes C-contiguous arrays and 2-D views with a unit "
+                                  f"row or column stride, not strides {self.strides} bytes")
+        for i, line in enumerate(np.ascontiguousarray(lines)):
+            check(drv.cuMemcpyHtoD(self.ptr + i * step, line.ctypes.data, line.nbytes), "cuMemcpyHtoD")
 
     def copy_from_numpy(self, a: np.ndarray, stream: Any = None) -> None:
         a = np.ascontiguousarray(a, dtype=numpy_dtype(self.dtype))
@@ -274,12 +323,15 @@ def from_dlpack(obj: Any, stream: int | None = None) -> DeviceArray:
     return DeviceArray(ptr, shape, code, strides, owner=(obj, capsule), device=int(dev_id))
 
 
+_CODE_OF_TYPESTR = {typestr: code for code, typestr in CAI_TYPESTR.items()}
+
+
 def from_cai(obj: Any) -> DeviceArray:
     """A view of an object's `__cuda_array_interface__` (its `stream` key is the caller's to honour)."""
     cai = obj.__cuda_array_interface__
     ptr, readonly = cai["data"]
     typestr = cai["typestr"]
-    code = {"<f2": "f16", "<f4": "f32", "<V2": "bf16"}.get(typestr)
+    code = _CODE_OF_TYPESTR.get(typestr)
     if code is None:
         raise ValidationError(f"unsupported __cuda_array_interface__ typestr {typestr!r}")
     shape = tuple(cai["shape"])
@@ -324,3 +376,24 @@ def byte_extent(ptr: int, shape: tuple[int, ...], strides: tuple[int, ...], item
             else:
                 hi += (n - 1) * s
     return lo, hi + itemsize
+
+
+# -- strided views, whole -------------------------------------------------------------------------
+# A view here is anything with ptr, shape, byte strides and a dtype code (a DeviceArray, a launcher.ArrayRef).
+
+def strided_to_host(view: Any, device: int = 0) -> np.ndarray:
+    """A host copy of a strided device view, in the device's bit layout (bf16 as uint16 bits): the
+    bytes it spans come over in one synchronous copy, then numpy applies the view's strides."""
+    lo, hi = byte_extent(view.ptr, view.shape, view.strides, ITEMSIZE[view.dtype])
+    buf = np.empty(hi - lo, dtype=np.uint8)
+    get_device(device)
+    check(driver().cuMemcpyDtoH(buf.ctypes.data, lo, hi - lo), "cuMemcpyDtoH")
+    base = buf[view.ptr - lo:].view(STORAGE[view.dtype])
+    return np.lib.stride_tricks.as_strided(base, view.shape, view.strides).copy()
+
+
+def fill_strided(view: Any, byte: int, device: int = 0, stream: Any = None) -> None:
+    """Set every byte a strided view spans, the gaps between its rows included, on `stream`."""
+    lo, hi = byte_extent(view.ptr, view.shape, view.strides, ITEMSIZE[view.dtype])
+    get_device(device)
+    check(driver().cuMemsetD8Async(lo, byte, hi - lo, stream_handle(stream)), "cuMemsetD8Async")

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .memory import numpy_dtype
+from .dtypes import ITEMSIZE, numpy_dtype, storage_to_f64, to_storage
 
 
 def random_operands(M: int, N: int, K: int, layout: str, dtype: str, rng: np.random.Generator
@@ -122,16 +122,6 @@ def run_checked(entry, M: int, N: int, K: int, rng: np.random.Generator, *, with
     return {"error": err, "bound": bound, "cublas_error": cublas_err, "acc": acc}
 
 
-def to_bf16_bits(x: np.ndarray) -> np.ndarray:
-    """bf16 as its raw 16 bits (numpy has no bfloat16): the top half of an fp32, rounded to nearest even."""
-    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
-    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-
-
-def from_bf16_bits(b: np.ndarray) -> np.ndarray:
-    return (b.astype(np.uint32) << 16).view(np.float32)
-
-
 # ---------------------------------------------------------------------------------------------------
 # catalogue kernels: the shapes each is checked at, derived from its declaration
 # ---------------------------------------------------------------------------------------------------
@@ -234,7 +224,7 @@ class UtilCase:
         from . import problem
 
         M, N, K = self.MNK
-        isz = problem.ITEMSIZE[self.dtype]
+        isz = ITEMSIZE[self.dtype]
         out = []
         for base, op, (rows, cols) in (("A", self.a, (M, K)), ("B", self.b, (K, N)), ("C", self.c, (M, N))):
             rs, cs = op.strides(rows, cols)
@@ -359,12 +349,8 @@ def missing(names, covered) -> list[str]:
 
 def stored_and_exact(x, dtype: str) -> tuple[np.ndarray, np.ndarray]:
     """float64 values -> (storage array of `dtype`, the exact float64 values it holds)."""
-    x32 = np.asarray(x, np.float32)
-    if dtype == "bf16":
-        bits = to_bf16_bits(x32)
-        return bits, from_bf16_bits(bits).astype(np.float64)
-    v = x32.astype(np.float16 if dtype == "f16" else np.float32)
-    return v, v.astype(np.float64)
+    stored = to_storage(np.asarray(x, np.float32), dtype)
+    return stored, storage_to_f64(stored, dtype)
 
 
 class Buffer:
@@ -373,40 +359,32 @@ class Buffer:
     or out of bounds. Output: the whole buffer holds `fill` (NaN), so a write outside the view shows."""
 
     def __init__(self, values, dtype: str, op: Operand, output: bool):
-        from ._driver import check, driver
-        from .dtypes import ITEMSIZE
         from .memory import DeviceArray
 
-        self.check, self.drv = check, driver()
         rows, cols = values.shape
         rs, cs = op.strides(rows, cols)
-        self.isz = ITEMSIZE[dtype]
+        isz = ITEMSIZE[dtype]
         n = op.offset + (rows - 1) * rs + (cols - 1) * cs + 1
         store, self.exact = stored_and_exact(values, dtype)
         self.buf = DeviceArray.empty((n,), dtype)
         self.idx = op.offset + np.arange(rows)[:, None] * rs + np.arange(cols)[None, :] * cs
+        self.view = DeviceArray(self.buf.ptr + op.offset * isz, (rows, cols), dtype, (rs * isz, cs * isz),
+                                owner=self.buf)
         if output:
             self.host = stored_and_exact(np.full(n, np.nan), dtype)[0]
             self.host[self.idx] = store
             self.upload()
         else:
-            lines = store if op.order == "row" else store.T  # contiguous runs in memory
-            for i, line in enumerate(np.ascontiguousarray(lines)):
-                addr = self.buf.ptr + (op.offset + i * (rs if op.order == "row" else cs)) * self.isz
-                check(self.drv.cuMemcpyHtoD(addr, line.ctypes.data, line.nbytes), "cuMemcpyHtoD")
-        self.view = DeviceArray(self.buf.ptr + op.offset * self.isz, (rows, cols), dtype,
-                                (rs * self.isz, cs * self.isz), owner=self.buf)
+            self.view.copy_from_host(store)  # row by row (or column by column): the gaps stay unwritten
 
     def upload(self) -> None:
-        self.check(self.drv.cuMemcpyHtoD(self.buf.ptr, self.host.ctypes.data, self.host.nbytes), "cuMemcpyHtoD")
+        self.buf.copy_from_host(self.host)
 
     def download(self) -> np.ndarray:
         from .device import get_device
 
-        out = np.empty_like(self.host)
         get_device().synchronize()
-        self.check(self.drv.cuMemcpyDtoH(out.ctypes.data, self.buf.ptr, out.nbytes), "cuMemcpyDtoH")
-        return out
+        return self.buf.to_host(np.empty_like(self.host))
 
 
 def run_util(names: set[str], report: Callable[[str], Any] = lambda line: None) -> tuple[int, int, set]:
@@ -445,7 +423,7 @@ def run_util(names: set[str], report: Callable[[str], Any] = lambda line: None) 
         runnable.run((A.view.ptr, B.view.ptr, C.view.ptr), case.alpha, case.beta, 0)
         now = C.download()
         runnable.close()
-        got = now[C.idx].astype(np.float64) if case.dtype != "bf16" else from_bf16_bits(now[C.idx]).astype(np.float64)
+        got = storage_to_f64(now[C.idx], case.dtype)
         ref = case.alpha * (A.exact @ B.exact) + (case.beta * C.exact if case.beta else 0.0)
         err, bound = rel_error(got, ref), error_floor(case.dtype, "f32", case.dtype, case.MNK[2])
         outside = np.ones(now.shape, bool)

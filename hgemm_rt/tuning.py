@@ -30,12 +30,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ._driver import check, driver
 from .device import DeviceInfo, get_device
-from .dtypes import ITEMSIZE, numpy_dtype
+from .dtypes import ITEMSIZE, bf16_bits_to_f32
 from .executor import Execution
 from .launcher import ArrayRef
-from .memory import DeviceArray, byte_extent
+from .memory import DeviceArray, byte_extent, fill_strided, strided_to_host
 from .manifest import Manifest
 from .planner import SPLITS
 from .problem import Recipe, Route
@@ -149,17 +148,9 @@ def forget() -> None:
 # ---------------------------------------------------------------------------------------------------
 
 def _download(ref: ArrayRef, device: int) -> np.ndarray:
-    """A host copy (float64-able) of a strided device view: the bytes it spans, viewed with its strides."""
-    isz = ITEMSIZE[ref.dtype]
-    lo, hi = byte_extent(ref.ptr, ref.shape, ref.strides, isz)
-    buf = np.empty(hi - lo, dtype=np.uint8)
-    get_device(device)
-    check(driver().cuMemcpyDtoH(buf.ctypes.data, lo, hi - lo), "cuMemcpyDtoH")
-    base = buf[ref.ptr - lo:]
-    if ref.dtype == "bf16":  # numpy has no bfloat16 without ml_dtypes: widen the bits to fp32
-        bits = np.lib.stride_tricks.as_strided(base.view(np.uint16), ref.shape, ref.strides)
-        return (bits.astype(np.uint32) << 16).view(np.float32)
-    return np.lib.stride_tricks.as_strided(base.view(numpy_dtype(ref.dtype)), ref.shape, ref.strides).copy()
+    """A host copy (float64-able) of a strided device view; bf16 widened to fp32 (no ml_dtypes needed)."""
+    host = strided_to_host(ref, device)
+    return bf16_bits_to_f32(host) if ref.dtype == "bf16" else host
 
 
 def _scratch_like(ref: ArrayRef, device: int) -> tuple[ArrayRef, DeviceArray]:
@@ -224,7 +215,7 @@ def time_routes(chosen: list, refs: tuple[ArrayRef, ArrayRef, ArrayRef], dtype: 
         for est, recipe in chosen:
             ex = Execution(recipe, dtype, device, manifest)
             try:
-                _zero(C, device, stream)  # beta's term is checked nowhere: start from zeros
+                fill_strided(C, 0, device, stream)  # beta's term is checked nowhere: start from zeros
                 ex.run(ptrs, alpha, 0.0, stream)
                 dev.synchronize()
                 got = _download(C, device)[rows].astype(np.float64)
@@ -246,10 +237,3 @@ def time_routes(chosen: list, refs: tuple[ArrayRef, ArrayRef, ArrayRef], dtype: 
             owner.close()
     results.sort(key=lambda r: r["us"])
     return results
-
-
-def _zero(ref: ArrayRef, device: int, stream: int) -> None:
-    """Zero every byte a strided view spans."""
-    lo, hi = byte_extent(ref.ptr, ref.shape, ref.strides, ITEMSIZE[ref.dtype])
-    get_device(device)
-    check(driver().cuMemsetD8Async(lo, 0, hi - lo, stream), "cuMemsetD8Async")

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import hgemm_rt as hg
+from hgemm_rt.dtypes import bf16_bits_to_f32, storage_to_f64, to_storage
 
 pytestmark = pytest.mark.gpu
 
@@ -30,23 +31,11 @@ def _cupy():
     return pytest.importorskip("cupy")
 
 
-def _bf16_bits(x: np.ndarray) -> np.ndarray:
-    """float32 -> the bfloat16 bit patterns (round to nearest even), as uint16: no ml_dtypes needed."""
-    u = x.astype(np.float32).view(np.uint32)
-    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-
-
 def _device_array(rng, shape, dtype):
-    """(a DeviceArray of random values, their float64 values). bf16 goes up as raw bits (in an f16 array
-    of the same bytes) and is viewed as bf16, so the check does not depend on ml_dtypes."""
-    x = rng.standard_normal(shape).astype(np.float32)
-    if dtype == "bf16":
-        bits = _bf16_bits(x)
-        raw = hg.to_device(bits.view(np.float16))
-        values = (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
-        return hg.DeviceArray(raw.ptr, shape, "bf16", owner=raw), values
-    host = x.astype(np.float16 if dtype == "f16" else np.float32)
-    return hg.to_device(host), host.astype(np.float64)
+    """(a DeviceArray of random values, their float64 values). bf16 goes up as its raw bits, so the
+    check does not depend on ml_dtypes."""
+    host = to_storage(rng.standard_normal(shape).astype(np.float32), dtype)
+    return hg.DeviceArray.from_host(host, dtype), storage_to_f64(host, dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -76,7 +65,7 @@ def test_cupy_reads_our_arrays_without_a_copy(rng, dtype):
     got = x.view(cp.uint16) if dtype == "bf16" else x
     host = cp.asnumpy(got)
     if dtype == "bf16":
-        host = (host.astype(np.uint32) << 16).view(np.float32)
+        host = bf16_bits_to_f32(host)
     np.testing.assert_array_equal(host.astype(np.float64), values)
 
 

@@ -22,6 +22,34 @@ def test_device_array_roundtrip_and_close_twice(rng):
         d.to_numpy()
 
 
+@pytest.mark.parametrize("dtype", ["f16", "bf16", "f32"])
+@pytest.mark.parametrize("order", ["row", "col"])
+def test_host_copies_of_strided_views(rng, dtype, order):
+    """copy_from_host writes a strided view's elements and nothing between them; strided_to_host reads
+    the view back; fill_strided sets every byte the view spans; bf16 travels as its uint16 bits."""
+    from hgemm_rt.dtypes import ITEMSIZE, STORAGE, to_storage
+    from hgemm_rt.memory import fill_strided, strided_to_host
+
+    rows, cols, pad, offset = 5, 7, 3, 2
+    rs, cs = (cols + pad, 1) if order == "row" else (1, rows + pad)
+    n = offset + (rows - 1) * rs + (cols - 1) * cs + 1 + 4
+    isz = ITEMSIZE[dtype]
+    before = np.arange(n).astype(STORAGE[dtype])  # every element differs from the values written
+    values = to_storage(rng.standard_normal((rows, cols)).astype(np.float32), dtype)
+    with hg.DeviceArray.from_host(before, dtype) as buf:
+        view = hg.DeviceArray(buf.ptr + offset * isz, (rows, cols), dtype, (rs * isz, cs * isz), owner=buf)
+        view.copy_from_host(values)
+        want = before.copy()
+        idx = offset + np.arange(rows)[:, None] * rs + np.arange(cols)[None, :] * cs
+        want[idx] = values
+        assert np.array_equal(buf.to_host().view(np.uint8), want.view(np.uint8))
+        assert np.array_equal(strided_to_host(view).view(np.uint8), values.view(np.uint8))
+        fill_strided(view, 0)
+        hg.get_device().synchronize()
+        want[idx.min():idx.max() + 1] = 0
+        assert np.array_equal(buf.to_host().view(np.uint8), want.view(np.uint8))
+
+
 def test_torch_tensors_are_used_without_copying(rng):
     torch = pytest.importorskip("torch")
     M, N, K = 96, 80, 64

@@ -20,18 +20,17 @@ from hypothesis import strategies as st
 import hgemm_rt as hg
 from hgemm_rt import DeviceArray, planner, problem, tuning
 from hgemm_rt.api import call_cache_key
+from hgemm_rt.dtypes import ITEMSIZE, STORAGE, storage_to_f64
 from hgemm_rt.errors import UnknownKernelError, ValidationError
-from hgemm_rt.testing import error_floor
+from hgemm_rt.testing import error_floor, stored_and_exact
 from kernel_cases import load_manifest_or_none
 from interop import OnlyDlpack
 
 MANIFEST = load_manifest_or_none()
 needs_manifest = pytest.mark.skipif(MANIFEST is None, reason="no build manifest (python build_kernels.py)")
-NP = {"f16": np.float16, "f32": np.float32}
 # the compute capabilities this build can serve (the SIMT fallback is built for each of them)
 CCS = sorted({(int(a[0]), int(a[1])) for a in MANIFEST.kernels["util_gemm_simt_f16"].builds if not a.endswith("a")}) \
     if MANIFEST and "util_gemm_simt_f16" in MANIFEST.kernels else [(9, 0)]
-ISZ = problem.ITEMSIZE
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -149,7 +148,7 @@ def _check_plan_contract(plan, prob, manifest):
             # a column-major-A kernel reads A^T (K x M row-major) through its tensor map
             a = (step.a.T, (step.K, step.M)) if spec.a_order == "col" else (step.a, (step.M, step.K))
             for name, v, dims in (("A", *a), ("B", step.b, b_dims), ("C", step.c, (step.M, step.N))):
-                assert planner.fits(v, *dims, tma=name in tm, align=spec.align, itemsize=ISZ[prob.dtype]), (step, name)
+                assert planner.fits(v, *dims, tma=name in tm, align=spec.align, itemsize=ITEMSIZE[prob.dtype]), (step, name)
                 if v.base in temps:
                     assert (temps[v.base].rows, temps[v.base].cols) == dims
         elif step.role in planner.LEADING_DIM_ROLES:
@@ -163,7 +162,7 @@ def _check_plan_contract(plan, prob, manifest):
             b_dims = (step.K, step.N) if spec.layout == "NN" else (step.N, step.K)
             for v, dims in ((step.a, (step.M, step.K)), (step.b, b_dims)):
                 rows, cols = (v.rows, v.cols)
-                assert v.cs == 1 and v.align >= 16 and v.rs * ISZ[prob.dtype] % 16 == 0 and v.rs >= cols
+                assert v.cs == 1 and v.align >= 16 and v.rs * ITEMSIZE[prob.dtype] % 16 == 0 and v.rs >= cols
                 assert rows == dims[0] and cols >= dims[1]  # a packed operand may carry zero columns
             assert step.splits in planner.SPLITS
     last = plan.steps[-1]
@@ -281,27 +280,6 @@ def test_autotune_cache_roundtrip_and_corruption_is_never_trusted(tmp_path, monk
 # GPU helpers: operands as strided views inside NaN-filled buffers
 # ---------------------------------------------------------------------------------------------------
 
-def _to_bits(x: np.ndarray, dtype: str) -> np.ndarray:
-    """Round float64/32 values to `dtype` and return (storage array, exact float64 values)."""
-    x32 = np.asarray(x, np.float32)
-    if dtype == "bf16":  # round to nearest even on the top 16 bits (numpy has no bfloat16)
-        u = x32.view(np.uint32).astype(np.uint64)
-        bits = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-        return bits, (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
-    v = x32.astype(NP[dtype])
-    return v, v.astype(np.float64)
-
-
-def _from_bits(s: np.ndarray, dtype: str) -> np.ndarray:
-    if dtype == "bf16":
-        return (s.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
-    return s.astype(np.float64)
-
-
-def _storage(dtype):
-    return np.uint16 if dtype == "bf16" else NP[dtype]
-
-
 class Strided:
     """rows x cols values placed in a NaN-filled device buffer at `offset` elements with the strides
     of `order` (row / col / gen: neither stride 1) and `pad` extra elements per leading dimension."""
@@ -316,20 +294,20 @@ class Strided:
             rs, cs = 2 * cols + pad, 2
         n = offset + (rows - 1) * rs + (cols - 1) * cs + 1 + 8
         self.dtype, self.rows, self.cols, self.rs, self.cs, self.offset = dtype, rows, cols, rs, cs, offset
-        store, self.exact = _to_bits(values, dtype)
-        self.host = np.full(n, np.nan, np.float32).astype(NP.get(dtype, np.float32)) if dtype != "bf16" \
+        store, self.exact = stored_and_exact(values, dtype)
+        self.host = np.full(n, np.nan, np.float32).astype(STORAGE[dtype]) if dtype != "bf16" \
             else np.full(n, 0x7FC1, np.uint16)  # NaN bit patterns around (and under) the view
         idx = offset + np.arange(rows)[:, None] * rs + np.arange(cols)[None, :] * cs
         self.host[idx] = store
         self.buf = DeviceArray.empty((n,), dtype)
-        _upload(self.buf, self.host)
-        isz = ISZ[dtype]
+        self.buf.copy_from_host(self.host)
+        isz = ITEMSIZE[dtype]
         self.view = DeviceArray(self.buf.ptr + offset * isz, (rows, cols), dtype, (rs * isz, cs * isz),
                                 owner=self.buf)
         self._idx = idx
 
     def read(self):
-        return _from_bits(_download(self.buf, self.host)[self._idx], self.dtype)
+        return storage_to_f64(_download(self.buf, self.host)[self._idx], self.dtype)
 
     def outside_untouched(self):
         now = _download(self.buf, self.host)
@@ -338,20 +316,10 @@ class Strided:
         return np.array_equal(now[mask].view(np.uint8), self.host[mask].view(np.uint8))
 
 
-def _upload(buf, host):
-    from hgemm_rt._driver import check, driver
-
-    hg.get_device()
-    check(driver().cuMemcpyHtoD(buf.ptr, host.ctypes.data, host.nbytes), "cuMemcpyHtoD")
-
-
 def _download(buf, like):
-    from hgemm_rt._driver import check, driver
-
-    out = np.empty_like(like)
+    """buf's bytes in an array like `like`, once the GPU's queued work is done."""
     hg.get_device().synchronize()
-    check(driver().cuMemcpyDtoH(out.ctypes.data, buf.ptr, out.nbytes), "cuMemcpyDtoH")
-    return out
+    return buf.to_host(np.empty_like(like))
 
 
 def _bound(dtype, acc, K):
@@ -378,7 +346,7 @@ def _case(M, N, K, dtype, orders, offsets, pads, alpha, beta, acc, rng, out_give
         got = c.read()
     else:
         assert isinstance(res, DeviceArray) and res.shape == (M, N) and res.is_c_contiguous
-        got = _from_bits(_download(res, np.empty((M, N), _storage(dtype))), dtype)
+        got = storage_to_f64(_download(res, np.empty((M, N), STORAGE[dtype])), dtype)
     return _rel(got, ref), _bound(dtype, acc or problem.ACCUMULATE[dtype][0], K)
 
 
@@ -432,7 +400,7 @@ def test_every_route_is_correct(dtype, M, N, K, orders, offsets, rng):
         prob = problem.problem_of_arrays(a.view, b.view, c.view,
                                          "f16" if dtype == "f16" else problem.ACCUMULATE[dtype][-1], alpha, beta)
         for est, plan in planner.ranked_recipes(prob, manifest, dev.info.cc, dev.info.sm_count):
-            _upload(c.buf, c.host)  # C back to its initial values
+            c.buf.copy_from_host(c.host)  # C back to its initial values
             ex = Execution(plan, dtype, 0, manifest)
             ex.run((a.view.ptr, b.view.ptr, c.view.ptr), alpha, beta, 0)
             dev.synchronize()
