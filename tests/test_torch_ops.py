@@ -151,10 +151,17 @@ def test_replace_linear_shares_the_parameters(torch, ht):
 OPCHECK_TOL = dict(atol=5e-2, rtol=2e-2)  # two runs of one op may take different routes (alignment)
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("shape", list(SHAPES), ids=list(SHAPES))
-@pytest.mark.parametrize("dt", ["f16", "bf16"])
-@pytest.mark.parametrize("grad", [False, True], ids=["nograd", "grad"])
+def opcheck_cases(test):
+    """Every shape class, fp16 and bf16, with and without gradients, on the GPU."""
+    marks = (pytest.mark.gpu, pytest.mark.parametrize("shape", list(SHAPES), ids=list(SHAPES)),
+             pytest.mark.parametrize("dt", ["f16", "bf16"]),
+             pytest.mark.parametrize("grad", [False, True], ids=["nograd", "grad"]))
+    for mark in reversed(marks):  # applied bottom-up, as stacked decorators are
+        test = mark(test)
+    return test
+
+
+@opcheck_cases
 def test_opcheck_mm(gpu_torch, ht, dt, shape, grad, rng):
     torch = gpu_torch
     M, N, K = SHAPES[shape]
@@ -168,10 +175,7 @@ def test_opcheck_mm(gpu_torch, ht, dt, shape, grad, rng):
         torch.library.opcheck(op, (a.t().contiguous().t(), b), {"accumulate": "f16"}, **OPCHECK_TOL)
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("shape", list(SHAPES), ids=list(SHAPES))
-@pytest.mark.parametrize("dt", ["f16", "bf16"])
-@pytest.mark.parametrize("grad", [False, True], ids=["nograd", "grad"])
+@opcheck_cases
 def test_opcheck_linear(gpu_torch, ht, dt, shape, grad, rng):
     torch = gpu_torch
     M, N, K = SHAPES[shape]
