@@ -171,14 +171,18 @@ COUNTERS: tuple[Counter, ...] = (
     Counter("instructions", "warp instructions", "", "amount", "down", "smsp__inst_executed.sum", _raw("inst")),
     Counter("issue_active_pct", "issue active", "%", "pct", "up",
             "smsp__issue_active.avg.pct_of_peak_sustained_active (cycles a scheduler issued)", _raw("issue_active")),
-    Counter("smem_bank_conflicts", "smem bank conflicts", "", "amount", "down",
+    # The count of conflicts has no `better`: a rise from a few thousand to ten thousand among tens of
+    # millions of wavefronts passes the 5% threshold of an amount and explains nothing. Their share of
+    # the wavefronts (smem_conflict_pct, in points) is the one a slower rung is judged by.
+    Counter("smem_bank_conflicts", "smem bank conflicts", "", "amount", "",
             "l1tex__data_bank_conflicts_pipe_lsu_mem_shared (ld + st)", lambda r, f: _conflicts(r)),
     Counter("smem_wavefronts", "smem wavefronts", "", "amount", "down",
             "l1tex__data_pipe_lsu_wavefronts_mem_shared (shared-memory accesses through the LSU, ldmatrix "
             "included; TMA and wgmma operand reads are not)", lambda r, f: _wavefronts(r)),
     Counter("smem_conflict_pct", "smem conflict share", "%", "pct", "down", "bank conflicts / shared wavefronts",
             lambda r, f: _pct(_conflicts(r), _wavefronts(r))),
-    Counter("smem_ld_wavefronts_per_inst", "smem wavefronts/ld", "", "amount", "down",
+    # No `better` either: wider loads (ldmatrix.x4, LDS.128) raise it as conflicts do, and wider loads help.
+    Counter("smem_ld_wavefronts_per_inst", "smem wavefronts/ld", "", "amount", "",
             "shared-load wavefronts per shared-load instruction (1 per 128 bytes a warp reads, more with "
             "conflicts)", _ratio("smem_wavefronts_ld", "smem_ld_inst")),
     Counter("global_ld_sectors_per_req", "ld sectors/req", "", "amount", "",
