@@ -25,16 +25,22 @@ from .selection import describe_build, select
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def git_commit() -> str | None:
-    """HEAD of the checkout, or $HGEMM_GIT_COMMIT where the tree was copied without .git (a lent GPU)."""
-    if os.environ.get("HGEMM_GIT_COMMIT"):
-        return os.environ["HGEMM_GIT_COMMIT"]
+def checkout_commit() -> str | None:
+    """HEAD of the checkout as git itself reports it; None without a usable git (no git, or a tree
+    copied without .git)."""
     try:
         out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"], capture_output=True,
                              text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def git_commit() -> str | None:
+    """HEAD of the checkout, or $HGEMM_GIT_COMMIT where the tree was copied without .git (a lent GPU)."""
+    if os.environ.get("HGEMM_GIT_COMMIT"):
+        return os.environ["HGEMM_GIT_COMMIT"]
+    return checkout_commit()
 
 
 def err(msg: str) -> None:
@@ -143,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     if s.profile:
         from .profile import profile_mode
 
-        return profile_mode(s, command_line(argv), build_record)
+        return profile_mode(s, command_line(argv), build_record, checkout_commit)
     if s.matmul:
         return matmul_mode(s, argv)
     if s.plot and not pl.have_matplotlib():

@@ -416,10 +416,24 @@ def err(msg: str) -> None:
     print(f"bench.py: {msg}", file=sys.stderr)
 
 
-def profile_mode(s: Settings, command: str, build_record: Callable[[Any], dict]) -> int:
+UNKNOWN_COMMIT = "unknown"
+
+
+def build_of(registry: Any, build_record: Callable[[Any], dict], commit: Callable[[], "str | None"]) -> dict:
+    """What a profile records about the build: the results' build record, with the commit that git
+    itself reports for this checkout (`commit()`), or "unknown" where git cannot tell (no git, a tree
+    copied without .git). $HGEMM_GIT_COMMIT is not taken here: nothing checks it against the tree,
+    and a stale value names the wrong source for every number of the doc (the H100 profile of issue
+    20 recorded a772883; it ran at ffae137)."""
+    return {**build_record(registry), "git": commit() or UNKNOWN_COMMIT}
+
+
+def profile_mode(s: Settings, command: str, build_record: Callable[[Any], dict],
+                 commit: Callable[[], "str | None"]) -> int:
     """--profile: 0 every kernel profiled, 1 no GPU, 2 no ncu / no permission / bad flags or build, 3
     some kernel not profiled (the JSON says which and why). `build_record(registry)` is what a results
-    file records about the build (hgemm_bench.main's)."""
+    file records about the build and `commit()` the checkout's commit from git alone, None without
+    it (hgemm_bench.main's); see build_of."""
     exe = ncu.find_ncu()
     if exe is None:
         err(f"--profile: {ncu.MISSING}")
@@ -460,7 +474,7 @@ def profile_mode(s: Settings, command: str, build_record: Callable[[Any], dict])
         return 2
     meta = {
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "command": command,
-        "shape": list(shape), "seed": seed, "build": build_record(registry),
+        "shape": list(shape), "seed": seed, "build": build_of(registry, build_record, commit),
         "ncu": {"path": exe, "version": version, "clock_control": ncu.CLOCK_CONTROL,
                 "cache_control": ncu.CACHE_CONTROL, "replay_mode": ncu.REPLAY_MODE, **ran},
         "elapsed_s": round(time.monotonic() - t0, 1),

@@ -116,6 +116,26 @@ def test_profile_without_ncu_fails_cleanly(monkeypatch, tmp_path, capsys):
     assert not out.exists()
 
 
+def test_profile_records_the_commit_git_reports_or_unknown(monkeypatch):
+    """A profile names its commit only as git reports it for the checkout: where git cannot tell (a
+    tree copied to a GPU machine without .git), "unknown", never $HGEMM_GIT_COMMIT, which nothing
+    checks against the tree (a stale one named the wrong commit for the H100 profile)."""
+    from hgemm_bench import main as bench_main
+
+    monkeypatch.setenv("HGEMM_GIT_COMMIT", "a772883")
+    record = lambda registry: {"hash": "h", "nvcc": "13.0", "git": bench_main.git_commit()}  # noqa: E731
+    assert pf.build_of(None, record, lambda: None) == {"hash": "h", "nvcc": "13.0", "git": pf.UNKNOWN_COMMIT}
+    assert pf.build_of(None, record, lambda: "ffae137c41e1")["git"] == "ffae137c41e1"
+
+    def no_git(*args, **kwargs):
+        raise FileNotFoundError("git")
+
+    monkeypatch.setattr(bench_main.subprocess, "run", no_git)
+    assert bench_main.checkout_commit() is None
+    assert pf.build_of(None, record, bench_main.checkout_commit)["git"] == pf.UNKNOWN_COMMIT
+    assert bench_main.git_commit() == "a772883"  # the bench's results still take the variable
+
+
 FAKE_NCU = r'''
 import json, re, sys
 args = sys.argv[1:]
