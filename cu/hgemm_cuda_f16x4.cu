@@ -20,7 +20,8 @@ using hg::cc::ALayout;
 using hg::cc::Pipe;
 
 // minB = 2: ptxas fits every rung in 128 registers without spills, so two 256-thread blocks share an
-// SM (step 4 needed 167 registers without the bound: one block per SM, 24 vs 31 TFLOPS of step 3).
+// SM; without the bound step 4 took 167 registers, ran one block per SM and fell behind step 3
+// (docs/tuning_log.md, "hgemm_cuda_f16x4").
 //           symbol                                minB  BM   BN   BK TM TN VEC PACK   A layout              AKV pipeline      acc
 HG_CUDA_RUNG(hgemm_t_8x8_sliced_k_f16x4,           2,   128, 128, 8, 8, 8, 4, false, ALayout::kRowMajor,   1, Pipe::kSingle, Acc::kF32)
 HG_CUDA_RUNG(hgemm_t_8x8_sliced_k_f16x4_pack,      2,   128, 128, 8, 8, 8, 4, true,  ALayout::kRowMajor,   4, Pipe::kSingle, Acc::kF32)

@@ -1,7 +1,7 @@
 // Family "hgemm_cute": HGEMM with CuTe (CUTLASS headers), layout TN.
 //   hgemm_mma_stages_block_swizzle_tn_cute (alias hgemm_cute_tn)
 //   A: M x K row-major, B: N x K row-major, C: M x N row-major. fp16 in, fp16 out,
-//   accumulate fp16 (__accf16, the original library's choice) or fp32 (__accf32).
+//   accumulate fp16 (__accf16) or fp32 (__accf32, the launch default).
 // Block tile 128 x 256 x 32, 256 threads = 8 warps as 2 (M) x 4 (N), each warp 64 x 64.
 // Dynamic smem: stages * (128 + 256) * 32 * 2 bytes (48/72/96 KiB for 2/3/4 stages), reused by the
 // epilogue. Minimum arch sm_80 (cp.async, ldmatrix, mma.sync m16n8k16).

@@ -11,13 +11,12 @@
 //       ldmatrix.x4 for A and B (two n8 tiles); XOR-swizzled smem, no padding: stages * (256*32 +
 //       256*32) * 2 bytes (32 KB a stage); register double buffering, serpentine mma order; C leaves
 //       through smem in 16-byte row stores. One block per SM. Requires M % 256, N % 256, K % 32 == 0.
-//       Why this shape (H200, 700 W cap, fp16 accumulate; 64 x 64 warps in 128 x 256 blocks gave
-//       499 / 534 TFLOPS at 4096^3 / 8192^3): a 64 x 128 warp tile reads 96 bytes of ldmatrix per
-//       mma instead of 128, and a 256 x 256 block brings 32 bytes of cp.async per mma instead of 48,
-//       so shared memory stops competing with the tensor pipe; only fp16 accumulators fit (128 of
-//       the 255 registers; fp32 would need 256), hence no acc=f32 variant. The staged epilogue
-//       (Store::Smem) took 4096^3 from 509 to 546 TFLOPS: 16-byte row pieces per lane quad cost
-//       ~13 us per wave of blocks, the staged stores ~4.5 us.
+//       Why this shape: a 64 x 128 warp tile reads 96 bytes of ldmatrix per mma instead of the 128
+//       of 64 x 64 warps in 128 x 256 blocks, and a 256 x 256 block brings 32 bytes of cp.async per
+//       mma instead of 48, so shared memory stops competing with the tensor pipe; only fp16
+//       accumulators fit (128 of the 255 registers; fp32 would need 256), hence no acc=f32 variant.
+//       The epilogue is staged (Store::Smem): 16-byte row pieces per lane quad cost about three
+//       times as long per wave of blocks (docs/tuning_log.md, "hgemm_mma_tn").
 //   16-byte aligned pointers for both.
 #include "common/mma.cuh"
 

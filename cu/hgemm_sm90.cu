@@ -57,10 +57,9 @@ constexpr int kGroupRows = 2048;
 // TMA fill per 4.2 MFLOP, and 2 x 4 x (2 + 8) KB of wgmma operand reads from shared memory. That is
 // the least shared-memory traffic per flop that fp32 accumulators allow (one m64n256k16 per
 // warpgroup and k16), which matters because the chip runs at its power cap from 4096^3 up.
-// Measured and dropped in round 2 (commit d667f9b has the code, the numbers are in its message):
-// ping-pong consumers owning whole 64 x 256 tiles (0.92x the cooperative kernel at 4096^3: 1.7x the
-// smem fill per flop), and consumers staggered by 1-2 k-blocks so their epilogues overlap the other's
-// wgmma (no measurable change: the tile-boundary bubble is not where the time goes).
+// Not ping-pong (each consumer owning whole 64 x 256 tiles): that needs 1.7x the smem fill per flop and
+// ran slower. Nor consumers staggered by 1-2 k-blocks so that each one's epilogue overlaps the other's
+// wgmma: the tile-boundary bubble is not where the time goes (docs/tuning_log.md, "hgemm_sm90").
 template <typename T_, bool kAT_, bool kNN_, int kStages_, int kClusterM_, bool kPersistent_, bool kTmaStore_>
 struct Kn {
   using T = T_;

@@ -1,6 +1,6 @@
 // Family "hgemm_wmma": the first seven rungs of the WMMA HGEMM ladder (Tensor Cores through nvcuda::wmma).
 //   Layout NN (A M x K row-major, B K x N row-major, C M x N row-major); fp16 in, fp16 accumulate
-//   (HMMA.F16, as the original library), fp16 out. Minimum arch sm_80 (cp.async).
+//   (HMMA.F16), fp16 out. Minimum arch sm_80 (cp.async).
 //   Grid "tiles": blockIdx.x walks N tiles, blockIdx.y walks M tiles.
 //
 //   rung                                   threads  block tile (BMxBNxBK)  smem (static)    requires

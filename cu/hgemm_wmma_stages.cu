@@ -1,6 +1,6 @@
 // Family "hgemm_wmma_stages": the multi-stage rungs of the WMMA HGEMM ladder (steps 8-11).
 //   Layout NN (A M x K row-major, B K x N row-major, C M x N row-major); fp16 in, fp16 out; fp16
-//   accumulate (HMMA.F16) like the original library. Minimum arch sm_80 (cp.async).
+//   accumulate (HMMA.F16). Minimum arch sm_80 (cp.async).
 //   Grid "tiles+swizzle": column tile bx = blockIdx.z * gridDim.x + blockIdx.x (blocks past N leave).
 //   Each rung is built for stages 2, 3, 4 (symbol suffix __stagesS); smem rows padded by 8 halves.
 //   Every load/store is guarded; the 128-bit copies need N % 8 == 0 and K % 8 == 0 (declared).
@@ -13,9 +13,10 @@
 // Dynamic smem = stages * per-stage bytes (the manifest's dsmem formula). The static rung stays under
 // 48 KB even with 4 stages (41 KB), which is why it keeps BK = 16.
 // The two 8-warp dsmem rungs also come with fp32 accumulation (variant acc = f32) and prefetch the next
-// K slice's fragments across the K-tile barrier (Config PREFETCH; measured on H200 at 4096^3: +4-12%).
-// BK: measured on H200, 256x128 with BK = 64 beats BK = 32 by 4% (4096^3) to 15% (8192^3): each A row
-// of the tile is then one whole 128-byte line per K-tile, and there are half as many barriers. Its 53 KB
+// K slice's fragments across the K-tile barrier (Config PREFETCH), so the mmas do not wait on fragment
+// loads at each K-tile boundary (faster: docs/tuning_log.md, "hgemm_wmma_stages").
+// BK = 64 for 256x128: each A row of the tile is then one whole 128-byte line per K-tile, and there are
+// half as many barriers as with BK = 32 (faster: docs/tuning_log.md). Its 53 KB
 // stages need the opt-in smem of sm_80 (3 stages max) or sm_90 (4 stages); the runtime refuses the rest.
 // The 16-warp rung keeps fragments single-buffered: 512 threads cap it at 128 registers.
 #include "common/wmma.cuh"

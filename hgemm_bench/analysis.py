@@ -100,8 +100,8 @@ def finish_shape(rows: list[Record]) -> None:
 
 def shape_view(rows: list[Record]) -> list[dict[str, Any]]:
     """Rows of one shape and class in run order, each with `gain` (percent over the best correct row
-    before it, only where it sets a new best: the original's "+x%") and `best` (the fastest correct
-    row of the table)."""
+    before it, only where it sets a new best: the table's "+x%") and `best` (the fastest correct row of
+    the table)."""
     view, running = [], 0.0
     ok = [r for r in rows if r.get("ok")]
     top = max(ok, key=lambda r: r["tflops"]) if ok else None

@@ -13,8 +13,8 @@ STEADY_WARM_S = 1.5
 
 # flag -> (ladders, every variant?). The plain flag runs each kernel of the ladder once in its default
 # variant (first value of every axis, thread-block swizzle where the grid has it); `-all` runs every
-# variant (stages x acc x swizzle off/on). cute/sgemm/hopper have no `-all` twin (as in the original
-# library): their flag already runs every variant.
+# variant (stages x acc x swizzle off/on). cute/sgemm/hopper have no `-all` twin: their flag already
+# runs every variant.
 GROUP_FLAGS: dict[str, tuple[tuple[str, ...], bool]] = {
     "cuda": (("cuda",), False),
     "cuda_all": (("cuda",), True),

@@ -9,8 +9,8 @@ from typing import Any
 
 from .cli import GROUP_FLAGS, Settings
 
-# Display order: the ladders as the README tells them, cuBLAS last (as the original printed it);
-# a ladder unknown here sorts after the known ones instead of being dropped.
+# Display order: the ladders as the README tells them, cuBLAS last, below the rows it is the baseline
+# of; a ladder unknown here sorts after the known ones instead of being dropped.
 LADDER_ORDER = ("cuda", "wmma", "mma", "cute", "hopper", "sgemm", "cublas")
 TENSOR_CORE_LADDERS = ("wmma", "mma", "cute", "hopper")
 NOT_GEMM_LADDERS = ("util",)  # helpers in the manifest that are no GEMM (the GPU tests skip them too)

@@ -31,8 +31,9 @@ STATIC_SMEM_LIMIT = 48 * 1024  # above this a block needs the opt-in attribute
 
 
 def default_swizzle_stride(N: int) -> int | None:
-    """About N/4 rounded down to a multiple of 256 (the original library's choice); None (off) for
-    N < 2048, where the grid has too few column tiles for swizzling to help L2 reuse."""
+    """About N/4 rounded down to a multiple of 256: the grid's column tiles fall into about four strips
+    (gridDim.z) run one after the other, so the blocks in flight share one strip of B in L2. None (off)
+    for N < 2048, where the grid has too few column tiles for swizzling to help L2 reuse."""
     if N < 2048:
         return None
     return max(256, (N // 4) // 256 * 256)

@@ -31,9 +31,8 @@ enum class Smem { Pad, Swizzle };
 //   Shfl:   the quad's four half2 gather in one lane by shuffles, which stores 16 bytes (same rows
 //           and bytes per instruction as Direct, a quarter of the lanes).
 //   Smem:   the fp16 tile goes through shared memory (XOR-swizzled, conflict free both ways) and
-//           leaves in 16-byte stores of whole rows: a warp instruction writes 512 contiguous bytes.
-//           Measured on an H200 (256 x 256 tiles, M = N = 4096, K = 128, two waves of blocks):
-//           42 us with shuffled 16-byte row pieces, 24 us staged, 15 us with no stores at all.
+//           leaves in 16-byte stores of whole rows: a warp instruction writes 512 contiguous bytes,
+//           which for big tiles beats Shfl's 16-byte row pieces (docs/tuning_log.md, "common/mma.cuh").
 enum class Store { Direct, Shfl, Smem };
 
 // Plain shared-memory accesses at a shared-window address (the staged epilogue). Kept here, its
