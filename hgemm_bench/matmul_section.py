@@ -3,7 +3,7 @@ torch.matmul, in the same run, on the same buffers.
 
 Sections (matmul_table declares their rows, baseline and target):
   ragged, sweep, smallm, layouts, decode  GPU time of hg.matmul and of the best cuBLAS variant on the
-          same buffers in the same layout (hgemm_rt.cublas.matmul); issue 7's targets are judged where
+          same buffers in the same layout (hgemm_rt.cublas.matmul); a section's target is judged where
           set; the memory-bound decode rows show GB/s and the share of the HBM bandwidth a 1 GiB fill
           reaches (the L2 flush leaves dirty lines, whose write-back the next kernel pays: the same for
           cuBLAS, but it lowers both against that reference)
@@ -13,7 +13,7 @@ Sections (matmul_table declares their rows, baseline and target):
           object, CUDA-graph replay) beside torch/CuPy's own matmul, and one repeat call split into
           its parts
 
-Protocol (shared/GPU.md): random N(0, 1) data; every result is verified before it is timed (NaN-filled
+Protocol: random N(0, 1) data; every result is verified before it is timed (NaN-filled
 output, float64 reference; the error bound is hgemm_rt.testing.error_bound over the cuBLAS/torch error
 on the same inputs); GPU time = CUDA events, L2 flushed before every run, the timed launches queued
 behind a busy GPU (time_fn queue_ahead) so that no host cost leaks in, the median; wall time = n calls

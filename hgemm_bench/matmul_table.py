@@ -52,7 +52,7 @@ class Section:
     baseline: str  # a key of BASELINES
     shapes: tuple[Shape, ...]
     calls: tuple[HostCall, ...] = ()  # the host section's call forms, each measured at every shape
-    target: float | None = None  # ratio to the baseline to reach (issue 7), None: informative
+    target: float | None = None  # ratio to the baseline to reach, None: informative
     judge: str = "each"  # the target holds for "each" row, or for the "geomean" of the rows
     bandwidth: bool = False  # memory-bound rows: show GB/s and the share of the measured HBM bandwidth
 
@@ -87,7 +87,7 @@ SECTIONS: dict[str, Section] = {
                        (cube(4096, a_order="col"), cube(4096, a_order="col", b_order="col"),
                         cube(4096, b_order="col"), cube(2048, "bf16"), cube(2048, "f32"))),
     "torch": Section("hg.matmul(x, w.t()) vs torch.matmul(x, w.t()), w an (N, K) weight as nn.Linear holds it; "
-                     "target on the wall-time ratio (issue 14)",
+                     "target on the wall-time ratio",
                      "torch", target=0.95, shapes=tuple(Shape(m, n, k, dt, b_order="col") for dt in ("f16", "bf16")
                                     for m, n, k in ((1024,) * 3, (2048,) * 3, (4096,) * 3, (1, LINEAR, LINEAR),
                                                     (16, LINEAR, LINEAR), (128, LINEAR, LINEAR)))),
