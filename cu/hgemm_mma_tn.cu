@@ -21,13 +21,31 @@
 #include "common/mma.cuh"
 
 namespace {
-using namespace hg::mma;  // Config<layout, warps_m, warps_n, wmt, wnt, BK, stages, f32, smem, b_x4,
-                          //        reg_db, store, serpentine, dsmem, min_blocks>: see common/mma.cuh
-template <bool F32, int S>
-using Tn = Config<Layout::TN, 2, 4, 4, 4, 32, S, F32, Smem::Pad, false, false, Store::Direct, false, true, 2>;
-template <bool F32, int S>
-using TnSwizzleX4 =
-    Config<Layout::TN, 4, 2, 4, 16, 32, S, F32, Smem::Swizzle, true, true, Store::Smem, true, true, 1>;
+using hg::mma::Knobs;
+using hg::mma::Layout;
+using hg::mma::Smem;
+using hg::mma::Store;
+// Rung 8: rung 4's shape (Warp4x4StagesDsmem, hgemm_mma_warp4x4.cu) with B N x K.
+struct Tn : Knobs {
+  static constexpr Layout kLayout = Layout::TN;
+  static constexpr int kWarpsM = 2, kWarpsN = 4;
+  static constexpr int kWarpTilesM = 4, kWarpTilesN = 4;
+  static constexpr int kBK = 32;
+  static constexpr bool kDynamicSmem = true;
+  static constexpr int kMinBlocks = 2;
+};
+// Rung 10: 4 x 2 warps of 64 x 128, ldmatrix.x4 for B, XOR swizzle, register double buffering,
+// serpentine order, epilogue staged through smem; one block per SM.
+struct TnSwizzleX4 : Tn {
+  static constexpr int kWarpsM = 4, kWarpsN = 2;
+  static constexpr int kWarpTilesN = 16;
+  static constexpr Smem kSmem = Smem::Swizzle;
+  static constexpr bool kBX4 = true;
+  static constexpr bool kRegDoubleBuffer = true;
+  static constexpr Store kStore = Store::Smem;
+  static constexpr bool kSerpentine = true;
+  static constexpr int kMinBlocks = 1;
+};
 }  // namespace
 
 HG_MMA_ACC_STAGES(hgemm_mma_m16n8k16_mma2x4_warp4x4_stages_dsmem_tn, Tn)

@@ -14,19 +14,23 @@
 #include "common/mma.cuh"
 
 namespace {
-using namespace hg::mma;  // Config<layout, warps_m, warps_n, wmt, wnt, BK, stages, f32, smem, b_x4,
-                          //        reg_db, store, serpentine, dsmem, min_blocks>: see common/mma.cuh
-// Two blocks per SM (<= 128 registers per thread).
-using Warp4x4 = Config<Layout::NN, 2, 4, 4, 4, 16, 1, false, Smem::Pad, false, false, Store::Direct,
-                       false, false, 2>;
-template <bool F32, int S>
-using Warp4x4Stages = Config<Layout::NN, 2, 4, 4, 4, 16, S, F32, Smem::Pad, false, false, Store::Direct,
-                             false, false, 2>;
-template <bool F32, int S>
-using Warp4x4StagesDsmem = Config<Layout::NN, 2, 4, 4, 4, 32, S, F32, Smem::Pad, false, false,
-                                  Store::Direct, false, true, 2>;
+using hg::mma::Knobs;
+// Rung 2: 2 x 4 warps of 4 x 4 mma tiles (64 x 32), BK 16, synchronous loads into one buffer; two
+// blocks per SM (<= 128 registers per thread).
+struct Warp4x4 : Knobs {
+  static constexpr int kWarpsM = 2, kWarpsN = 4;
+  static constexpr int kWarpTilesM = 4, kWarpTilesN = 4;
+  static constexpr int kBK = 16;
+  static constexpr int kMinBlocks = 2;
+};
+// Rung 3 is Warp4x4 under its variants (acc, and stages >= 2: the cp.async ring).
+// Rung 4: + BK 32 (fewer barriers per flop) in dynamic smem.
+struct Warp4x4StagesDsmem : Warp4x4 {
+  static constexpr int kBK = 32;
+  static constexpr bool kDynamicSmem = true;
+};
 }  // namespace
 
 HG_MMA_KERNEL(hgemm_mma_m16n8k16_mma2x4_warp4x4, Warp4x4)
-HG_MMA_ACC_STAGES(hgemm_mma_m16n8k16_mma2x4_warp4x4_stages, Warp4x4Stages)
+HG_MMA_ACC_STAGES(hgemm_mma_m16n8k16_mma2x4_warp4x4_stages, Warp4x4)
 HG_MMA_ACC_STAGES(hgemm_mma_m16n8k16_mma2x4_warp4x4_stages_dsmem, Warp4x4StagesDsmem)

@@ -20,17 +20,31 @@
 #include "common/mma.cuh"
 
 namespace {
-using namespace hg::mma;  // Config<layout, warps_m, warps_n, wmt, wnt, BK, stages, f32, smem, b_x4,
-                          //        reg_db, store, serpentine, dsmem, min_blocks>: see common/mma.cuh
-template <bool F32, int S>
-using X2 = Config<Layout::NN, 2, 4, 4, 8, 32, S, F32, Smem::Pad, false, true, Store::Shfl, false, true, 1>;
-template <bool F32, int S>
-using X2X4 = Config<Layout::NN, 2, 4, 4, 8, 32, S, F32, Smem::Pad, true, true, Store::Shfl, false, true, 1>;
-template <bool F32, int S>
-using X2RR = Config<Layout::NN, 2, 4, 4, 8, 32, S, F32, Smem::Pad, true, true, Store::Shfl, true, true, 1>;
-template <bool F32, int S>
-using X2Swizzle =
-    Config<Layout::NN, 2, 4, 4, 8, 32, S, F32, Smem::Swizzle, true, true, Store::Shfl, true, true, 1>;
+using hg::mma::Knobs;
+using hg::mma::Smem;
+using hg::mma::Store;
+// Rung 5: rung 4 (Warp4x4StagesDsmem, hgemm_mma_warp4x4.cu) with the warp tile doubled along N,
+// fragments double-buffered in registers and the shuffle epilogue; one block per SM.
+struct X2 : Knobs {
+  static constexpr int kWarpsM = 2, kWarpsN = 4;
+  static constexpr int kWarpTilesM = 4, kWarpTilesN = 8;
+  static constexpr int kBK = 32;
+  static constexpr bool kDynamicSmem = true;
+  static constexpr bool kRegDoubleBuffer = true;
+  static constexpr Store kStore = Store::Shfl;
+};
+// Rung 6: B fragments by ldmatrix.x4.
+struct X2X4 : X2 {
+  static constexpr bool kBX4 = true;
+};
+// Rung 7: + register reuse (serpentine mma order).
+struct X2RR : X2X4 {
+  static constexpr bool kSerpentine = true;
+};
+// Rung 9: + XOR-swizzled smem instead of padding.
+struct X2Swizzle : X2RR {
+  static constexpr Smem kSmem = Smem::Swizzle;
+};
 }  // namespace
 
 HG_MMA_ACC_STAGES(hgemm_mma_m16n8k16_mma2x4_warp4x4x2_stages_dsmem, X2)

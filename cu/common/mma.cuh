@@ -1,8 +1,9 @@
 // The mma.sync (m16n8k16) HGEMM ladder: one configurable block-tile kernel body shared by every
 // rung from hgemm_mma_m16n8k16_mma2x4_warp4x4 on, plus the accumulator tile used by the naive rung.
-// Each rung is a Config<...> instantiation; the knobs below are exactly the techniques the catalogue
-// names add one after another (stages, dynamic smem, warp tile x2, ldmatrix.x4, register reuse,
-// TN layout, XOR swizzle), so a rung differs from the previous one only in its Config line.
+// Each rung is a struct of named knobs (Knobs below) deriving from the rung before it and naming only
+// what it changes; the knobs are exactly the techniques the catalogue names add one after another
+// (stages, dynamic smem, warp tile x2, ldmatrix.x4, register reuse, TN layout, XOR swizzle).
+// Config<Rung> derives the tile shapes and shared-memory sizes from them.
 //
 // Layouts (row-major, C is M x N): A is M x K. NN: B is K x N. TN: B is N x K.
 // Block = WARPS_M x WARPS_N warps; warp tile = WMT x WNT mma tiles of 16x8; BK = k per stage.
@@ -110,27 +111,51 @@ struct SmemTile {
 };
 
 // ---------------------------------------------------------------------------------------------
-template <Layout L_, int WARPS_M_, int WARPS_N_, int WMT_, int WNT_, int BK_, int STAGES_, bool F32_,
-          Smem SMEM_, bool B_X4_, bool REG_DB_, Store STORE_, bool SERPENTINE_, bool DSMEM_,
-          int MIN_BLOCKS_>
+// The knobs of a rung, with the values of the plainest one. A rung derives from Knobs (or from the
+// rung it improves on) and redefines the knobs it changes:
+//   struct X2X4 : X2 { static constexpr bool kBX4 = true; };
+// The geometry (kWarpsM, kWarpsN, kWarpTilesM, kWarpTilesN, kBK) has no default: every first rung of
+// a family names it.
+struct Knobs {
+  static constexpr Layout kLayout = Layout::NN;
+  // 1: synchronous 128-bit global loads through registers into one buffer (no cp.async);
+  // >= 2: cp.async ring of kStages shared-memory buffers.
+  static constexpr int kStages = 1;
+  static constexpr bool kF32Acc = false;           // fp32 accumulators (else fp16)
+  static constexpr Smem kSmem = Smem::Pad;
+  static constexpr bool kBX4 = false;              // ldmatrix.x4 loads two n8 B fragments at once
+  static constexpr bool kRegDoubleBuffer = false;  // fragments double-buffered: ldmatrix k+1 under mma k
+  static constexpr Store kStore = Store::Direct;   // epilogue path (see Store)
+  static constexpr bool kSerpentine = false;       // snake mma order: consecutive mmas share A or B
+  static constexpr bool kDynamicSmem = false;      // dynamic (extern) shared memory, else a static array
+  static constexpr int kMinBlocks = 1;             // __launch_bounds__ blocks per SM
+};
+
+// A rung under the declarations' variant axes: acc (f16 | f32) and stages.
+template <class Rung, bool F32, int S>
+struct AccStages : Rung {
+  static constexpr bool kF32Acc = F32;
+  static constexpr int kStages = S;
+};
+
+// What the kernel body reads: the knobs under short names, and the shapes derived from them.
+template <class K>
 struct Config {
-  static constexpr Layout L = L_;
-  static constexpr int WARPS_M = WARPS_M_, WARPS_N = WARPS_N_;
-  static constexpr int WMT = WMT_, WNT = WNT_;  // mma tiles per warp along M and N
+  static constexpr Layout L = K::kLayout;
+  static constexpr int WARPS_M = K::kWarpsM, WARPS_N = K::kWarpsN;
+  static constexpr int WMT = K::kWarpTilesM, WNT = K::kWarpTilesN;  // mma tiles per warp along M and N
   static constexpr int WM = 16 * WMT, WN = 8 * WNT;  // warp tile
-  static constexpr int BM = WARPS_M * WM, BN = WARPS_N * WN, BK = BK_;
+  static constexpr int BM = WARPS_M * WM, BN = WARPS_N * WN, BK = K::kBK;
   static constexpr int THREADS = 32 * WARPS_M * WARPS_N;
-  // STAGES == 1: synchronous 128-bit global loads through registers (no cp.async).
-  // STAGES >= 2: cp.async ring of STAGES shared-memory buffers.
-  static constexpr int STAGES = STAGES_;
-  static constexpr bool F32 = F32_;            // fp32 accumulators (else fp16)
-  static constexpr Smem SMEM = SMEM_;
-  static constexpr bool B_X4 = B_X4_;          // ldmatrix.x4 loads two n8 B fragments at once
-  static constexpr bool REG_DB = REG_DB_;      // double-buffered fragments: ldmatrix k+1 under mma k
-  static constexpr Store STORE = STORE_;      // epilogue path (see Store)
-  static constexpr bool SERPENTINE = SERPENTINE_;  // snake mma order: consecutive mmas share A or B
-  static constexpr bool DSMEM = DSMEM_;        // dynamic (extern) shared memory
-  static constexpr int MIN_BLOCKS = MIN_BLOCKS_;  // __launch_bounds__ occupancy hint
+  static constexpr int STAGES = K::kStages;
+  static constexpr bool F32 = K::kF32Acc;
+  static constexpr Smem SMEM = K::kSmem;
+  static constexpr bool B_X4 = K::kBX4;
+  static constexpr bool REG_DB = K::kRegDoubleBuffer;
+  static constexpr Store STORE = K::kStore;
+  static constexpr bool SERPENTINE = K::kSerpentine;
+  static constexpr bool DSMEM = K::kDynamicSmem;
+  static constexpr int MIN_BLOCKS = K::kMinBlocks;
 
   using TileA = SmemTile<BM, BK, SMEM>;
   using TileB = std::conditional_t<L == Layout::NN, SmemTile<BK, BN, SMEM>, SmemTile<BN, BK, SMEM>>;
@@ -138,10 +163,15 @@ struct Config {
   static constexpr int SMEM_BYTES = (STAGES < 2 ? 1 : STAGES) * STAGE_ELEMS * 2;
   static constexpr int KSTEPS = BK / 16;
 
+  static_assert(STAGES >= 1, "at least one shared-memory buffer");
+  static_assert(THREADS <= 1024, "a block holds at most 32 warps");
+  static_assert(MIN_BLOCKS >= 1 && MIN_BLOCKS * THREADS <= 2048, "an SM holds at most 2048 threads");
   static_assert(BK % 16 == 0, "BK is a whole number of mma k-steps");
   static_assert(!B_X4 || WNT % 2 == 0, "ldmatrix.x4 for B takes n8 tiles in pairs");
   static_assert(!REG_DB || STAGES >= 2, "register double buffering rides on the cp.async ring");
+  static_assert(STORE != Store::Smem || STAGES >= 2, "the staged epilogue reuses the cp.async ring");
   static_assert(DSMEM || SMEM_BYTES <= 48 * 1024, "static shared memory is limited to 48 KB");
+  static_assert(SMEM_BYTES <= 227 * 1024, "shared memory over the 227 KB per-block limit of any GPU");
 };
 
 // Global -> shared copy of one tile in 16-byte chunks; thread `tid` owns chunks tid, tid + THREADS...
@@ -425,7 +455,6 @@ __device__ __forceinline__ void gemm(const half* __restrict__ A, const half* __r
   }
 
   if constexpr (Cfg::STORE == Store::Smem) {
-    static_assert(Cfg::STAGES >= 2, "the staged epilogue reuses the cp.async ring");
     store_tile_smem<Cfg>(acc, C, N, m0, n0, s0, tid, wm, wn);
     return;
   }
@@ -481,28 +510,29 @@ __device__ __forceinline__ void kernel_body(const half* A, const half* B, half* 
 }  // namespace mma
 }  // namespace hg
 
-// One extern "C" kernel per declared symbol. CFG is a Config type without commas (an alias), so
-// that it can sit inside __launch_bounds__. Its dynamic smem (0 for a static rung) is exported for
-// the build's check against the toml's dsmem.
-#define HG_MMA_KERNEL(SYM, CFG)                                                              \
-  extern "C" __global__ void __launch_bounds__(CFG::THREADS, CFG::MIN_BLOCKS)                 \
-      SYM(const half* A, const half* B, half* C, int M, int N, int K) {                       \
-    hg::mma::kernel_body<CFG>(A, B, C, M, N, K);                                              \
-  }                                                                                           \
-  HG_EXPORT_DSMEM(SYM, CFG::DSMEM ? CFG::SMEM_BYTES : 0)
+// One extern "C" kernel per declared symbol. RUNG is a knobs type without commas (a rung, or an
+// alias), so that it can sit inside __launch_bounds__. Its dynamic smem (0 for a static rung) is
+// exported for the build's check against the toml's dsmem.
+#define HG_MMA_KERNEL(SYM, RUNG)                                                                      \
+  extern "C" __global__ void __launch_bounds__(hg::mma::Config<RUNG>::THREADS,                          \
+                                               hg::mma::Config<RUNG>::MIN_BLOCKS)                       \
+      SYM(const half* A, const half* B, half* C, int M, int N, int K) {                                 \
+    hg::mma::kernel_body<hg::mma::Config<RUNG>>(A, B, C, M, N, K);                                      \
+  }                                                                                                     \
+  HG_EXPORT_DSMEM(SYM, hg::mma::Config<RUNG>::DSMEM ? hg::mma::Config<RUNG>::SMEM_BYTES : 0)
 
 // The (acc, stages) variants of a rung: f16 x 2|3|4 (HG_MMA_F16_STAGES), and f32 x 2|3|4 on top
-// (HG_MMA_ACC_STAGES). CFG is an alias template CFG<bool F32, int STAGES>;
-// symbols follow CONTRACT.md: NAME__acc<f16|f32>__stages<2|3|4> (axes in declared order).
-#define HG_MMA_VARIANT(NAME, CFG, ACC, F32, S) \
-  using NAME##__acc##ACC##__stages##S##_cfg = CFG<F32, S>; \
-  HG_MMA_KERNEL(NAME##__acc##ACC##__stages##S, NAME##__acc##ACC##__stages##S##_cfg)
-#define HG_MMA_F16_STAGES(NAME, CFG)        \
-  HG_MMA_VARIANT(NAME, CFG, f16, false, 2) \
-  HG_MMA_VARIANT(NAME, CFG, f16, false, 3) \
-  HG_MMA_VARIANT(NAME, CFG, f16, false, 4)
-#define HG_MMA_ACC_STAGES(NAME, CFG) \
-  HG_MMA_F16_STAGES(NAME, CFG)       \
-  HG_MMA_VARIANT(NAME, CFG, f32, true, 2) \
-  HG_MMA_VARIANT(NAME, CFG, f32, true, 3) \
-  HG_MMA_VARIANT(NAME, CFG, f32, true, 4)
+// (HG_MMA_ACC_STAGES), each the rung under AccStages; symbols follow CONTRACT.md:
+// NAME__acc<f16|f32>__stages<2|3|4> (axes in declared order).
+#define HG_MMA_VARIANT(NAME, RUNG, ACC, F32, S) \
+  using NAME##__acc##ACC##__stages##S##_knobs = hg::mma::AccStages<RUNG, F32, S>; \
+  HG_MMA_KERNEL(NAME##__acc##ACC##__stages##S, NAME##__acc##ACC##__stages##S##_knobs)
+#define HG_MMA_F16_STAGES(NAME, RUNG)        \
+  HG_MMA_VARIANT(NAME, RUNG, f16, false, 2) \
+  HG_MMA_VARIANT(NAME, RUNG, f16, false, 3) \
+  HG_MMA_VARIANT(NAME, RUNG, f16, false, 4)
+#define HG_MMA_ACC_STAGES(NAME, RUNG) \
+  HG_MMA_F16_STAGES(NAME, RUNG)       \
+  HG_MMA_VARIANT(NAME, RUNG, f32, true, 2) \
+  HG_MMA_VARIANT(NAME, RUNG, f32, true, 3) \
+  HG_MMA_VARIANT(NAME, RUNG, f32, true, 4)
