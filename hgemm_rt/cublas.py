@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import atexit
 import threading
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -53,7 +53,8 @@ def _destroy_handles() -> None:
     _handles.clear()
 
 
-_SCALAR = {"f16": np.float16, "f32": np.float32, "tf32": np.float32}
+# alpha/beta's host type per accumulation: the compute type's precision (cuBLAS's scale type)
+SCALAR = {"f16": np.float16, "f32": np.float32, "tf32": np.float32}
 
 
 def gemm(a_ptr: int, b_ptr: int, c_ptr: int, M: int, N: int, K: int, *, layout: str, dtype: str, acc: str,
@@ -71,28 +72,52 @@ def matmul(a: Any, b: Any, c: Any, *, acc: str = "f32", stream: Any = None, alph
     """C = alpha * A . B + beta * C through cuBLAS on the caller's buffers, for A and B each row- or
     column-major (any leading dimension) and C row-major: the baseline for every layout that
     hgemm_rt.matmul takes. Returns the layout label, e.g. "A row, B col"."""
+    op = operands(a, b, c, "cuBLAS matmul")
+    _gemm_ex(op.A.ptr, op.a_order, op.lda, op.B.ptr, op.b_order, op.ldb, op.C.ptr, op.ldc, op.M, op.N, op.K,
+             dtype=op.dtype, acc=acc, stream=stream, device=op.C.device, alpha=alpha, beta=beta)
+    return f"A {op.a_order}, B {op.b_order}"
+
+
+class Operands(NamedTuple):
+    """Validated operands of C (M x N, row-major, ld ldc) = A (M x K) . B (K x N), A and B each row- or
+    column-major with their leading dimensions, in elements."""
+    A: Any
+    B: Any
+    C: Any
+    M: int
+    N: int
+    K: int
+    dtype: str
+    a_order: str
+    lda: int
+    b_order: str
+    ldb: int
+    ldc: int
+
+
+def operands(a: Any, b: Any, c: Any, who: str) -> Operands:
+    """The checks every cuBLAS baseline makes of its buffers (2-D, shapes that multiply, one dtype cuBLAS
+    takes, A and B row- or column-major, C row-major); `who` starts each message."""
     from .memory import as_device_array
 
     A, B, C = as_device_array(a, "A"), as_device_array(b, "B"), as_device_array(c, "C")
     if not (A.ndim == B.ndim == C.ndim == 2):
-        raise ValidationError(f"cuBLAS matmul: A, B and C must be 2-D, got {A.shape}, {B.shape}, {C.shape}")
+        raise ValidationError(f"{who}: A, B and C must be 2-D, got {A.shape}, {B.shape}, {C.shape}")
     (M, K), (K2, N) = A.shape, B.shape
     if K2 != K or C.shape != (M, N):
-        raise ValidationError(f"cuBLAS matmul: A {A.shape} . B {B.shape} does not give C {C.shape}")
-    if not (A.dtype == B.dtype == C.dtype) or A.dtype not in _COMPUTE_OF:
-        raise ValidationError(f"cuBLAS matmul: dtypes {A.dtype}, {B.dtype}, {C.dtype}; "
-                              f"one of {sorted(_COMPUTE_OF)} for all three")
-    a_order, lda = _order("A", A)
-    b_order, ldb = _order("B", B)
-    c_order, ldc = _order("C", C)
+        raise ValidationError(f"{who}: A {A.shape} . B {B.shape} does not give C {C.shape}")
+    if not (A.dtype == B.dtype == C.dtype) or A.dtype not in COMPUTE_OF:
+        raise ValidationError(f"{who}: dtypes {A.dtype}, {B.dtype}, {C.dtype}; "
+                              f"one of {sorted(COMPUTE_OF)} for all three")
+    a_order, lda = storage_order("A", A, who)
+    b_order, ldb = storage_order("B", B, who)
+    c_order, ldc = storage_order("C", C, who)
     if c_order != "row":
-        raise ValidationError(f"cuBLAS matmul: C must be row-major (unit column stride), strides {C.strides}")
-    _gemm_ex(A.ptr, a_order, lda, B.ptr, b_order, ldb, C.ptr, ldc, M, N, K, dtype=A.dtype, acc=acc,
-             stream=stream, device=C.device, alpha=alpha, beta=beta)
-    return f"A {a_order}, B {b_order}"
+        raise ValidationError(f"{who}: C must be row-major (unit column stride), strides {C.strides}")
+    return Operands(A, B, C, M, N, K, A.dtype, a_order, lda, b_order, ldb, ldc)
 
 
-def _order(what: str, x: Any) -> tuple[str, int]:
+def storage_order(what: str, x: Any, who: str = "cuBLAS matmul") -> tuple[str, int]:
     """("row", ld) for unit column stride, ("col", ld) for unit row stride, in elements."""
     rows, cols = x.shape
     s0, s1 = (s // x.itemsize for s in x.strides)
@@ -102,34 +127,40 @@ def _order(what: str, x: Any) -> tuple[str, int]:
     if s0 == 1 or rows == 1:
         if cols == 1 or s1 >= rows:
             return "col", max(s1, rows, 1)
-    raise ValidationError(f"cuBLAS matmul: {what} {x.shape} with strides {x.strides} is neither row- nor "
+    raise ValidationError(f"{who}: {what} {x.shape} with strides {x.strides} is neither row- nor "
                           f"column-major; copy it to a contiguous array first")
 
 
+def check_acc(dtype: str, acc: str, who: str = "cuBLAS") -> None:
+    if acc not in COMPUTE_OF.get(dtype, ()):
+        raise ValidationError(f"{who}: acc={acc!r} is not one of {list(COMPUTE_OF.get(dtype, ()))} for {dtype}")
+
+
 # (input dtype, accumulation) -> the cublasComputeType_t member: the one list of what the baseline runs
-_COMPUTE_TYPE = {
+COMPUTE_TYPE = {
     ("f16", "f16"): "COMPUTE_16F",
     ("f16", "f32"): "COMPUTE_32F",
     ("bf16", "f32"): "COMPUTE_32F",
     ("f32", "f32"): "COMPUTE_32F",
     ("f32", "tf32"): "COMPUTE_32F_FAST_TF32",
 }
-_COMPUTE_OF = {d: tuple(a for dd, a in _COMPUTE_TYPE if dd == d) for d, _ in _COMPUTE_TYPE}
+COMPUTE_OF = {d: tuple(a for dd, a in COMPUTE_TYPE if dd == d) for d, _ in COMPUTE_TYPE}
+# the cudaDataType_t member of each element type
+DATA_TYPE = {"f16": "CUDA_R_16F", "bf16": "CUDA_R_16BF", "f32": "CUDA_R_32F"}
 
 
 def _gemm_ex(a_ptr: int, a_order: str, lda: int, b_ptr: int, b_order: str, ldb: int, c_ptr: int, ldc: int,
              M: int, N: int, K: int, *, dtype: str, acc: str, stream: Any, device: int, alpha: float,
              beta: float) -> None:
     """One cublasGemmEx for row-major C (M x N, ld = ldc) = A . B, A and B row- or column-major."""
-    if acc not in _COMPUTE_OF.get(dtype, ()):
-        raise ValidationError(f"cuBLAS: acc={acc!r} is not one of {list(_COMPUTE_OF.get(dtype, ()))} for {dtype}")
+    check_acc(dtype, acc)
     cublas = _cublas()
     from nvmath import CudaDataType
 
-    dt = {"f16": CudaDataType.CUDA_R_16F, "bf16": CudaDataType.CUDA_R_16BF, "f32": CudaDataType.CUDA_R_32F}[dtype]
-    compute = getattr(cublas.ComputeType, _COMPUTE_TYPE[(dtype, acc)])
+    dt = getattr(CudaDataType, DATA_TYPE[dtype])
+    compute = getattr(cublas.ComputeType, COMPUTE_TYPE[(dtype, acc)])
     # alpha/beta live in host memory with the compute type's precision (cuBLAS's default pointer mode)
-    scalars = np.array([alpha, beta], dtype=_SCALAR[acc])
+    scalars = np.array([alpha, beta], dtype=SCALAR[acc])
     s = scalars.ctypes.data
     # Row-major C is column-major C^T (N x M), so compute C^T = B^T . A^T. A row-major operand read as
     # column-major is already its transpose (op N); a column-major one must be transposed (op T).
