@@ -36,18 +36,40 @@ extern "C" __global__ void __launch_bounds__(32)
   wmma::store_matrix_sync(C + (size_t)m0 * N + n0, acc, N, wmma::mem_row_major);
 }
 
-//                                   FM  FN  FK  warps  tiles  BK  stages pad copy
-using Mma4x2 = wg::Config<16, 16, 16, 4, 2, 1, 1, 16, 1, 0, wg::Copy::kScalar, half>;
-using Warp2x4 = wg::Config<16, 16, 16, 4, 2, 2, 4, 16, 1, 0, wg::Copy::kVec8, half>;
-using Warp2x4Async = wg::Config<16, 16, 16, 4, 2, 2, 4, 16, 1, 0, wg::Copy::kAsync, half>;
-using Warp2x4AsyncOffset = wg::Config<16, 16, 16, 4, 2, 2, 4, 16, 1, 8, wg::Copy::kAsync, half>;
-using Warp2x4DbufAsync = wg::Config<16, 16, 16, 4, 2, 2, 4, 16, 2, 8, wg::Copy::kAsync, half>;
-using M32n8Dbuf = wg::Config<32, 8, 16, 2, 4, 2, 4, 16, 2, 8, wg::Copy::kAsync, half>;
+// Rung 2: 4 x 2 warps, one 16x16 fragment each (64 x 32 block tile), BK 16, scalar copies into one
+// buffer.
+struct Mma4x2 : wg::Knobs {
+  static constexpr int kWarpsM = 4, kWarpsN = 2;
+  static constexpr int kFragsM = 1, kFragsN = 1;
+  static constexpr int kBK = 16;
+};
+// Rung 3: 2 x 4 fragments per warp (128 x 128 block tile), 128-bit copies through registers.
+struct Warp2x4 : Mma4x2 {
+  static constexpr int kFragsM = 2, kFragsN = 4;
+  static constexpr wg::Copy kCopy = wg::Copy::kVec8;
+};
+// Rung 4: cp.async copies.
+struct Warp2x4Async : Warp2x4 {
+  static constexpr wg::Copy kCopy = wg::Copy::kAsync;
+};
+// Rung 5: smem rows padded by 8 halves (conflict-free ldmatrix).
+struct Warp2x4AsyncOffset : Warp2x4Async {
+  static constexpr int kPad = 8;
+};
+// Rung 6: double buffer.
+struct Warp2x4DbufAsync : Warp2x4AsyncOffset {
+  static constexpr int kStages = 2;
+};
+// Rung 7: m32n8k16 fragments, 2 x 4 warps (the same 128 x 128 block tile).
+struct M32n8Dbuf : Warp2x4DbufAsync {
+  static constexpr int kFragM = 32, kFragN = 8;
+  static constexpr int kWarpsM = 2, kWarpsN = 4;
+};
 
-#define HG_WMMA_STATIC_KERNEL(SYM, CFG)                                                              \
-  extern "C" __global__ void __launch_bounds__(CFG::kThreads)                                        \
+#define HG_WMMA_STATIC_KERNEL(SYM, RUNG)                                                              \
+  extern "C" __global__ void __launch_bounds__(wg::Config<RUNG>::kThreads)                          \
       SYM(const half* A, const half* B, half* C, int M, int N, int K) {                              \
-    wg::gemm_static_smem<CFG>(A, B, C, M, N, K);                                                     \
+    wg::kernel_body<wg::Config<RUNG>>(A, B, C, M, N, K);                                             \
   }
 
 HG_WMMA_STATIC_KERNEL(hgemm_wmma_m16n16k16_mma4x2, Mma4x2)

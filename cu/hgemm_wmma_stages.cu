@@ -13,7 +13,7 @@
 // Dynamic smem = stages * per-stage bytes (the manifest's dsmem formula). The static rung stays under
 // 48 KB even with 4 stages (41 KB), which is why it keeps BK = 16.
 // The two 8-warp dsmem rungs also come with fp32 accumulation (variant acc = f32) and prefetch the next
-// K slice's fragments across the K-tile barrier (Config PREFETCH), so the mmas do not wait on fragment
+// K slice's fragments across the K-tile barrier (knob kPrefetch), so the mmas do not wait on fragment
 // loads at each K-tile boundary (faster: docs/tuning_log.md, "hgemm_wmma_stages").
 // BK = 64 for 256x128: each A row of the tile is then one whole 128-byte line per K-tile, and there are
 // half as many barriers as with BK = 32 (faster: docs/tuning_log.md). Its 53 KB
@@ -23,36 +23,54 @@
 
 namespace wg = hg::wmma_gemm;
 
-template <int S>  //                 FM  FN  FK  warps  tiles  BK  stages pad copy            acc   prefetch
-using Warp2x4Stages = wg::Config<16, 16, 16, 4, 2, 2, 4, 16, S, 8, wg::Copy::kAsync, half>;
-template <int S, typename Acc>
-using Warp2x4StagesDsmem = wg::Config<16, 16, 16, 4, 2, 2, 4, 32, S, 8, wg::Copy::kAsync, Acc, true>;
-template <int S, typename Acc>
-using Mma4x2Warp4x4StagesDsmem = wg::Config<16, 16, 16, 4, 2, 4, 4, 64, S, 8, wg::Copy::kAsync, Acc, true>;
-template <int S>
-using Mma4x4Warp4x4StagesDsmem = wg::Config<16, 16, 16, 4, 4, 4, 4, 32, S, 8, wg::Copy::kAsync, half>;
+// Rung 8: hgemm_wmma.cu's double-buffered rung (4 x 2 warps of 2 x 4 fragments, BK 16, cp.async,
+// rows padded by 8 halves) with 2-4 stages (variant axis).
+struct Warp2x4Stages : wg::Knobs {
+  static constexpr int kWarpsM = 4, kWarpsN = 2;
+  static constexpr int kFragsM = 2, kFragsN = 4;
+  static constexpr int kBK = 16;
+  static constexpr int kPad = 8;
+  static constexpr wg::Copy kCopy = wg::Copy::kAsync;
+};
+// Rung 9: BK 32 in dynamic smem, fragments prefetched across the K-tile barrier.
+struct Warp2x4StagesDsmem : Warp2x4Stages {
+  static constexpr int kBK = 32;
+  static constexpr bool kPrefetch = true;
+  static constexpr bool kDynamicSmem = true;
+};
+// Rung 10: 4 x 4 fragments per warp (256 x 128 block tile), BK 64.
+struct Mma4x2Warp4x4StagesDsmem : Warp2x4StagesDsmem {
+  static constexpr int kFragsM = 4;
+  static constexpr int kBK = 64;
+};
+// Rung 11: 4 x 4 warps (512 threads, 256 x 256), BK 32, fragments single-buffered.
+struct Mma4x4Warp4x4StagesDsmem : Mma4x2Warp4x4StagesDsmem {
+  static constexpr int kWarpsN = 4;
+  static constexpr int kBK = 32;
+  static constexpr bool kPrefetch = false;
+};
 
-// One extern "C" symbol per variant, body from the shared template (the config type is the variadic
+// One extern "C" symbol per variant, body from the shared template (the knobs type is the variadic
 // tail because template argument lists contain commas), and its dynamic smem for the build's check.
-#define HG_WMMA_KERNEL(SYM, SMEM, ...)                                                               \
-  extern "C" __global__ void __launch_bounds__(__VA_ARGS__::kThreads, 1)                              \
+#define HG_WMMA_KERNEL(SYM, ...)                                                                     \
+  extern "C" __global__ void __launch_bounds__(wg::Config<__VA_ARGS__>::kThreads, 1)                  \
       SYM(const half* A, const half* B, half* C, int M, int N, int K) {                              \
-    wg::gemm_##SMEM##_smem<__VA_ARGS__>(A, B, C, M, N, K);                                            \
+    wg::kernel_body<wg::Config<__VA_ARGS__>>(A, B, C, M, N, K);                                       \
   }                                                                                                  \
-  HG_EXPORT_DSMEM(SYM, wg::dsmem_bytes_##SMEM<__VA_ARGS__>)
+  HG_EXPORT_DSMEM(SYM, wg::dsmem_bytes<wg::Config<__VA_ARGS__>>)
 // variants = { stages = [2, 3, 4] }: SYM__stagesS
-#define HG_WMMA_STAGES(SYM, CFG, SMEM)                   \
-  HG_WMMA_KERNEL(SYM##__stages2, SMEM, CFG<2>)           \
-  HG_WMMA_KERNEL(SYM##__stages3, SMEM, CFG<3>)           \
-  HG_WMMA_KERNEL(SYM##__stages4, SMEM, CFG<4>)
+#define HG_WMMA_STAGES(SYM, RUNG)                         \
+  HG_WMMA_KERNEL(SYM##__stages2, wg::Stages<RUNG, 2>)     \
+  HG_WMMA_KERNEL(SYM##__stages3, wg::Stages<RUNG, 3>)     \
+  HG_WMMA_KERNEL(SYM##__stages4, wg::Stages<RUNG, 4>)
 // variants = { stages = [2, 3, 4], acc = ["f16", "f32"] }: SYM__stagesS__accf16 / __accf32
-#define HG_WMMA_STAGES_ACC1(SYM, CFG, SMEM, S)                                  \
-  HG_WMMA_KERNEL(SYM##__stages##S##__accf16, SMEM, CFG<S, half>)                \
-  HG_WMMA_KERNEL(SYM##__stages##S##__accf32, SMEM, CFG<S, float>)
-#define HG_WMMA_STAGES_ACC(SYM, CFG, SMEM) \
-  HG_WMMA_STAGES_ACC1(SYM, CFG, SMEM, 2) HG_WMMA_STAGES_ACC1(SYM, CFG, SMEM, 3) HG_WMMA_STAGES_ACC1(SYM, CFG, SMEM, 4)
+#define HG_WMMA_STAGES_ACC1(SYM, RUNG, S)                                         \
+  HG_WMMA_KERNEL(SYM##__stages##S##__accf16, wg::StagesAcc<RUNG, S, half>)        \
+  HG_WMMA_KERNEL(SYM##__stages##S##__accf32, wg::StagesAcc<RUNG, S, float>)
+#define HG_WMMA_STAGES_ACC(SYM, RUNG) \
+  HG_WMMA_STAGES_ACC1(SYM, RUNG, 2) HG_WMMA_STAGES_ACC1(SYM, RUNG, 3) HG_WMMA_STAGES_ACC1(SYM, RUNG, 4)
 
-HG_WMMA_STAGES(hgemm_wmma_m16n16k16_mma4x2_warp2x4_stages, Warp2x4Stages, static)
-HG_WMMA_STAGES_ACC(hgemm_wmma_m16n16k16_mma4x2_warp2x4_stages_dsmem, Warp2x4StagesDsmem, dynamic)
-HG_WMMA_STAGES_ACC(hgemm_wmma_m16n16k16_mma4x2_warp4x4_stages_dsmem, Mma4x2Warp4x4StagesDsmem, dynamic)
-HG_WMMA_STAGES(hgemm_wmma_m16n16k16_mma4x4_warp4x4_stages_dsmem, Mma4x4Warp4x4StagesDsmem, dynamic)
+HG_WMMA_STAGES(hgemm_wmma_m16n16k16_mma4x2_warp2x4_stages, Warp2x4Stages)
+HG_WMMA_STAGES_ACC(hgemm_wmma_m16n16k16_mma4x2_warp2x4_stages_dsmem, Warp2x4StagesDsmem)
+HG_WMMA_STAGES_ACC(hgemm_wmma_m16n16k16_mma4x2_warp4x4_stages_dsmem, Mma4x2Warp4x4StagesDsmem)
+HG_WMMA_STAGES(hgemm_wmma_m16n16k16_mma4x4_warp4x4_stages_dsmem, Mma4x4Warp4x4StagesDsmem)

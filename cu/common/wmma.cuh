@@ -1,11 +1,12 @@
 // One parametrised WMMA HGEMM main loop shared by the hgemm_wmma* families (sm_80+: cp.async).
 //
-// Every rung of the WMMA ladder after the naive one is this template with different knobs, so a rung
-// differs from the previous one exactly by the technique its name adds:
+// Every rung of the WMMA ladder after the naive one is this template with different named knobs
+// (Knobs below): a rung is a struct deriving from the rung before it that names the knobs it changes,
+// so it differs from the previous one exactly by the technique its name adds:
 //   fragment shape (m16n16k16 / m32n8k16), warp grid per block, fragments per warp, BK,
 //   stages (1 = single buffer, 2 = double buffer, 3-4 = multi-stage cp.async pipeline),
 //   smem row padding, the global->smem copy (scalar, 128-bit through registers, cp.async 128-bit),
-//   accumulator type (half / float), static or dynamic shared memory.
+//   accumulator type (half / float), fragment prefetch, static or dynamic shared memory.
 //
 // Layout: NN, A is M x K row-major, B is K x N row-major, C is M x N row-major; fp16 in and out.
 // Bounds: every tile load is guarded (zero fill past M, N, K), every store is guarded, so a block may
@@ -30,20 +31,42 @@ enum class Copy {
   kAsync,   // 128-bit cp.async global -> smem, no registers, overlaps with the MMAs
 };
 
-template <int FM_, int FN_, int FK_,          // WMMA fragment shape
-          int WARPS_M_, int WARPS_N_,         // warp grid of the block
-          int TM_, int TN_,                   // fragments per warp (warp tile = TM*FM x TN*FN)
-          int BK_, int STAGES_, int PAD_,     // K step, smem buffers, smem row padding (halves)
-          Copy COPY_, typename Acc_, bool PREFETCH_ = false>
-struct Config {
-  static constexpr int FM = FM_, FN = FN_, FK = FK_;
-  static constexpr int WARPS_M = WARPS_M_, WARPS_N = WARPS_N_, TM = TM_, TN = TN_;
-  static constexpr int BK = BK_, STAGES = STAGES_, PAD = PAD_;
-  static constexpr Copy COPY = COPY_;
-  using Acc = Acc_;
+// The knobs of a rung, with the values of the plainest one (the first tiled rung). A rung derives from
+// Knobs, or from the rung it improves on, and redefines what it changes. The block geometry (kWarpsM,
+// kWarpsN: warp grid; kFragsM, kFragsN: fragments per warp; kBK: K step) has no default: the first
+// rung of a family names it.
+struct Knobs {
+  static constexpr int kFragM = 16, kFragN = 16, kFragK = 16;  // WMMA fragment shape
+  static constexpr int kStages = 1;      // smem buffers: 1 single, 2 double, 3-4 cp.async pipeline
+  static constexpr int kPad = 0;         // smem row padding (halves)
+  static constexpr Copy kCopy = Copy::kScalar;
+  using Acc = half;                      // accumulator type
   // Pipelined rungs only: keep two register sets of fragments and load the next K slice (across the
   // K-tile barrier) while the MMAs of the current slice run.
-  static constexpr bool PREFETCH = PREFETCH_;
+  static constexpr bool kPrefetch = false;
+  static constexpr bool kDynamicSmem = false;  // dynamic (extern) shared memory, else a static array
+};
+
+// A rung under the declarations' variant axes: stages, and stages x acc.
+template <class Rung, int S>
+struct Stages : Rung {
+  static constexpr int kStages = S;
+};
+template <class Rung, int S, typename A>
+struct StagesAcc : Stages<Rung, S> {
+  using Acc = A;
+};
+
+// What the kernel body reads: the knobs under short names, and the shapes derived from them.
+template <class K>
+struct Config {
+  static constexpr int FM = K::kFragM, FN = K::kFragN, FK = K::kFragK;
+  static constexpr int WARPS_M = K::kWarpsM, WARPS_N = K::kWarpsN, TM = K::kFragsM, TN = K::kFragsN;
+  static constexpr int BK = K::kBK, STAGES = K::kStages, PAD = K::kPad;
+  static constexpr Copy COPY = K::kCopy;
+  using Acc = typename K::Acc;
+  static constexpr bool PREFETCH = K::kPrefetch;
+  static constexpr bool DSMEM = K::kDynamicSmem;
 
   static constexpr int kWarps = WARPS_M * WARPS_N;
   static constexpr int kThreads = kWarps * 32;
@@ -75,6 +98,12 @@ struct Config {
 
   static constexpr int kAChunks = BM * BK / kVec, kBChunks = BK * BN / kVec;
 
+  static_assert(kThreads <= 1024, "a block holds at most 32 warps");
+  static_assert(STAGES <= 1 || COPY == Copy::kAsync, "pipelined buffers are filled by cp.async");
+  static_assert(!PREFETCH || STAGES >= 2, "the fragment prefetch runs in the cp.async pipeline");
+  static_assert(DSMEM || kSmemBytes <= 48 * 1024, "static shared memory is limited to 48 KB");
+  static_assert(!DSMEM || kEpiBytes <= kPipeBytes, "epilogue staging must fit in the pipeline buffers");
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory over the 227 KB per-block limit of any GPU");
   static_assert((FM == 16 && FN == 16 && FK == 16) || (FM == 32 && FN == 8 && FK == 16),
                 "fragment shapes used by this ladder: m16n16k16, m32n8k16");
   static_assert(BK % FK == 0, "BK must be a multiple of the fragment K");
@@ -272,7 +301,6 @@ __device__ __forceinline__ void gemm(const half* __restrict__ A, const half* __r
       __syncthreads();
     }
   } else {
-    static_assert(Cfg::COPY == Copy::kAsync, "pipelined buffers are filled by cp.async");
     constexpr int S = Cfg::STAGES;
     // Prologue: tiles 0..S-2 in flight. A group is committed even when empty so that the group count,
     // and with it the wait_group arithmetic below, does not depend on K.
@@ -348,29 +376,23 @@ __device__ __forceinline__ void gemm(const half* __restrict__ A, const half* __r
   store_tile<Cfg>(acc, smem, C, M, N, m0, n0, warp, lane);
 }
 
-// Kernel bodies: the smem comes either from a static array (kernels that stay under the 48 KB static
-// limit and need no launch attribute) or from the dynamic window sized by the manifest's `dsmem`.
+// Kernel body: the smem comes either from a static array (kernels that stay under the 48 KB static
+// limit and need no launch attribute) or from the dynamic window sized by the manifest's `dsmem`
+// (stages * (BM * (BK + 8) + BK * (BN + 8)) * 2 = kPipeBytes, which the epilogue staging fits in).
 template <class Cfg>
-__device__ __forceinline__ void gemm_static_smem(const half* A, const half* B, half* C, int M, int N, int K) {
-  static_assert(Cfg::kSmemBytes <= 48 * 1024, "static shared memory is limited to 48 KB");
-  __shared__ __align__(128) unsigned char smem[Cfg::kSmemBytes];
-  gemm<Cfg>(A, B, C, M, N, K, smem);
+__device__ __forceinline__ void kernel_body(const half* A, const half* B, half* C, int M, int N, int K) {
+  if constexpr (Cfg::DSMEM) {
+    extern __shared__ __align__(128) unsigned char hg_wmma_dsmem[];
+    gemm<Cfg>(A, B, C, M, N, K, hg_wmma_dsmem);
+  } else {
+    __shared__ __align__(128) unsigned char smem[Cfg::kSmemBytes];
+    gemm<Cfg>(A, B, C, M, N, K, smem);
+  }
 }
 
+// The dynamic shared memory a kernel needs (exported per symbol with HG_EXPORT_DSMEM).
 template <class Cfg>
-__device__ __forceinline__ void gemm_dynamic_smem(const half* A, const half* B, half* C, int M, int N, int K) {
-  // The manifest's dsmem formula is stages * (BM * (BK + 8) + BK * (BN + 8)) * 2 = kPipeBytes; the
-  // epilogue staging must fit inside it.
-  static_assert(Cfg::kEpiBytes <= Cfg::kPipeBytes, "epilogue staging must fit in the pipeline buffers");
-  extern __shared__ __align__(128) unsigned char hg_wmma_dsmem[];
-  gemm<Cfg>(A, B, C, M, N, K, hg_wmma_dsmem);
-}
-
-// The dynamic shared memory each body needs (exported per symbol with HG_EXPORT_DSMEM).
-template <class Cfg>
-constexpr int dsmem_bytes_static = 0;
-template <class Cfg>
-constexpr int dsmem_bytes_dynamic = Cfg::kSmemBytes;
+constexpr int dsmem_bytes = Cfg::DSMEM ? Cfg::kSmemBytes : 0;
 
 }  // namespace wmma_gemm
 }  // namespace hg
