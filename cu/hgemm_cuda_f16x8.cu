@@ -7,7 +7,8 @@
 //   __accf16 (default): half2 math, HFMA2 into fp16 partial sums that are added into fp32 every 16 k
 //                       (hg::cc::Acc::kH2: 2x the FFMA rate, error of a 16-term fp16 sum);
 //   __accf32:           FFMA, fp32 throughout.
-// Every rung is one instantiation of hg::cc::tiled_hgemm (cu/common/cuda_core.cuh):
+// Every rung is a knobs struct for hg::cc::tiled_hgemm (cu/common/cuda_core.cuh), deriving from the one
+// it improves on:
 //   step 8   hgemm_t_8x8_sliced_k_f16x8_pack_bcf       BK=8, one LDG.128 per thread and operand
 //                                                      (A by threads 0-127, B by 128-255), A
 //                                                      transposed in smem, 2 barriers per K step.
@@ -21,23 +22,48 @@
 //   step 13  hgemm_t_8x8_sliced_k32_f16x8_pack_dbuf_async  BK=32, cp.async.
 #include "common/cuda_core.cuh"
 
-using hg::cc::Acc;
 using hg::cc::ALayout;
 using hg::cc::Pipe;
 
-// Steps 8-9: fp32 accumulation only; minB = 2: two blocks per SM (fits 128 registers, no spills).
-//           symbol                                    minB  BM   BN  BK TM TN VEC PACK  A layout             AKV pipeline     acc
-HG_CUDA_RUNG(hgemm_t_8x8_sliced_k_f16x8_pack_bcf,      2,   128, 128, 8, 8, 8, 8, true, ALayout::kTransposed, 1, Pipe::kSingle, Acc::kF32)
-HG_CUDA_RUNG(hgemm_t_8x8_sliced_k_f16x8_pack_bcf_dbuf, 2,   128, 128, 8, 8, 8, 8, true, ALayout::kTransposed, 1, Pipe::kDbuf,   Acc::kF32)
+// Step 8: 128x128x8, 8x8 outputs per thread, packed 128-bit global vectors, A transposed. Steps 8-9
+// accumulate in fp32 only; kMinBlocks = 2: two blocks per SM (fits 128 registers, no spills).
+struct F16x8PackBcf : hg::cc::Knobs {
+  static constexpr int kBM = 128, kBN = 128, kBK = 8;
+  static constexpr int kTM = 8, kTN = 8;
+  static constexpr int kVec = 8;
+  static constexpr bool kPack = true;
+  static constexpr ALayout kALayout = ALayout::kTransposed;
+  static constexpr int kMinBlocks = 2;
+};
+// Step 9: + register-staged double buffer.
+struct F16x8PackBcfDbuf : F16x8PackBcf {
+  static constexpr Pipe kPipe = Pipe::kDbuf;
+};
+// Steps 10-13 come as __accf16 (AccH2: half2 math, one block per SM) and __accf32 (the rung below:
+// FFMA, kMinBlocks = 2 where that fits in 128 registers without spilling).
+// Step 10: BK = 16.
+struct K16Dbuf : F16x8PackBcfDbuf {
+  static constexpr int kBK = 16;
+};
+// Step 11: cp.async double buffer; A row-major (interleaved rows), read 2 k's at a time.
+struct K16DbufAsync : K16Dbuf {
+  static constexpr ALayout kALayout = ALayout::kInterleaved;
+  static constexpr int kAKVec = 2;
+  static constexpr Pipe kPipe = Pipe::kAsync;
+};
+// Step 12: step 10 with BK = 32.
+struct K32Dbuf : K16Dbuf {
+  static constexpr int kBK = 32;
+};
+// Step 13: step 11 with BK = 32; one block per SM (128 registers would spill).
+struct K32DbufAsync : K16DbufAsync {
+  static constexpr int kBK = 32;
+  static constexpr int kMinBlocks = 1;
+};
 
-// Steps 10-13, each as __accf16 (half2 HFMA2) and __accf32 (FFMA). F32_MINB = 2 asks ptxas for 128
-// registers (two 256-thread blocks per SM) where the FFMA build fits that without spilling; the
-// accf16 builds hold 64 fp32 + 32 half2 accumulators and need ~150-170 (one block per SM).
-#define RUNG_ACC(SYM, BK, AL, PIPE, F32_MINB)                                                          \
-  HG_CUDA_RUNG(SYM##__accf16, 1, 128, 128, BK, 8, 8, 8, true, ALayout::AL, 2, Pipe::PIPE, Acc::kH2)        \
-  HG_CUDA_RUNG(SYM##__accf32, F32_MINB, 128, 128, BK, 8, 8, 8, true, ALayout::AL, 2, Pipe::PIPE, Acc::kF32)
-
-RUNG_ACC(hgemm_t_8x8_sliced_k16_f16x8_pack_dbuf,       16, kTransposed,  kDbuf,  2)
-RUNG_ACC(hgemm_t_8x8_sliced_k16_f16x8_pack_dbuf_async, 16, kInterleaved, kAsync, 2)
-RUNG_ACC(hgemm_t_8x8_sliced_k32_f16x8_pack_dbuf,       32, kTransposed,  kDbuf,  2)
-RUNG_ACC(hgemm_t_8x8_sliced_k32_f16x8_pack_dbuf_async, 32, kInterleaved, kAsync, 1)  // 128 regs would spill
+HG_CUDA_RUNG(hgemm_t_8x8_sliced_k_f16x8_pack_bcf, F16x8PackBcf)
+HG_CUDA_RUNG(hgemm_t_8x8_sliced_k_f16x8_pack_bcf_dbuf, F16x8PackBcfDbuf)
+HG_CUDA_RUNG_ACC(hgemm_t_8x8_sliced_k16_f16x8_pack_dbuf, K16Dbuf)
+HG_CUDA_RUNG_ACC(hgemm_t_8x8_sliced_k16_f16x8_pack_dbuf_async, K16DbufAsync)
+HG_CUDA_RUNG_ACC(hgemm_t_8x8_sliced_k32_f16x8_pack_dbuf, K32Dbuf)
+HG_CUDA_RUNG_ACC(hgemm_t_8x8_sliced_k32_f16x8_pack_dbuf_async, K32DbufAsync)

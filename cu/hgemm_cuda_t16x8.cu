@@ -13,13 +13,25 @@
 //   step 15  hgemm_t_16x8_sliced_k32_f16x8_pack_dbuf_async  cp.async double buffer, A row-major.
 #include "common/cuda_core.cuh"
 
-using hg::cc::Acc;
 using hg::cc::ALayout;
 using hg::cc::Pipe;
 
-#define RUNG_ACC(SYM, AL, PIPE)                                                                   \
-  HG_CUDA_RUNG(SYM##__accf16, 1, 128, 128, 32, 16, 8, 8, true, ALayout::AL, 2, Pipe::PIPE, Acc::kH2) \
-  HG_CUDA_RUNG(SYM##__accf32, 1, 128, 128, 32, 16, 8, 8, true, ALayout::AL, 2, Pipe::PIPE, Acc::kF32)
+// Step 14: 128x128x32, 16x8 outputs per thread (128 threads), packed 128-bit vectors, A transposed,
+// register-staged double buffer; one block per SM in both acc builds.
+struct T16x8Dbuf : hg::cc::Knobs {
+  static constexpr int kBM = 128, kBN = 128, kBK = 32;
+  static constexpr int kTM = 16, kTN = 8;
+  static constexpr int kVec = 8;
+  static constexpr bool kPack = true;
+  static constexpr ALayout kALayout = ALayout::kTransposed;
+  static constexpr Pipe kPipe = Pipe::kDbuf;
+};
+// Step 15: cp.async double buffer; A row-major (interleaved rows), read 2 k's at a time.
+struct T16x8DbufAsync : T16x8Dbuf {
+  static constexpr ALayout kALayout = ALayout::kInterleaved;
+  static constexpr int kAKVec = 2;
+  static constexpr Pipe kPipe = Pipe::kAsync;
+};
 
-RUNG_ACC(hgemm_t_16x8_sliced_k32_f16x8_pack_dbuf,       kTransposed,  kDbuf)
-RUNG_ACC(hgemm_t_16x8_sliced_k32_f16x8_pack_dbuf_async, kInterleaved, kAsync)
+HG_CUDA_RUNG_ACC(hgemm_t_16x8_sliced_k32_f16x8_pack_dbuf, T16x8Dbuf)
+HG_CUDA_RUNG_ACC(hgemm_t_16x8_sliced_k32_f16x8_pack_dbuf_async, T16x8DbufAsync)

@@ -1,13 +1,16 @@
 // Shared core of the HGEMM CUDA-core ladder (cu/hgemm_cuda_*.cu): one templated block-tile GEMM whose
-// template arguments are exactly the techniques the ladder's names promise, so every rung is one
-// instantiation and two rungs differ only in the arguments their names differ in.
+// named knobs (Knobs below) are exactly the techniques the ladder's names promise. Every rung is a
+// struct deriving from the rung before it that names the knobs it changes, so two rungs differ only in
+// the knobs their names differ in.
 //
 //   NN layout: A is M x K row-major, B is K x N row-major, C is M x N row-major; fp16 in, fp16 out.
-//   One block computes a BM x BN tile of C; THREADS = (BM/TM) * (BN/TN); each thread a TM x TN tile.
+//   One block computes a kBM x kBN tile of C, K in steps of kBK; each thread a kTM x kTN tile, so
+//   THREADS = (kBM/kTM) * (kBN/kTN). These and kVec have no default: every first rung names them.
 //   Requires M % BM == 0, N % BN == 0, K % BK == 0 (declared in each .toml `require`); pointers
 //   aligned to the global vector width (`align`).
 //
-// Technique knobs (template parameters of tiled_hgemm):
+// Technique knobs (tiled_hgemm reads kVec as VEC, kPack as PACK, kALayout as AL, kAKVec as AKV, kPipe
+// as PIPE, kAcc as ACC):
 //   VEC    halves per global load of one thread: 4 (f16x4, 64-bit) or 8 (f16x8, 128-bit).
 //   PACK   false: every global/shared access is split into 32-bit half2 pieces ("unpacked");
 //          true:  one VEC-wide access (LDG.E.64 / LDG.E.128, LDS.64 / LDS.128, STG.64 / STG.128).
@@ -22,7 +25,8 @@
 //          kInterleaved  sA[BM][BK+8] row-major (what cp.async can produce: it cannot transpose), and a
 //                        thread's rows are strided by BM/TM so a warp reads consecutive padded rows:
 //                        conflict-free; each row is read AKV k's at a time.
-//   AKV    halves of one A row read at once along k (kRowMajor / kInterleaved): 1 = scalar LDS.U16.
+//   AKV    halves of one A row read at once along k (kRowMajor / kInterleaved): 1 = scalar LDS.U16;
+//          kTransposed reads one k at a time (AKV 1).
 //   PIPE   kSingle: one smem buffer, two barriers per K step (the classic sliced-K loop).
 //          kDbuf:   two smem buffers; the next tile is fetched into registers while this one is
 //                   computed, then stored to the other buffer: one __syncthreads per K step.
@@ -321,13 +325,45 @@ struct Accum<Acc::kH2, TM, TN> {
 // fp16 partial sums span this many k before they are added into fp32 (see kH2 above).
 constexpr int kFlushK = 16;
 
+// ---- the knobs of a rung ----
+// The values of the plainest rung; a rung derives from Knobs, or from the rung it improves on, and
+// redefines the knobs it changes (the list above). kBM, kBN, kBK, kTM, kTN and kVec have no default.
+struct Knobs {
+  static constexpr bool kPack = false;
+  static constexpr ALayout kALayout = ALayout::kRowMajor;
+  static constexpr int kAKVec = 1;
+  static constexpr Pipe kPipe = Pipe::kSingle;
+  static constexpr Acc kAcc = Acc::kF32;  // the acc = f32 build; AccH2<Rung> is its acc = f16 variant
+  static constexpr int kMinBlocks = 1;    // __launch_bounds__ blocks per SM
+};
+
+// The acc = f16 variant of a rung (half2 math). Its fp16 partial sums come on top of the fp32
+// accumulators and need ~150-255 registers per thread: one block per SM.
+template <class Rung>
+struct AccH2 : Rung {
+  static constexpr Acc kAcc = Acc::kH2;
+  static constexpr int kMinBlocks = 1;
+};
+
+template <class Rung>
+constexpr int kThreads = (Rung::kBM / Rung::kTM) * (Rung::kBN / Rung::kTN);
+
 // ---- the block-tile GEMM ----
-template <int BM, int BN, int BK, int TM, int TN, int VEC, bool PACK, ALayout AL, int AKV, Pipe PIPE, Acc ACC>
+template <class Rung>
 __device__ __forceinline__ void tiled_hgemm(const half* __restrict__ A, const half* __restrict__ B,
                                             half* __restrict__ C, int M, int N, int K) {
+  constexpr int BM = Rung::kBM, BN = Rung::kBN, BK = Rung::kBK, TM = Rung::kTM, TN = Rung::kTN;
+  constexpr int VEC = Rung::kVec, AKV = Rung::kAKVec;
+  constexpr bool PACK = Rung::kPack;
+  constexpr ALayout AL = Rung::kALayout;
+  constexpr Pipe PIPE = Rung::kPipe;
+  constexpr Acc ACC = Rung::kAcc;
   constexpr int TX = BN / TN, TY = BM / TM, THREADS = TX * TY;
   static_assert(BM % TM == 0 && BN % TN == 0, "thread tiles must tile the block tile");
   static_assert(THREADS % 32 == 0 && THREADS <= 1024, "whole warps");
+  static_assert(Rung::kMinBlocks >= 1 && Rung::kMinBlocks * THREADS <= 2048, "an SM holds at most 2048 threads");
+  static_assert(VEC == 4 || VEC == 8, "global vectors of 4 (64-bit) or 8 (128-bit) halves");
+  static_assert(AL != ALayout::kTransposed || AKV == 1, "transposed A is read one k at a time");
   static_assert(TN % 2 == 0 && (TN == 2 || TN == 4 || TN == 8), "B fragment is one 2/4/8-half vector");
   static_assert(PIPE != Pipe::kAsync || AL != ALayout::kTransposed, "cp.async copies verbatim: no transpose");
   static_assert(PIPE != Pipe::kAsync || PACK, "cp.async moves whole vectors");
@@ -346,6 +382,7 @@ __device__ __forceinline__ void tiled_hgemm(const half* __restrict__ A, const ha
   constexpr int A_PITCH = AL == ALayout::kTransposed ? BM : BK + (AL == ALayout::kRowMajor ? 0 : 8);
   constexpr int B_PITCH = BN;  // a warp reads 8 consecutive TN-vectors of one row: conflict-free
   constexpr int NBUF = PIPE == Pipe::kSingle ? 1 : 2;
+  static_assert(NBUF * (A_ROWS * A_PITCH + BK * B_PITCH) * 2 <= 48 * 1024, "static shared memory is limited to 48 KB");
   __shared__ __align__(16) half sA[NBUF][A_ROWS * A_PITCH];
   __shared__ __align__(16) half sB[NBUF][BK * B_PITCH];
 
@@ -516,10 +553,13 @@ __device__ __forceinline__ void tiled_hgemm(const half* __restrict__ A, const ha
 
 }  // namespace hg::cc
 
-// One extern "C" entry point per rung (symbol = catalogue name, no demangling). MINB is the
-// __launch_bounds__ blocks-per-SM hint; the remaining arguments are tiled_hgemm's after TN.
-#define HG_CUDA_RUNG(SYM, MINB, BM, BN, BK, TM, TN, ...)                                              \
-  extern "C" __global__ void __launch_bounds__((BM / TM) * (BN / TN), MINB)                             \
+// One extern "C" entry point per rung (symbol = catalogue name, no demangling); RUNG is a knobs type.
+#define HG_CUDA_RUNG(SYM, RUNG)                                                                        \
+  extern "C" __global__ void __launch_bounds__(hg::cc::kThreads<RUNG>, RUNG::kMinBlocks)                \
       SYM(const half* __restrict__ A, const half* __restrict__ B, half* __restrict__ C, int M, int N, int K) { \
-    hg::cc::tiled_hgemm<BM, BN, BK, TM, TN, __VA_ARGS__>(A, B, C, M, N, K);                               \
+    hg::cc::tiled_hgemm<RUNG>(A, B, C, M, N, K);                                                        \
   }
+// The acc variant axis, as declared: SYM__accf16 (half2 math, AccH2) and SYM__accf32 (the rung).
+#define HG_CUDA_RUNG_ACC(SYM, RUNG)                  \
+  HG_CUDA_RUNG(SYM##__accf16, hg::cc::AccH2<RUNG>)   \
+  HG_CUDA_RUNG(SYM##__accf32, RUNG)
