@@ -2,8 +2,11 @@
 torch.matmul, in the same run, on the same buffers.
 
 Sections (matmul_table declares their rows, baseline and target):
-  ragged, sweep, smallm, layouts, decode  GPU time of hg.matmul and of the best cuBLAS variant on the
-          same buffers in the same layout (hgemm_rt.cublas.matmul); a section's target is judged where
+  ragged, sweep, smallm, layouts, decode  GPU time of hg.matmul and of the fastest cuBLAS call on the
+          same buffers in the same layout: GemmEx at each accumulation (hgemm_rt.cublas.matmul) and the
+          cuBLASLt heuristic's top LT_ALGOS candidates at each (hgemm_rt.cublaslt.matmul), each checked
+          first (one that fails or is wrong is skipped and counted); GemmEx's best is kept beside it and
+          torch.matmul on the same buffers is a cross-check; a section's target is judged where
           set; the memory-bound decode rows show GB/s and the share of the HBM bandwidth a 1 GiB fill
           reaches (the L2 flush leaves dirty lines, whose write-back the next kernel pays: the same for
           cuBLAS, but it lowers both against that reference)
@@ -36,7 +39,7 @@ import numpy as np
 from tabulate import tabulate
 
 import hgemm_rt as hg
-from hgemm_rt import cublas
+from hgemm_rt import cublas, cublaslt
 from hgemm_rt.api import call_identity
 from hgemm_rt.problem import ACCUMULATE, ITEMSIZE
 from hgemm_rt.testing import baseline_acc, error_bound, random_operands, reference, rel_error
@@ -44,8 +47,8 @@ from hgemm_rt.timing import L2Flusher, time_fn
 
 from .analysis import geomean
 from .devinfo import ClockSampler, clocks, device_record, header_lines
-from .matmul_table import (GRAPH_CALLS, SECTIONS, WALL_MIN_CALLS, WALL_REPEAT_S, WALL_REPEATS, HostCall, Section,
-                           Shape)
+from .matmul_table import (GRAPH_CALLS, LT_ALGOS, SECTIONS, WALL_MIN_CALLS, WALL_REPEAT_S, WALL_REPEATS, HostCall,
+                           Section, Shape)
 from .measure import ShapeInputs, checked_launch, timed_once
 from .results import MATMUL_SCHEMA
 from .steady import Contender, Protocol, interleave
@@ -154,45 +157,152 @@ def baseline_accumulations(dtype: str) -> tuple[str, ...]:
     return tuple(a for a in ACCUMULATE[dtype] if a != "tf32")
 
 
-def cublas_calls(A: Any, B: Any, C: Any, dtype: str) -> tuple[dict[str, Callable[[], Any]], str]:
-    """({variant: call} for every cuBLAS accumulation on these buffers, ""); ({}, why) without cuBLAS."""
-    calls: dict[str, Callable[[], Any]] = {}
+@dataclass
+class BaselineCall:
+    """One contender of the baseline on the row's buffers: a GemmEx accumulation, a cuBLASLt heuristic
+    candidate, or torch.matmul (a cross-check: checked and timed, never the baseline). `reason` says why
+    it was skipped (it failed, or its result was wrong)."""
+    label: str
+    api: str  # "GemmEx", "Lt" or "torch"
+    acc: str | None
+    run: Callable[[], Any] | None
+    config: dict | None = None  # an Lt candidate's configuration (cublaslt.Candidate.record)
+    rel_error: float | None = None
+    error_bound: float | None = None
+    us: float | None = None
+    reason: str | None = None
+
+    def record(self) -> dict:
+        return {"label": self.label, "api": self.api, "acc": self.acc,
+                **({"config": self.config} if self.config else {}), "rel_error": self.rel_error,
+                "error_bound": self.error_bound, "us": self.us, "skipped": self.reason}
+
+
+CUBLAS_APIS = ("GemmEx", "Lt")  # the baseline: the fastest of these
+
+
+def baseline_calls(A: Any, B: Any, C: Any, dtype: str, algos: int = LT_ALGOS) -> list[BaselineCall]:
+    """GemmEx at every baseline accumulation, then the cuBLASLt heuristic's top `algos` candidates at
+    each (a heuristic that fails is one skipped entry)."""
+    calls = [BaselineCall(f"GemmEx acc {acc}", "GemmEx", acc, lambda acc=acc: cublas.matmul(A, B, C, acc=acc))
+             for acc in baseline_accumulations(dtype)]
     for acc in baseline_accumulations(dtype):
         try:
-            layout = cublas.matmul(A, B, C, acc=acc)
-        except hg.HgemmError as exc:  # nvmath or cuBLAS missing on this machine
-            return {}, f"cuBLAS unavailable: {exc}"
-        calls[f"{layout}, acc {acc}"] = lambda acc=acc: cublas.matmul(A, B, C, acc=acc)
-    return calls, ""
+            found = cublaslt.candidates(A, B, C, acc=acc, algos=algos)
+        except hg.HgemmError as exc:  # nvmath or cuBLASLt missing, or no algorithm for this problem
+            calls.append(BaselineCall(f"Lt acc {acc}", "Lt", acc, None, reason=f"heuristic: {exc}"))
+            continue
+        calls += [BaselineCall(f"{cand.label} acc {acc}", "Lt", acc,
+                               lambda acc=acc, k=cand.index: cublaslt.matmul(A, B, C, acc=acc, algo=k, algos=algos),
+                               config=cand.record()) for cand in found]
+    return calls
 
 
-def time_vs_cublas(run: Run, ours: Callable[[], Any], calls: dict[str, Callable[[], Any]], why: str) -> dict:
-    """GPU microseconds of hg.matmul and of the fastest cuBLAS variant, their ratio, and the variant (or
-    why there is none). With the steady protocol the contenders run in interleaved rounds, the ratio is
-    the median of the rounds' (each round's fastest variant over hg.matmul), and "steady" keeps the rounds."""
+def torch_cross_check(A: Any, B: Any, C: Any) -> BaselineCall | None:
+    """torch.matmul(A, B, out=C) on the same buffers (DLPack views), or None without torch."""
+    torch = framework("torch")[0]
+    if torch is None:
+        return None
+    try:
+        ta, tb, tc = (torch.from_dlpack(x) for x in (A, B, C))
+    except Exception as exc:  # a torch that refuses the views: the cross-check says why
+        return BaselineCall("torch.matmul", "torch", None, None, reason=f"from_dlpack: {type(exc).__name__}: {exc}")
+    return BaselineCall("torch.matmul", "torch", None, lambda: torch.matmul(ta, tb, out=tc))
+
+
+def check_baselines(calls: list[BaselineCall], C: Any, inp: ShapeInputs, dtype: str) -> dict[str, float]:
+    """One checked launch of every call into NaN-filled C; a call that raises or exceeds its bound gets
+    its `reason`. GemmEx (first in `calls`) is held to the static bound, the others to the bound that
+    GemmEx of their accumulation sets on the same inputs. Returns {acc: GemmEx's error}."""
+    gemmex: dict[str, float] = {}
+    for call in calls:
+        if call.reason is not None:
+            continue
+        acc = call.acc or ACCUMULATE[dtype][0]
+        try:
+            _, err = checked_launch(call.run, C, inp, dtype)
+        except (hg.HgemmError, RuntimeError) as exc:
+            call.reason = f"{type(exc).__name__}: {exc}"
+            continue
+        call.rel_error = err
+        call.error_bound = error_bound(dtype, acc, dtype, inp.K, None if call.api == "GemmEx" else gemmex.get(acc))
+        if err is None or err > call.error_bound:
+            call.reason = "NaN/Inf in C" if err is None else f"rel err {err:.2e} > {call.error_bound:.2e}"
+        elif call.api == "GemmEx":
+            gemmex[acc] = err
+    return gemmex
+
+
+def group_figures(mine: list[float], members: list[tuple[str, list[float]]]
+                  ) -> tuple[float | None, str | None, float | None, list[float]]:
+    """(us, label, ratio, per-round ratios) of the fastest of `members` (label, ms per round) against
+    hg.matmul's ms per round: each round's fastest member, the median over rounds; the label is the
+    member with the lowest median. With one round (the default protocol) that is simply the fastest."""
+    if not members:
+        return None, None, None, []
+    best = [min(ms[i] for _, ms in members) for i in range(len(mine))]
+    rounds = [b / m for b, m in zip(best, mine)]
+    label = min(members, key=lambda lm: statistics.median(lm[1]))[0]
+    return statistics.median(best) * 1e3, label, statistics.median(rounds), rounds
+
+
+def time_vs_cublas(run: Run, ours: Callable[[], Any], calls: list[BaselineCall], why: str = "") -> dict:
+    """GPU microseconds of hg.matmul and of every call that passed its check (a call that fails while
+    timed gets its `reason`); the baseline is the fastest GemmEx or cuBLASLt call ("cublas_*", or `why`
+    there is none), beside the fastest GemmEx ("gemmex_*") and torch.matmul ("torch_*"). With the
+    steady protocol all run in interleaved rounds, a group's time is the median over the rounds of its
+    fastest member, its ratio the median of the rounds' ratios, and "steady" keeps the rounds."""
+    live = [c for c in calls if c.reason is None]
     if run.steady is None:
-        us = run.gpu_us(ours)
-        theirs = {variant: run.gpu_us(fn) for variant, fn in calls.items()}
-        best = min(theirs, key=theirs.__getitem__, default=None)
-        return {"hg_us": us, "cublas_us": theirs.get(best), "cublas_variant": best or why,
-                "ratio": ratio(theirs.get(best), us)}
-    contenders = [Contender(fn, timed_once(fn)) for fn in (ours, *calls.values())]
-    interleave(contenders, run.steady, run.flusher, run.sampler)
-    failed = [c.error for c in contenders if c.error]
-    if failed:
-        raise RuntimeError(failed[0])
-    mine, others = contenders[0], contenders[1:]
-    best = [min(c.ms[i] for c in others) for i in range(len(mine.ms))] if others else []
-    rounds = [b / m for b, m in zip(best, mine.ms)]
-    fastest = min(zip(calls, others), key=lambda vc: vc[1].median_ms(), default=(why, None))[0]
-    return {"hg_us": mine.median_ms() * 1e3, "cublas_us": statistics.median(best) * 1e3 if best else None,
-            "cublas_variant": fastest, "ratio": statistics.median(rounds) if rounds else None,
-            "steady": {**mine.record(), "ratio": rounds}}
+        mine = [run.gpu_us(ours) / 1e3]
+        per_call: dict[int, list[float]] = {}
+        for i, call in enumerate(live):
+            try:
+                per_call[i] = [run.gpu_us(call.run) / 1e3]
+            except (hg.HgemmError, RuntimeError) as exc:
+                call.reason = f"while timed: {type(exc).__name__}: {exc}"
+        steady = None
+    else:
+        contenders = [Contender(fn, timed_once(fn)) for fn in (ours, *(c.run for c in live))]
+        interleave(contenders, run.steady, run.flusher, run.sampler)
+        if contenders[0].error:
+            raise RuntimeError(contenders[0].error)
+        mine = contenders[0].ms
+        per_call = {}
+        for i, (call, cont) in enumerate(zip(live, contenders[1:])):
+            if cont.error:
+                call.reason = f"while timed: {cont.error}"
+            else:
+                per_call[i] = cont.ms
+        steady = contenders[0].record()
+    for i, ms in per_call.items():
+        live[i].us = statistics.median(ms) * 1e3
+    groups = {name: [(live[i].label, ms) for i, ms in per_call.items() if live[i].api in apis]
+              for name, apis in (("cublas", CUBLAS_APIS), ("gemmex", ("GemmEx",)), ("torch", ("torch",)))}
+    out: dict[str, Any] = {"hg_us": statistics.median(mine) * 1e3}
+    for name, members in groups.items():
+        us, label, r, rounds = group_figures(mine, members)
+        out.update({f"{name}_us": us, f"{name}_variant": label, f"{name}_ratio": r})
+        if name == "cublas" and steady is not None:
+            steady = {**steady, "ratio": rounds}
+    out["ratio"] = out.pop("cublas_ratio")
+    if out["cublas_variant"] is None:
+        out["cublas_variant"] = why or "no cuBLAS call passed its check"
+    if steady is not None:
+        out["steady"] = steady
+    return out
+
+
+def unavailable(calls: list[BaselineCall]) -> str:
+    """Why no GemmEx or cuBLASLt call is left: the first reason given."""
+    reasons = [c.reason for c in calls if c.api in CUBLAS_APIS and c.reason]
+    return f"cuBLAS unavailable: {reasons[0]}" if reasons else ""
 
 
 def measure_vs_cublas(section: str, shape: Shape, run: Run) -> list[dict]:
     M, N, K, dtype = shape.M, shape.N, shape.K, shape.dtype
     inp = ShapeInputs(M, N, K, run.rng, run.check_rows)
+    calls: list[BaselineCall] = []
     try:
         # B column-major is the TN storage (an N x K upload) seen transposed
         A, Bs = inp.operands("NN" if shape.b_order == "row" else "TN", dtype, shape.a_order)
@@ -205,16 +315,25 @@ def measure_vs_cublas(section: str, shape: Shape, run: Run) -> list[dict]:
         route = hg.explain(A, B, C)
         _, err = checked_launch(lambda: hg.matmul(A, B, C), C, inp, dtype)
         acc = ACCUMULATE[dtype][0]  # what matmul accumulates in by default
-        try:
-            _, cublas_err = checked_launch(lambda: cublas.matmul(A, B, C, acc=baseline_acc(dtype, acc)), C, inp, dtype)
-        except hg.HgemmError:  # no cuBLAS: the static bound applies
-            cublas_err = None
-        timed = time_vs_cublas(run, lambda: hg.matmul(A, B, C), *cublas_calls(A, B, C, dtype))
+        calls = baseline_calls(A, B, C, dtype)
+        calls += [c for c in (torch_cross_check(A, B, C),) if c is not None]
+        gemmex_err = check_baselines(calls, C, inp, dtype)
+        cublas_err = gemmex_err.get(baseline_acc(dtype, acc))  # None: the static bound applies
+        timed = time_vs_cublas(run, lambda: hg.matmul(A, B, C), calls, unavailable(calls))
     finally:
+        records = [c.record() for c in calls]
+        calls.clear()  # torch's DLPack views of the buffers go before the buffers
         inp.close()
+    skipped = [r for r in records if r["skipped"] and r["api"] in CUBLAS_APIS]
+    for r in records:
+        if r["skipped"]:
+            run.skip(section, f"{shape.label} {dtype} A {shape.a_order} B {shape.b_order}: {r['label']}", r["skipped"])
     row = {"section": section, "M": M, "N": N, "K": K, "dtype": dtype, "a_order": shape.a_order,
            "b_order": shape.b_order, "route": route, **timed, "hg_tflops": tflops(shape, timed["hg_us"]),
-           "cublas_tflops": tflops(shape, timed["cublas_us"]), "cublas_rel_error": cublas_err,
+           "cublas_tflops": tflops(shape, timed["cublas_us"]), "gemmex_tflops": tflops(shape, timed["gemmex_us"]),
+           "cublas_rel_error": cublas_err, "baseline_timed": sum(1 for r in records if r["us"] is not None
+                                                                 and r["api"] in CUBLAS_APIS),
+           "baseline_skipped": len(skipped), "baseline_calls": records,
            "checked_rows": int(len(inp.rows)), **verdict_of(err, error_bound(dtype, acc, dtype, K, cublas_err))}
     if SECTIONS[section].bandwidth:
         hbm = run.hbm_bytes_per_s()
@@ -430,20 +549,35 @@ def shape_cell(r: dict) -> str:
     return f"{r['M']}x{r['N']}x{r['K']} {r['dtype']} A {r['a_order']} B {r['b_order']}"
 
 
+def tried_cell(r: dict) -> str:
+    """The GemmEx and cuBLASLt calls timed for the baseline, and those skipped (failed or wrong)."""
+    timed, skipped = r.get("baseline_timed"), r.get("baseline_skipped")
+    return "-" if timed is None else f"{timed}" + (f" ({skipped} skipped)" if skipped else "")
+
+
 def cublas_table(rows: list[dict]) -> str:
     steady = any(r.get("steady") for r in rows)  # the rounds' spread, clock and power beside the ratio
     bandwidth = any("hg_gbps" in r for r in rows)  # memory-bound rows: GB/s instead of TFLOPS
+    torch = any(r.get("torch_us") for r in rows)  # the cross-check, where torch ran
     rate = (lambda r, who: fmt(r[f"{who}_gbps"], ".0f")) if bandwidth else (lambda r, who: fmt(r[f"{who}_tflops"]))
     text = tabulate([[shape_cell(r), fmt(r["hg_us"]), rate(r, "hg"), fmt(r["cublas_us"]), rate(r, "cublas"),
-                      r["cublas_variant"], fmt(r["ratio"], ".2f", "x"), fmt_err(r), r["route"]]
+                      r["cublas_variant"], fmt(r["ratio"], ".2f", "x"), fmt(r.get("gemmex_us")),
+                      fmt(r.get("gemmex_ratio"), ".2f", "x"), tried_cell(r)]
+                     + ([fmt(r.get("torch_us")), fmt(r.get("torch_ratio"), ".2f", "x")] if torch else [])
+                     + [fmt_err(r), r["route"]]
                      + ([fmt(100 * r["hg_hbm_share"], ".0f", "%")] if bandwidth else [])
                      + (steady_cells(r) if steady else []) for r in rows],
                     headers=["shape", "matmul us", "GB/s" if bandwidth else "TFLOPS", "cuBLAS us",
-                             "GB/s" if bandwidth else "TFLOPS", "cuBLAS best", "x cuBLAS", "rel err", "route"]
+                             "GB/s" if bandwidth else "TFLOPS", "cuBLAS best", "x cuBLAS", "GemmEx us", "x GemmEx",
+                             "cuBLAS tried"] + (["torch us", "x torch"] if torch else []) + ["rel err", "route"]
                     + (["matmul % HBM"] if bandwidth else []) + (STEADY_HEADERS if steady else []),
                     disable_numparse=True)
     if bandwidth:
         text += f"\nHBM bandwidth (a 1 GiB fill on this GPU): {rows[0]['hbm_gbps']:.0f} GB/s"
+    skipped = sum(r.get("baseline_skipped") or 0 for r in rows)
+    text += (f"\ncuBLAS: the fastest of GemmEx (each accumulation) and the cuBLASLt heuristic's top {LT_ALGOS} "
+             f"candidates per accumulation, each checked against float64 first; {skipped} skipped (failed or wrong)"
+             + ("; torch.matmul on the same buffers is a cross-check, not the baseline" if torch else ""))
     return text
 
 

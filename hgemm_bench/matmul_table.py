@@ -38,7 +38,9 @@ class HostCall:
 
 # What a section's rows are measured against (the keys of matmul_section.KINDS, which measures each).
 BASELINES = {
-    "cublas": "the best cuBLAS variant on the same buffers in the same layout (hgemm_rt.cublas.matmul)",
+    "cublas": "the fastest cuBLAS call on the same buffers in the same layout: GemmEx at each accumulation "
+              "(hgemm_rt.cublas.matmul) and the cuBLASLt heuristic's top LT_ALGOS candidates at each "
+              "(hgemm_rt.cublaslt.matmul), every one checked against float64 before it is timed",
     "torch": "torch.matmul on the same torch tensors",
     "host": "each input kind's own matmul (HostCall.reference), wall time per call",
 }
@@ -99,6 +101,8 @@ SECTIONS: dict[str, Section] = {
     "host": Section("host cost per call of a 64^3 fp16 matmul, back to back, per input kind", "host", (cube(64),),
                     calls=HOST_CALLS),
 }
+
+LT_ALGOS = 8  # cuBLASLt heuristic candidates timed per accumulation in the sections against cuBLAS
 
 GRAPH_CALLS = 100  # hg.matmul calls captured in the graph; its replay time is divided by this
 

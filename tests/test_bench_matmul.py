@@ -2,12 +2,14 @@
 the repeat-call key it reads the plan cache with, the JSON document, and the exit without a GPU."""
 from __future__ import annotations
 
+import functools
 import json
 import math
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -105,12 +107,222 @@ def test_tables_render_rows_with_missing_baselines_and_failures():
     text = ms.cublas_table([dict(row, hg_us=9.0, hg_tflops=1.0, cublas_us=None, cublas_tflops=None,
                                  cublas_variant="cuBLAS unavailable", ratio=None)])
     assert "FAIL" in text and "kernel 16x4096x4096" in text
+    text = ms.cublas_table([dict(row, hg_us=9.0, hg_tflops=1.0, cublas_us=8.0, cublas_tflops=1.1, ratio=0.89,
+                                 cublas_variant="Lt algo #3 (id 66) acc f16", gemmex_us=10.0, gemmex_ratio=1.11,
+                                 baseline_timed=17, baseline_skipped=1, torch_us=8.5, torch_ratio=0.94)])
+    assert "Lt algo #3 (id 66) acc f16" in text and "17 (1 skipped)" in text and "x torch" in text
     assert "torch/hg" in ms.torch_table([dict(row, hg_gpu_us=1.0, torch_gpu_us=2.0, gpu_ratio=2.0, hg_wall_us=3.0,
                                               torch_wall_us=None, wall_ratio=None)])
     parts = [{"part": p, "role": r, "us": us} for p, r, us in (("key", "part", 1.0), ("call", "whole", 4.0))]
     text = ms.host_table([dict(row, call="torch, out given", hg_us=4.0, reference=None, reference_us=None,
                                ratio=None)] + parts)
     assert "torch, out given" in text and "3.00" in text  # the rest of the call: 4 - 1
+
+
+# -- the cuBLAS baseline: GemmEx and the cuBLASLt candidates ------------------------------------------
+
+class Cand:
+    def __init__(self, index, algo_id):
+        self.index, self.algo_id, self.label = index, algo_id, f"Lt algo #{index} (id {algo_id})"
+
+    def record(self):
+        return {"index": self.index, "algo_id": self.algo_id}
+
+
+@pytest.fixture
+def fake_cublas(monkeypatch):
+    """cublas.matmul and cublaslt (candidates, matmul) recording their calls; the heuristic offers
+    algorithms 66, 70 and 23 at acc f32, fails at acc f16."""
+    ran = []
+    monkeypatch.setattr(ms.cublas, "matmul", lambda A, B, C, acc: ran.append(("GemmEx", acc)))
+
+    def candidates(A, B, C, acc, algos):
+        if acc == "f16":
+            raise hg.DriverError("cuBLASLt matmul_algo_get_heuristic (...) failed: NOT_SUPPORTED")
+        return tuple(Cand(i, a) for i, a in enumerate((66, 70, 23)))[:algos]
+
+    monkeypatch.setattr(ms.cublaslt, "candidates", candidates)
+    monkeypatch.setattr(ms.cublaslt, "matmul", lambda A, B, C, acc, algo, algos: ran.append(("Lt", acc, algo, algos)))
+    return ran
+
+
+def test_baseline_calls_are_gemmex_then_each_accumulations_lt_candidates(fake_cublas):
+    calls = ms.baseline_calls("A", "B", "C", "f16")
+    assert [c.label for c in calls] == ["GemmEx acc f32", "GemmEx acc f16", "Lt algo #0 (id 66) acc f32",
+                                        "Lt algo #1 (id 70) acc f32", "Lt algo #2 (id 23) acc f32", "Lt acc f16"]
+    assert [c.api for c in calls] == ["GemmEx"] * 2 + ["Lt"] * 4
+    assert calls[-1].run is None and calls[-1].reason.startswith("heuristic: cuBLASLt matmul_algo_get_heuristic")
+    assert calls[3].config == {"index": 1, "algo_id": 70}
+    for c in calls[:-1]:
+        c.run()
+    assert fake_cublas == [("GemmEx", "f32"), ("GemmEx", "f16"), ("Lt", "f32", 0, ms.LT_ALGOS),
+                           ("Lt", "f32", 1, ms.LT_ALGOS), ("Lt", "f32", 2, ms.LT_ALGOS)]
+    assert [c.label for c in ms.baseline_calls("A", "B", "C", "f32", algos=1)] == [
+        "GemmEx acc f32", "Lt algo #0 (id 66) acc f32"]  # no TF32, the request size passed on
+
+
+class FakeInputs:
+    """ShapeInputs without a GPU: the operands are names, the output a token."""
+    def __init__(self, M, N, K, rng, check_rows):
+        self.M, self.N, self.K, self.rows = M, N, K, np.arange(M)
+        self.closed = False
+
+    def operands(self, layout, dtype, a_order="row"):
+        return "A", "B"
+
+    def output(self, dtype):
+        return "C"
+
+    def close(self):
+        self.closed = True
+
+
+def fake_checks(monkeypatch, errors: dict):
+    """checked_launch runs the call and answers the error `errors` gives the last thing it ran (an
+    exception is raised); hg.matmul and hg.explain stand in for the library."""
+    last = []
+
+    def checked_launch(fn, C, inp, dtype):
+        fn()
+        err = errors.get(last[-1] if last else None, 1e-4)
+        if isinstance(err, Exception):
+            raise err
+        return 0.1, err
+
+    monkeypatch.setattr(ms, "checked_launch", checked_launch)
+    monkeypatch.setattr(ms.hg, "matmul", lambda A, B, C: last.append("hg"))
+    monkeypatch.setattr(ms.hg, "explain", lambda A, B, C: "route")
+    return last
+
+
+def test_check_holds_gemmex_to_the_static_bound_and_lt_to_gemmex(monkeypatch):
+    from hgemm_rt.testing import error_bound
+
+    last = fake_checks(monkeypatch, {"g32": 2e-4, "g16": 5.0, "lt0": 7e-4, "lt1": 9e-4, "lt2": None,
+                                     "lt3": hg.DriverError("cuBLASLt matmul (...) failed: EXECUTION_FAILED"),
+                                     "lt4": 3e-3})
+
+    def call(label, api, acc):
+        return ms.BaselineCall(label, api, acc, lambda: last.append(label))
+
+    calls = [call("g32", "GemmEx", "f32"), call("g16", "GemmEx", "f16"), call("lt0", "Lt", "f32"),
+             call("lt1", "Lt", "f32"), call("lt2", "Lt", "f32"), call("lt3", "Lt", "f32"), call("lt4", "Lt", "f16"),
+             ms.BaselineCall("Lt acc bf", "Lt", "f16", None, reason="heuristic: none")]
+    inp = FakeInputs(64, 64, 4096, None, 0)
+    assert ms.check_baselines(calls, "C", inp, "f16") == {"f32": 2e-4}  # GemmEx f16 was wrong
+    bound = error_bound("f16", "f32", "f16", 4096, 2e-4)
+    assert calls[0].error_bound == error_bound("f16", "f32", "f16", 4096) and calls[0].reason is None
+    assert calls[1].reason.startswith("rel err 5.00e+00 >")
+    assert calls[2].reason is None and calls[2].error_bound == bound == 8e-4
+    assert calls[3].reason == f"rel err 9.00e-04 > {bound:.2e}"
+    assert calls[4].reason == "NaN/Inf in C"
+    assert calls[5].reason == "DriverError: cuBLASLt matmul (...) failed: EXECUTION_FAILED"
+    # no GemmEx f16 to compare with: the static bound of the accumulation
+    assert calls[6].reason is None and calls[6].error_bound == error_bound("f16", "f16", "f16", 4096)
+    assert calls[7].reason == "heuristic: none" and "Lt acc bf" not in last
+
+
+def fake_run(us: dict, steady=None):
+    """A Run whose GPU time of a call is us[the label it records]; a label with an exception raises."""
+    run = ms.Run(iters=1, warmup=0, check_rows=0, autotune=False, rng=np.random.default_rng(0), flusher=None,
+                 steady=steady)
+    log = []
+
+    def gpu_us(fn, stream=None):
+        fn()
+        v = us[log[-1]]
+        if isinstance(v, Exception):
+            raise v
+        return v
+
+    run.gpu_us = gpu_us
+    return run, log
+
+
+def test_the_baseline_is_the_fastest_gemmex_or_lt_call_and_gemmex_stays_beside_it():
+    run, log = fake_run({"hg": 100.0, "GemmEx acc f32": 120.0, "GemmEx acc f16": 110.0, "Lt #0": 95.0,
+                         "Lt #1": RuntimeError("launch failed"), "torch": 90.0})
+
+    def call(label, api):
+        return ms.BaselineCall(label, api, "f32", lambda: log.append(label))
+
+    calls = [call("GemmEx acc f32", "GemmEx"), call("GemmEx acc f16", "GemmEx"), call("Lt #0", "Lt"),
+             call("Lt #1", "Lt"), call("torch", "torch"), ms.BaselineCall("Lt #2", "Lt", "f32", None, reason="wrong")]
+    t = ms.time_vs_cublas(run, lambda: log.append("hg"), calls, "")
+    close = functools.partial(pytest.approx, rel=1e-12)
+    assert (t["hg_us"], t["cublas_us"], t["ratio"]) == close((100.0, 95.0, 0.95)) and t["cublas_variant"] == "Lt #0"
+    assert (t["gemmex_us"], t["gemmex_ratio"]) == close((110.0, 1.1)) and t["gemmex_variant"] == "GemmEx acc f16"
+    assert (t["torch_us"], t["torch_ratio"]) == close((90.0, 0.9))  # faster, but a cross-check: not the baseline
+    assert calls[3].reason == "while timed: RuntimeError: launch failed" and calls[3].us is None
+    assert [c.us for c in calls] == [close(120.0), close(110.0), close(95.0), None, close(90.0), None]
+    assert "Lt #2" not in log and "steady" not in t
+
+
+def test_without_any_cublas_call_the_row_says_why():
+    run, log = fake_run({"hg": 10.0})
+    calls = [ms.BaselineCall("GemmEx acc f32", "GemmEx", "f32", None,
+                             reason="NoGpuError: nvmath-python is not installed")]
+    t = ms.time_vs_cublas(run, lambda: log.append("hg"), calls, ms.unavailable(calls))
+    assert t["cublas_us"] is None and t["ratio"] is None and t["gemmex_us"] is None
+    assert t["cublas_variant"] == "cuBLAS unavailable: NoGpuError: nvmath-python is not installed"
+
+
+def test_steady_rounds_take_each_rounds_fastest_of_the_group(monkeypatch):
+    """Per round, the fastest GemmEx or Lt call over hg.matmul; a contender that failed in a round
+    leaves the rounds (its reason kept) and is no one's best."""
+    from hgemm_bench.steady import Protocol
+
+    ms_of = {"hg": [1.0, 1.0, 1.0], "GemmEx": [1.2, 1.1, 1.3], "Lt #0": [0.9, 1.2, 1.0], "Lt #1": [0.5]}
+
+    def interleave(contenders, protocol, flusher, sampler):
+        for c, name in zip(contenders, ms_of):
+            c.ms = list(ms_of[name])
+            if len(c.ms) < 3:
+                c.error = "error in round 2: DriverError: boom"
+
+    monkeypatch.setattr(ms, "interleave", interleave)
+    monkeypatch.setattr(ms, "timed_once", lambda fn: 1.0)
+    run, _ = fake_run({}, steady=Protocol(rounds=3))
+    calls = [ms.BaselineCall(n, "GemmEx" if n == "GemmEx" else "Lt", "f32", lambda: None) for n in list(ms_of)[1:]]
+    t = ms.time_vs_cublas(run, lambda: None, calls, "")
+    assert t["steady"]["ratio"] == [0.9, 1.1, 1.0] and t["ratio"] == 1.0
+    assert math.isclose(t["cublas_us"], 1000.0) and t["cublas_variant"] == "Lt #0"
+    assert math.isclose(t["gemmex_us"], 1200.0) and math.isclose(t["gemmex_ratio"], 1.2)
+    assert calls[2].reason == "while timed: error in round 2: DriverError: boom"
+
+
+@pytest.mark.usefixtures("fake_cublas")  # its heuristic; the calls are replaced to record into `last`
+def test_a_row_records_the_strongest_baseline_gemmex_and_every_call(monkeypatch):
+    """measure_vs_cublas end to end with the GPU faked: the row keeps the winner and GemmEx's figure,
+    the skipped candidates are counted and reported, the inputs are closed."""
+    inputs = []
+    monkeypatch.setattr(ms, "ShapeInputs", lambda *a: inputs.append(FakeInputs(*a)) or inputs[-1])
+    monkeypatch.setattr(ms, "torch_cross_check", lambda A, B, C: None)
+    last = fake_checks(monkeypatch, {("Lt", "f32", 1, ms.LT_ALGOS): 1.0})  # algo #1 is wrong
+    monkeypatch.setattr(ms.cublas, "matmul", lambda A, B, C, acc: last.append(("GemmEx", acc)))
+    monkeypatch.setattr(ms.cublaslt, "matmul",
+                        lambda A, B, C, acc, algo, algos: last.append(("Lt", acc, algo, algos)))
+    us = {"hg": 100.0, ("GemmEx", "f32"): 130.0, ("GemmEx", "f16"): 125.0, ("Lt", "f32", 0, ms.LT_ALGOS): 105.0,
+          ("Lt", "f32", 2, ms.LT_ALGOS): 98.0}
+    run, log = fake_run({})
+    run.gpu_us = lambda fn, stream=None: (fn(), us[last[-1]])[1]
+    (row,) = ms.measure_vs_cublas("sweep", SECTIONS["sweep"].shapes[0], run)
+    assert inputs[0].closed
+    assert row["cublas_variant"] == "Lt algo #2 (id 23) acc f32" and row["cublas_us"] == pytest.approx(98.0)
+    assert row["ratio"] == pytest.approx(0.98) and row["gemmex_us"] == pytest.approx(125.0)
+    assert row["gemmex_variant"] == "GemmEx acc f16"
+    assert row["gemmex_tflops"] < row["cublas_tflops"] and row["ok"]
+    assert row["baseline_timed"] == 4 and row["baseline_skipped"] == 2  # Lt #1 wrong, Lt acc f16 no heuristic
+    labels = {r["label"]: r for r in row["baseline_calls"]}
+    assert labels["Lt algo #1 (id 70) acc f32"]["skipped"].startswith("rel err 1.00e+00")
+    assert labels["Lt algo #0 (id 66) acc f32"]["config"] == {"index": 0, "algo_id": 66}
+    assert labels["Lt algo #0 (id 66) acc f32"]["us"] == pytest.approx(105.0)
+    assert [s["what"].split(": ", 1)[1] for s in run.skipped] == ["Lt algo #1 (id 70) acc f32", "Lt acc f16"]
+    assert row["cublas_rel_error"] == 1e-4  # GemmEx at matmul's accumulation sets hg.matmul's bound
+    text = ms.cublas_table([row])
+    assert "Lt algo #2 (id 23) acc f32" in text and "4 (2 skipped)" in text and "GemmEx us" in text
+    assert "1.25x" in text and "2 skipped (failed or wrong)" in text and "torch us" not in text
+    json.dumps(row)  # plain data only
 
 
 # -- the repeat-call key -----------------------------------------------------------------------------------
@@ -182,6 +394,11 @@ def test_matmul_sections_on_the_gpu(tmp_path, monkeypatch, capsys):
     timed = [v for r in doc["rows"] for k, v in r.items() if k.endswith("_us") and v is not None]
     assert timed and all(v > 0 for v in timed)
     assert "== smallm" in text and "== host" in text and "x cuBLAS" in text
+    for r in (r for r in doc["rows"] if r["section"] == "smallm"):
+        # the strongest baseline: GemmEx and the Lt candidates timed, the fastest kept, GemmEx's beside it
+        assert r["cublas_variant"].startswith(("GemmEx acc", "Lt algo #")) and r["cublas_us"] <= r["gemmex_us"]
+        assert r["baseline_timed"] > len(ms.baseline_accumulations(r["dtype"])), r["baseline_calls"]
+        assert any(c["api"] == "Lt" and c["us"] for c in r["baseline_calls"])
 
 
 @pytest.mark.gpu
