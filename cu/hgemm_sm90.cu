@@ -28,6 +28,7 @@
 //   *_ws_persistent_cluster2_direct_tn the same with 4 stages and direct stores (no staging buffer)
 //   *_ws_persistent_acol_{tn,nn}[_bf16] the persistent kernels with A column-major
 #include <cuda.h>  // CUtensorMap (128-byte, 64-byte aligned opaque struct)
+#include <type_traits>
 #include "common/dsmem.cuh"
 #include "common/sm90.cuh"
 
@@ -46,6 +47,7 @@ constexpr int kConsumerRegs = 232;     // ... so the consumers get 128 accumulat
 static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 65536, "register file over-subscribed");
 static_assert(BK * 2 == 128, "BK must span exactly one 128-byte swizzle row");
 static_assert(kWgRows == 64, "one wgmma m64 per consumer warpgroup");
+static_assert(kThreads == 128 * (1 + kConsumers), "one producer warpgroup and kConsumers consumer warpgroups");
 
 // Rows of M (in elements) covered by one group of the grouped tile order: consecutive tile indices
 // walk down a 2048-row strip before moving to the next 256-column strip, so the ~132 tiles in
@@ -60,16 +62,36 @@ constexpr int kGroupRows = 2048;
 // Not ping-pong (each consumer owning whole 64 x 256 tiles): that needs 1.7x the smem fill per flop and
 // ran slower. Nor consumers staggered by 1-2 k-blocks so that each one's epilogue overlaps the other's
 // wgmma: the tile-boundary bubble is not where the time goes (docs/tuning_log.md, "hgemm_sm90").
-template <typename T_, bool kAT_, bool kNN_, int kStages_, int kClusterM_, bool kPersistent_, bool kTmaStore_>
-struct Kn {
-  using T = T_;
-  static constexpr bool kAT = kAT_;  // A column-major: BM/64 boxes of 64 K rows x 64 M columns
-  static constexpr bool kNN = kNN_;
-  static constexpr int kStages = kStages_;
-  static constexpr int kClusterM = kClusterM_;
-  static constexpr bool kPersistent = kPersistent_;
-  static constexpr bool kTmaStore = kTmaStore_;
+//
+// A kernel's knobs, with the values of the plainest one (hgemm_sm90_wgmma_tma_ws_tn). A kernel is a
+// struct deriving from the one it extends and naming the knobs it changes; Nn<>, Bf16<> and Stages<>
+// below are the layout, dtype and stage-count axes.
+struct Knobs {
+  using T = __half;                      // input and output dtype (__half or __nv_bfloat16)
+  static constexpr bool kAT = false;     // A column-major: BM/64 boxes of 64 K rows x 64 M columns
+  static constexpr bool kNN = false;     // B K x N row-major (else N x K: TN)
+  static constexpr int kStages = 4;      // TMA ring stages
+  static constexpr int kClusterM = 1;    // CTAs per cluster along M, sharing (multicasting) B
+  static constexpr bool kPersistent = false;  // persistent grid walking tiles, else one tile per CTA
+  static constexpr bool kTmaStore = false;    // stmatrix + TMA-store epilogue, else direct stores
+};
+template <class Rung>
+struct Nn : Rung {
+  static constexpr bool kNN = true;
+};
+template <class Rung>
+struct Bf16 : Rung {
+  using T = __nv_bfloat16;
+};
+template <class Rung, int S>
+struct Stages : Rung {
+  static constexpr int kStages = S;
+};
 
+// The knobs and what derives from them: shared-memory layout and barrier counts.
+template <class Rung>
+struct Config : Rung {
+  using Rung::kStages, Rung::kClusterM, Rung::kPersistent, Rung::kTmaStore;
   static constexpr int kABytes = BM * BK * 2;                 // 16 KB per stage
   static constexpr int kBBytes = BN * BK * 2;                 // 32 KB per stage
   static constexpr int kStageBytes = kABytes + kBBytes;       // TMA bytes each full barrier expects
@@ -85,6 +107,7 @@ struct Kn {
   // B rows (TN: N rows of 64 K; NN: 64-column chunks) loaded by this CTA; the peer loads the rest.
   static constexpr int kBSlice = BN / kClusterM;
   static_assert(kSmemBytes <= 227 * 1024, "shared memory over the 227 KB per-block limit");
+  static_assert(kStages >= 2, "the TMA ring needs at least two stages");
   static_assert(kClusterM == 1 || kClusterM == 2, "cluster of 1 or 2 CTAs along M");
   static_assert(!(kClusterM > 1 && !kPersistent), "clusters only with the persistent schedule");
 };
@@ -203,6 +226,8 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
   using T = typename K::T;
   constexpr int kStages = K::kStages;
   constexpr int kClusterM = K::kClusterM;
+  static_assert(std::is_same_v<CArg, std::conditional_t<K::kTmaStore, CUtensorMap, T*>>,
+                "C is a tensor map for the TMA-store epilogue, a pointer for direct stores");
   extern __shared__ uint8_t smem_raw[];
   // 128B-swizzled TMA boxes and wgmma descriptors assume 1024-byte aligned tiles.
   uint8_t* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
@@ -336,45 +361,58 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
   if (kClusterM > 1) hg90::cluster_sync();
 }
 
+// Kernels, each deriving from the one it extends (the header lists what each adds).
+struct Ws : Knobs {};  // one 128 x 256 tile per CTA ("tiles" grid), 4 stages, direct stores
+struct Persistent : Ws {  // persistent grid, grouped tile order, TMA-store epilogue
+  static constexpr bool kPersistent = true;
+  static constexpr bool kTmaStore = true;
+};
+struct Cluster2 : Persistent {  // 2-CTA cluster along M, B multicast to both
+  static constexpr int kClusterM = 2;
+};
+// The staging buffer costs the fourth ring stage; this one keeps 4 stages and stores directly.
+struct Cluster2Direct : Cluster2 {
+  static constexpr bool kTmaStore = false;
+};
+struct Acol : Persistent {  // A column-major
+  static constexpr bool kAT = true;
+};
+
 }  // namespace
 
 // One extern "C" symbol per catalogue entry, with its dynamic smem exported (HG_EXPORT_DSMEM). Parameters:
 // tensor maps by value (__grid_constant__, so TMA reads them from the parameter space), then C (pointer or
-// tensor map), M, N, K.
-#define HG90_KERNEL_PTRC(NAME, T, NN, STAGES, CLUSTER_M, PERSISTENT)                                     \
+// tensor map), M, N, K. RUNG is a knobs type without commas.
+#define HG90_KERNEL_PTRC(NAME, RUNG)                                                                     \
   extern "C" __global__ void __launch_bounds__(kThreads, 1)                                              \
-      NAME(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB, T* C, int M, \
-           int N, int K) {                                                                               \
-    sm90_gemm<Kn<T, false, NN, STAGES, CLUSTER_M, PERSISTENT, false>>(tmA, tmB, C, M, N, K);             \
+      NAME(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB, RUNG::T* C,  \
+           int M, int N, int K) {                                                                        \
+    sm90_gemm<Config<RUNG>>(tmA, tmB, C, M, N, K);                                                       \
   }                                                                                                      \
-  HG_EXPORT_DSMEM(NAME, Kn<T, false, NN, STAGES, CLUSTER_M, PERSISTENT, false>::kSmemBytes)
+  HG_EXPORT_DSMEM(NAME, Config<RUNG>::kSmemBytes)
 // TMA-store kernels, one symbol per stage count: variants = { stages = [3, 4] } (3 stages +
-// whole-tile staging, or 4 stages + half-tile staging). AT: A column-major.
-#define HG90_KERNEL_TMAC1(NAME, T, AT, NN, STAGES, CLUSTER_M)                                            \
+// whole-tile staging, or 4 stages + half-tile staging).
+#define HG90_KERNEL_TMAC1(NAME, RUNG, STAGES)                                                            \
   extern "C" __global__ void __launch_bounds__(kThreads, 1)                                              \
       NAME##__stages##STAGES(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB, \
                              const __grid_constant__ CUtensorMap tmC, int M, int N, int K) {             \
-    sm90_gemm<Kn<T, AT, NN, STAGES, CLUSTER_M, true, true>>(tmA, tmB, tmC, M, N, K);                     \
+    sm90_gemm<Config<Stages<RUNG, STAGES>>>(tmA, tmB, tmC, M, N, K);                                     \
   }                                                                                                      \
-  HG_EXPORT_DSMEM(NAME##__stages##STAGES, Kn<T, AT, NN, STAGES, CLUSTER_M, true, true>::kSmemBytes)
-#define HG90_KERNEL_TMAC_AT(NAME, T, AT, NN, CLUSTER_M) \
-  HG90_KERNEL_TMAC1(NAME, T, AT, NN, 3, CLUSTER_M)      \
-  HG90_KERNEL_TMAC1(NAME, T, AT, NN, 4, CLUSTER_M)
-#define HG90_KERNEL_TMAC(NAME, T, NN, CLUSTER_M) HG90_KERNEL_TMAC_AT(NAME, T, false, NN, CLUSTER_M)
+  HG_EXPORT_DSMEM(NAME##__stages##STAGES, Config<Stages<RUNG, STAGES>>::kSmemBytes)
+#define HG90_KERNEL_TMAC(NAME, RUNG) HG90_KERNEL_TMAC1(NAME, RUNG, 3) HG90_KERNEL_TMAC1(NAME, RUNG, 4)
 
-HG90_KERNEL_PTRC(hgemm_sm90_wgmma_tma_ws_tn, __half, false, 4, 1, false)
-HG90_KERNEL_PTRC(hgemm_sm90_wgmma_tma_ws_nn, __half, true, 4, 1, false)
-HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_tn, __half, false, 1)
-HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_nn, __half, true, 1)
-HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_cluster2_tn, __half, false, 2)
-HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_cluster2_nn, __half, true, 2)
-// The staging buffer costs the fourth ring stage; this one keeps 4 stages and stores directly.
-HG90_KERNEL_PTRC(hgemm_sm90_wgmma_tma_ws_persistent_cluster2_direct_tn, __half, false, 4, 2, true)
-HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_cluster2_tn_bf16, __nv_bfloat16, false, 2)
-HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_cluster2_nn_bf16, __nv_bfloat16, true, 2)
-HG90_KERNEL_TMAC_AT(hgemm_sm90_wgmma_tma_ws_persistent_acol_tn, __half, true, false, 1)
-HG90_KERNEL_TMAC_AT(hgemm_sm90_wgmma_tma_ws_persistent_acol_nn, __half, true, true, 1)
-HG90_KERNEL_TMAC_AT(hgemm_sm90_wgmma_tma_ws_persistent_acol_tn_bf16, __nv_bfloat16, true, false, 1)
-HG90_KERNEL_TMAC_AT(hgemm_sm90_wgmma_tma_ws_persistent_acol_nn_bf16, __nv_bfloat16, true, true, 1)
-HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_tn_bf16, __nv_bfloat16, false, 1)
-HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_nn_bf16, __nv_bfloat16, true, 1)
+HG90_KERNEL_PTRC(hgemm_sm90_wgmma_tma_ws_tn, Ws)
+HG90_KERNEL_PTRC(hgemm_sm90_wgmma_tma_ws_nn, Nn<Ws>)
+HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_tn, Persistent)
+HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_nn, Nn<Persistent>)
+HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_cluster2_tn, Cluster2)
+HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_cluster2_nn, Nn<Cluster2>)
+HG90_KERNEL_PTRC(hgemm_sm90_wgmma_tma_ws_persistent_cluster2_direct_tn, Cluster2Direct)
+HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_cluster2_tn_bf16, Bf16<Cluster2>)
+HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_cluster2_nn_bf16, Bf16<Nn<Cluster2>>)
+HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_acol_tn, Acol)
+HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_acol_nn, Nn<Acol>)
+HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_acol_tn_bf16, Bf16<Acol>)
+HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_acol_nn_bf16, Bf16<Nn<Acol>>)
+HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_tn_bf16, Bf16<Persistent>)
+HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_nn_bf16, Bf16<Nn<Persistent>>)
