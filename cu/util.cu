@@ -1,7 +1,10 @@
 // Family "util": the helper kernels behind hgemm_rt.matmul (ladder "util": not catalogue GEMMs, so
 // the generic GEMM tests and bench.py skip them; tests/test_matmul.py checks them through matmul).
 // Every stride is in elements and may be any value (transposing views included); alpha and beta
-// arrive as the bit patterns of fp32 values in i32 parameters (the kernel ABI has only i32 scalars).
+// arrive as the bit patterns of fp32 values in i32 parameters.
+// Batched: every kernel here takes a batch on grid.z (cu/CONTRACT.md): matrix z of the launch is
+// (z / batch_inner, z % batch_inner), each operand offset by its 64-bit batch strides (0: broadcast);
+// an unbatched launch has batch_inner = 1 and zero strides.
 //
 // util_copy2d_{f16,bf16,f32}: the memory-bound glue of the padding path.
 //   dst[r*drs + c*dcs] = alpha * S(r, c) (+ beta * dst[...] when beta != 0), r < M, c < N, where
@@ -45,6 +48,12 @@ constexpr int kCopyThreads = 256;
 
 __device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 __device__ __forceinline__ long long iabs(int x) { return x < 0 ? -static_cast<long long>(x) : x; }
+// Element offset of this CTA's matrix in an operand with batch strides s_outer, s_inner, where grid.z
+// is the batch (kernels without clusters); see hgu::grid_z for the two levels.
+__device__ __forceinline__ long long batch_offset(int batch_inner, long long s_outer, long long s_inner) {
+  const int z = static_cast<int>(blockIdx.z), outer = z / batch_inner;
+  return outer * s_outer + (z - outer * batch_inner) * s_inner;
+}
 
 // Work item e of a 64 x 64 tile: the vector of V elements starting at (r, c). Along a row (cfast), 8
 // consecutive threads cover one 128-byte row of the tile; down a column (the transposing side),
@@ -70,8 +79,13 @@ __device__ __forceinline__ void tile_slot(int e, bool cfast, int& r, int& c) {
 template <typename T>
 __device__ __forceinline__ void copy2d(const T* __restrict__ src, T* __restrict__ dst, int M, int N,
                                        int src_rows, int src_cols, int srs, int scs, int drs, int dcs,
-                                       int alpha_bits, int beta_bits) {
+                                       int alpha_bits, int beta_bits, int batch_inner, long long bss_o,
+                                       long long bss_i, long long bsd_o, long long bsd_i) {
   constexpr int V = 16 / sizeof(T);
+  // grid.z is the batch (no clusters here): this CTA's source matrix, and below its destination
+  // (each applied where it is used: a pointer live across both phases costs the occupancy of a
+  // kernel that needs every CTA it can get in flight)
+  src += batch_offset(batch_inner, bss_o, bss_i);
   constexpr int kChunks = kCopyTile / V;  // vectors per tile row
   // rows padded by one vector (they stay 16-byte aligned): the 16-byte row accesses of 8 threads
   // then cover all banks
@@ -116,6 +130,7 @@ __device__ __forceinline__ void copy2d(const T* __restrict__ src, T* __restrict_
     }
   }
   __syncthreads();
+  dst += batch_offset(batch_inner, bsd_o, bsd_i);
 #pragma unroll
   for (int i = 0; i < kCopyTile * kChunks / kCopyThreads; ++i) {
     int r, c;
@@ -286,19 +301,24 @@ __device__ __forceinline__ void mma_compute_stage(uint32_t sA, uint32_t sB, int 
 template <class C>
 __device__ __forceinline__ void gemm_mma(const typename C::Elem* __restrict__ A, const typename C::Elem* __restrict__ B,
                                          typename C::Elem* __restrict__ Cout, int M, int N, int K, int lda, int ldb,
-                                         int ldc_r, int ldc_c, int alpha_bits, int beta_bits) {
+                                         int ldc_r, int ldc_c, int alpha_bits, int beta_bits, int batch_inner,
+                                         long long bsa_o, long long bsa_i, long long bsb_o, long long bsb_i,
+                                         long long bsc_o, long long bsc_i) {
   using T = typename C::Elem;
   extern __shared__ __align__(128) unsigned char smem[];
+  const hgu::GridZ gz = hgu::grid_z(batch_inner);
+  A += hgu::batch_offset(gz, bsa_o, bsa_i);
+  B += hgu::batch_offset(gz, bsb_o, bsb_i);
   const uint32_t s0 = hg::smem_u32(smem);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int m0 = blockIdx.y * C::BM, n0 = blockIdx.x * C::BN;
   const int wm0 = (warp / C::kWarpsN) * C::WM, wn0 = (warp % C::kWarpsN) * C::WN;
 
   // This CTA's K slice, in whole BK tiles (slices never share a tile, so each K element is summed once).
-  const int splits = gridDim.z;
+  const int splits = gz.splits;
   const int k_tiles = (K + C::BK - 1) / C::BK;
   const int per = (k_tiles + splits - 1) / splits;
-  const int kt0 = min(k_tiles, static_cast<int>(blockIdx.z) * per);
+  const int kt0 = min(k_tiles, gz.split * per);
   const int nk = min(k_tiles, kt0 + per) - kt0;
 
   float acc[C::MF][C::NF][4];
@@ -345,6 +365,8 @@ __device__ __forceinline__ void gemm_mma(const typename C::Elem* __restrict__ A,
             make_float2(acc[mi][ni][2], acc[mi][ni][3]);
       }
   }
+  // C's batch offset is taken here: a pointer held across the main loop costs registers there
+  Cout += hgu::batch_offset(hgu::grid_z(batch_inner), bsc_o, bsc_i);
   hgu::cluster_reduce_store<T, C::BM, C::BN, C::kRedStride>(smem, splits, tid, C::kThreads, Cout, M, N, m0, n0, ldc_r,
                                                             ldc_c, __int_as_float(alpha_bits),
                                                             __int_as_float(beta_bits));
@@ -358,8 +380,12 @@ constexpr int kSimtTile = 64, kSimtBK = 16, kSimtThreads = 256;
 template <typename T>
 __device__ __forceinline__ void gemm_simt(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
                                           int M, int N, int K, int ars, int acs, int brs, int bcs, int crs,
-                                          int ccs, int alpha_bits, int beta_bits) {
+                                          int ccs, int alpha_bits, int beta_bits, int batch_inner, long long bsa_o,
+                                          long long bsa_i, long long bsb_o, long long bsb_i, long long bsc_o,
+                                          long long bsc_i) {
   __shared__ float As[kSimtBK][kSimtTile + 4];  // As[k][m]
+  A += batch_offset(batch_inner, bsa_o, bsa_i);  // grid.z is the batch (no clusters here)
+  B += batch_offset(batch_inner, bsb_o, bsb_i);
   __shared__ float Bs[kSimtBK][kSimtTile + 4];  // Bs[k][n]
   const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
   const int m0 = blockIdx.y * kSimtTile, n0 = blockIdx.x * kSimtTile;
@@ -394,6 +420,7 @@ __device__ __forceinline__ void gemm_simt(const T* __restrict__ A, const T* __re
     __syncthreads();
   }
   const float alpha = __int_as_float(alpha_bits), beta = __int_as_float(beta_bits);
+  C += batch_offset(batch_inner, bsc_o, bsc_i);
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -412,10 +439,12 @@ __device__ __forceinline__ void gemm_simt(const T* __restrict__ A, const T* __re
 
 // ---- extern "C" entry points (one per declared symbol, see util.toml) ----
 #define UTIL_COPY2D(NAME, T)                                                                             \
-  extern "C" __global__ void __launch_bounds__(kCopyThreads)                                             \
+  extern "C" __global__ void __launch_bounds__(kCopyThreads)                                              \
       NAME(const T* src, T* dst, int M, int N, int src_rows, int src_cols, int srs, int scs, int drs,    \
-           int dcs, int alpha_bits, int beta_bits) {                                                     \
-    copy2d<T>(src, dst, M, N, src_rows, src_cols, srs, scs, drs, dcs, alpha_bits, beta_bits);            \
+           int dcs, int alpha_bits, int beta_bits, int batch_inner, long long bss_o, long long bss_i,    \
+           long long bsd_o, long long bsd_i) {                                                           \
+    copy2d<T>(src, dst, M, N, src_rows, src_cols, srs, scs, drs, dcs, alpha_bits, beta_bits, batch_inner, \
+              bss_o, bss_i, bsd_o, bsd_i);                                                               \
   }
 UTIL_COPY2D(util_copy2d_f16, __half)
 UTIL_COPY2D(util_copy2d_bf16, __nv_bfloat16)
@@ -424,9 +453,11 @@ UTIL_COPY2D(util_copy2d_f32, float)
 #define UTIL_MMA_ONE(NAME, SUFFIX, T, BM, WMW, WNW, ST, BROW)                                             \
   extern "C" __global__ void __launch_bounds__(WMW * WNW * 32, 1)                                        \
       NAME##SUFFIX(const T* A, const T* B, T* C, int M, int N, int K, int lda, int ldb, int ldc_r,       \
-                   int ldc_c, int alpha_bits, int beta_bits) {                                           \
+                   int ldc_c, int alpha_bits, int beta_bits, int batch_inner, long long bsa_o,           \
+                   long long bsa_i, long long bsb_o, long long bsb_i, long long bsc_o, long long bsc_i) { \
     gemm_mma<MmaCfg<T, BM, WMW, WNW, ST, BROW>>(A, B, C, M, N, K, lda, ldb, ldc_r, ldc_c, alpha_bits,    \
-                                                beta_bits);                                              \
+                                                beta_bits, batch_inner, bsa_o, bsa_i, bsb_o, bsb_i,      \
+                                                bsc_o, bsc_i);                                           \
   }                                                                                                      \
   HG_EXPORT_DSMEM(NAME##SUFFIX, MmaCfg<T, BM, WMW, WNW, ST, BROW>::kSmemBytes)
 // BM, warps along M x N, stages: 16 and 32 rows keep every warp on the full tile height (4 warps
@@ -447,8 +478,10 @@ UTIL_MMA(util_gemm_mma_bf16_m128, __nv_bfloat16, 128, 2, 4, 4)
 #define UTIL_SIMT(NAME, T)                                                                                \
   extern "C" __global__ void __launch_bounds__(kSimtThreads)                                              \
       NAME(const T* A, const T* B, T* C, int M, int N, int K, int ars, int acs, int brs, int bcs, int crs, \
-           int ccs, int alpha_bits, int beta_bits) {                                                      \
-    gemm_simt<T>(A, B, C, M, N, K, ars, acs, brs, bcs, crs, ccs, alpha_bits, beta_bits);                  \
+           int ccs, int alpha_bits, int beta_bits, int batch_inner, long long bsa_o, long long bsa_i,     \
+           long long bsb_o, long long bsb_i, long long bsc_o, long long bsc_i) {                          \
+    gemm_simt<T>(A, B, C, M, N, K, ars, acs, brs, bcs, crs, ccs, alpha_bits, beta_bits, batch_inner,      \
+                 bsa_o, bsa_i, bsb_o, bsb_i, bsc_o, bsc_i);                                               \
   }
 UTIL_SIMT(util_gemm_simt_f16, __half)
 UTIL_SIMT(util_gemm_simt_bf16, __nv_bfloat16)

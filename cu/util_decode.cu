@@ -18,6 +18,8 @@
 //   slots, so every load is one 16-byte vector.
 //   The warps' partial tiles are summed in shared memory; split-K over a cluster (grid.z = cluster.z
 //   = S in {1, 2, 4, 8}, sm_90) then sums the CTAs' tiles through DSMEM (hgu::cluster_reduce_store).
+//   Batched: grid.z = splits x batch, the batch index from the cluster's z (hgu::grid_z), A, B and C
+//   offset by 64-bit batch strides (cu/CONTRACT.md).
 //   Needs A and B 16-byte aligned and lda, ldb multiples of 8; any M, N, K >= 1 (edge chunks are
 //   loaded element by element and zero-filled). Any M works; M > 16 re-reads B per 16 rows, which
 //   the planner prices.
@@ -119,18 +121,23 @@ __device__ __forceinline__ void compute_chunk(const Chunk& ch, float (&acc)[kTil
 template <typename T, int kStages>
 __device__ __forceinline__ void gemm_decode(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
                                             int M, int N, int K, int lda, int ldb, int ldc_r, int ldc_c,
-                                            int alpha_bits, int beta_bits) {
+                                            int alpha_bits, int beta_bits, int batch_inner, long long bsa_o,
+                                            long long bsa_i, long long bsb_o, long long bsb_i, long long bsc_o,
+                                            long long bsc_i) {
   static_assert(kWarps * kBM * kRedStride * 4 <= ring_bytes<kStages>(), "the partial tiles reuse the ring");
   extern __shared__ __align__(128) unsigned char smem[];
+  const hgu::GridZ gz = hgu::grid_z(batch_inner);
+  A += hgu::batch_offset(gz, bsa_o, bsa_i);
+  B += hgu::batch_offset(gz, bsb_o, bsb_i);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
   const int m0 = blockIdx.y * kBM, n0 = blockIdx.x * kBN;
   const bool two_row_groups = M - m0 > 8;  // rows g + 8 exist somewhere in this tile
 
   // This CTA's K slice, in whole chunks (slices never share a chunk, so each k is summed once).
-  const int splits = gridDim.z;
+  const int splits = gz.splits;
   const int chunks = (K + kChunk - 1) / kChunk;
   const int per = (chunks + splits - 1) / splits;
-  const int c_begin = min(chunks, static_cast<int>(blockIdx.z) * per);
+  const int c_begin = min(chunks, gz.split * per);
   const int c_end = min(chunks, c_begin + per);
   const int kEnd = min(K, c_end * kChunk);
 
@@ -189,6 +196,8 @@ __device__ __forceinline__ void gemm_decode(const T* __restrict__ A, const T* __
     for (int w = 0; w < kWarps; ++w) s += red[w][r][c];
     red[0][r][c] = s;  // each element has one owner: read all, then overwrite
   }
+  // C's batch offset is taken here, not with A's and B's: held across the main loop it spilled (sm_80)
+  C += hgu::batch_offset(hgu::grid_z(batch_inner), bsc_o, bsc_i);
   hgu::cluster_reduce_store<T, kBM, kBN, kRedStride>(reinterpret_cast<const unsigned char*>(&red[0][0][0]), splits,
                                                      threadIdx.x, kThreads, C, M, N, m0, n0, ldc_r, ldc_c,
                                                      __int_as_float(alpha_bits), __int_as_float(beta_bits));
@@ -197,12 +206,21 @@ __device__ __forceinline__ void gemm_decode(const T* __restrict__ A, const T* __
 }  // namespace
 
 // ---- extern "C" entry points (one per declared symbol, see util_decode.toml) ----
+// Before sm_90 one CTA's ring fills most of an SM's shared memory anyway; ptxas's own register target
+// there (80) made the batched kernels spill, so it is told the real occupancy. sm_90 keeps its choice.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define HG_DECODE_BOUNDS __launch_bounds__(kThreads, 2)
+#else
+#define HG_DECODE_BOUNDS __launch_bounds__(kThreads)
+#endif
 // 4 ring stages: measured on an H100, 2 to 8 stream alike once two CTAs (16 warps) share an SM.
 #define UTIL_DECODE(NAME, T)                                                                            \
-  extern "C" __global__ void __launch_bounds__(kThreads)                                                \
+  extern "C" __global__ void HG_DECODE_BOUNDS                                                          \
       NAME##__bcol(const T* A, const T* B, T* C, int M, int N, int K, int lda, int ldb, int ldc_r,       \
-                   int ldc_c, int alpha_bits, int beta_bits) {                                           \
-    gemm_decode<T, 4>(A, B, C, M, N, K, lda, ldb, ldc_r, ldc_c, alpha_bits, beta_bits);                  \
+                   int ldc_c, int alpha_bits, int beta_bits, int batch_inner, long long bsa_o,           \
+                   long long bsa_i, long long bsb_o, long long bsb_i, long long bsc_o, long long bsc_i) { \
+    gemm_decode<T, 4>(A, B, C, M, N, K, lda, ldb, ldc_r, ldc_c, alpha_bits, beta_bits, batch_inner, bsa_o, \
+                      bsa_i, bsb_o, bsb_i, bsc_o, bsc_i);                                                \
   }                                                                                                     \
   HG_EXPORT_DSMEM(NAME##__bcol, ring_bytes<4>())
 UTIL_DECODE(util_gemm_decode_tn_f16, __half)

@@ -10,6 +10,8 @@
 //   S in {1, 2, 4, 8}; each CTA of a cluster runs one K slice, keeps its fp32 partial tile in shared
 //   memory, and after a cluster barrier CTA r adds rows [r*BM/S, (r+1)*BM/S) of all S partial tiles
 //   through distributed shared memory and applies the epilogue: one launch, no workspace, no atomics.
+//   Batched: grid.z = S x batch, the batch index from the cluster's z; A and B through rank-4 maps
+//   (cols, rows, inner, outer batch), C offset by 64-bit batch strides (cu/CONTRACT.md).
 //   Threads: 128 * (1 + BM/64). Warpgroup 0 is the producer (one thread issues the TMA loads into a
 //   ring of full/empty mbarrier stages); each consumer warpgroup owns 64 rows of the BM x BN tile
 //   with wgmma.m64n{BN}k16 (BN / 2 fp32 accumulators per thread).
@@ -28,6 +30,60 @@ using hg90::smem_u32;
 constexpr int BK = 64;  // 64 fp16 = 128 B: one 128-byte swizzle row, the layout the descriptors read
 constexpr int kProducerRegs = 40;
 constexpr int kConsumerRegs = 232;
+
+// A batched launch reads A and B through rank-4 tensor maps, (cols, rows, inner batch, outer batch):
+// a per-batch pointer offset cannot move a map built on the host. `tma_levels` says which batch levels
+// each map has (an operand broadcast along a level has size 1 there and takes coordinate 0).
+constexpr int kLevelAInner = 1, kLevelAOuter = 2, kLevelBInner = 4, kLevelBOuter = 8;
+constexpr int kRank4Maps = 16;  // set on batched launches; unbatched ones keep rank-2 maps
+
+__device__ __forceinline__ void tma_load_4d(void* dst, const void* tmap, uint64_t* bar, int c0, int c1, int c2,
+                                            int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], "
+      "[%2];\n" ::"r"(smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(tmap)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+}
+
+// The producer's loop: TMA loads of this CTA's K slice into the ring. kRank4: batched launch, the
+// maps carry the batch levels (coordinates ai, ao of A and bi, bo of B).
+template <class W, bool kRank4>
+__device__ __forceinline__ void produce(const CUtensorMap& tmA, const CUtensorMap& tmB, uint8_t* sA, uint8_t* sB,
+                                        uint64_t* full, uint64_t* empty, int nk, int kt0, int m0, int n0, int ai,
+                                        int ao, int bi, int bo) {
+  constexpr int BN = W::BN;
+  int stage = 0;
+  uint32_t phase = 0;
+  for (int kb = 0; kb < nk; ++kb) {
+    hg90::mbar_wait(&empty[stage], phase ^ 1);  // a fresh barrier passes the "previous" phase
+    hg90::mbar_arrive_expect_tx(&full[stage], W::kStageBytes);
+    const int k0 = (kt0 + kb) * BK;
+    if constexpr (kRank4)
+      tma_load_4d(sA + stage * W::kABytes, &tmA, &full[stage], k0, m0, ai, ao);
+    else
+      hg90::tma_load_2d(sA + stage * W::kABytes, &tmA, &full[stage], k0, m0);
+    uint8_t* b = sB + stage * W::kBBytes;
+    if constexpr (!W::kNN) {
+      if constexpr (kRank4)
+        tma_load_4d(b, &tmB, &full[stage], k0, n0, bi, bo);
+      else
+        hg90::tma_load_2d(b, &tmB, &full[stage], k0, n0);  // BN rows of N, 64 K each
+    } else {
+#pragma unroll
+      for (int c = 0; c < BN / 64; ++c) {  // 64-column chunks of 64 K rows (MN-major)
+        if constexpr (kRank4)
+          tma_load_4d(b + c * (64 * 128), &tmB, &full[stage], n0 + 64 * c, k0, bi, bo);
+        else
+          hg90::tma_load_2d(b + c * (64 * 128), &tmB, &full[stage], n0 + 64 * c, k0);
+      }
+    }
+    if (++stage == W::kStages) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
+}
 
 template <typename T, int BM_, int BN_, bool NN, int STAGES>
 struct WCfg {
@@ -120,7 +176,8 @@ __device__ __forceinline__ void reduce_store_wide(uint8_t* tile, int splits, uin
 template <class W>
 __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUtensorMap& tmB, typename W::Elem* C,
                                              int M, int N, int K, int ldc_r, int ldc_c, int alpha_bits,
-                                             int beta_bits) {
+                                             int beta_bits, int batch_inner, int tma_levels, long long bsc_o,
+                                             long long bsc_i) {
   using T = typename W::Elem;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
@@ -143,36 +200,24 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
 
   constexpr int BN = W::BN;
   const int m0 = blockIdx.y * W::BM, n0 = blockIdx.x * BN;
+  const hgu::GridZ gz = hgu::grid_z(batch_inner);
   // This CTA's K slice in whole BK tiles: the slices never share a tile, so each K element is
   // summed exactly once; the last slices may be empty (their partial tile is zero).
-  const int splits = gridDim.z;
+  const int splits = gz.splits;
   const int k_tiles = (K + BK - 1) / BK;
   const int per = (k_tiles + splits - 1) / splits;
-  const int kt0 = min(k_tiles, static_cast<int>(blockIdx.z) * per);
+  const int kt0 = min(k_tiles, gz.split * per);
   const int nk = min(k_tiles, kt0 + per) - kt0;
 
   if (wg == 0) {
     if constexpr (W::kConsumers > 1) hg90::setmaxnreg_dec<kProducerRegs>();
     if (threadIdx.x == 0) {
-      int stage = 0;
-      uint32_t phase = 0;
-      for (int kb = 0; kb < nk; ++kb) {
-        hg90::mbar_wait(&empty[stage], phase ^ 1);  // a fresh barrier passes the "previous" phase
-        hg90::mbar_arrive_expect_tx(&full[stage], W::kStageBytes);
-        const int k0 = (kt0 + kb) * BK;
-        hg90::tma_load_2d(sA + stage * W::kABytes, &tmA, &full[stage], k0, m0);
-        uint8_t* b = sB + stage * W::kBBytes;
-        if constexpr (!W::kNN) {
-          hg90::tma_load_2d(b, &tmB, &full[stage], k0, n0);  // BN rows of N, 64 K each
-        } else {
-#pragma unroll
-          for (int c = 0; c < BN / 64; ++c)  // 64-column chunks of 64 K rows (MN-major)
-            hg90::tma_load_2d(b + c * (64 * 128), &tmB, &full[stage], n0 + 64 * c, k0);
-        }
-        if (++stage == W::kStages) {
-          stage = 0;
-          phase ^= 1;
-        }
+      if (tma_levels & kRank4Maps) {
+        const int ai = tma_levels & kLevelAInner ? gz.inner : 0, ao = tma_levels & kLevelAOuter ? gz.outer : 0;
+        const int bi = tma_levels & kLevelBInner ? gz.inner : 0, bo = tma_levels & kLevelBOuter ? gz.outer : 0;
+        produce<W, true>(tmA, tmB, sA, sB, full, empty, nk, kt0, m0, n0, ai, ao, bi, bo);
+      } else {
+        produce<W, false>(tmA, tmB, sA, sB, full, empty, nk, kt0, m0, n0, 0, 0, 0, 0);
       }
     }
     // The producer takes part in the cluster barriers only: the epilogue code lives in the consumer
@@ -229,7 +274,9 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
     } else {
       hg90::named_bar_sync(1, 128 * W::kConsumers);  // this CTA's partial tile is written
     }
-    reduce_store_wide<W>(smem, splits, rank, threadIdx.x - 128, C, M, N, m0, n0, ldc_r, ldc_c,
+    // C's batch offset is taken here: values held across the main loop cost the consumers registers
+    reduce_store_wide<W>(smem, splits, rank, threadIdx.x - 128,
+                         C + hgu::batch_offset(hgu::grid_z(batch_inner), bsc_o, bsc_i), M, N, m0, n0, ldc_r, ldc_c,
                          __int_as_float(alpha_bits), __int_as_float(beta_bits));
     if (splits > 1) hgu::cluster_sync();  // peers may still be reading this CTA's tile
   }
@@ -240,8 +287,10 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
 #define UTIL_WGMMA(NAME, T, BM, BN, NN, STAGES)                                                                   \
   extern "C" __global__ void __launch_bounds__(WCfg<T, BM, BN, NN, STAGES>::kThreads, 1)                         \
       NAME(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB, T* C, int M, int N, \
-           int K, int ldc_r, int ldc_c, int alpha_bits, int beta_bits) {                                         \
-    wgmma_splitk<WCfg<T, BM, BN, NN, STAGES>>(tmA, tmB, C, M, N, K, ldc_r, ldc_c, alpha_bits, beta_bits);       \
+           int K, int ldc_r, int ldc_c, int alpha_bits, int beta_bits, int batch_inner, int tma_levels,          \
+           long long bsc_o, long long bsc_i) {                                                                   \
+    wgmma_splitk<WCfg<T, BM, BN, NN, STAGES>>(tmA, tmB, C, M, N, K, ldc_r, ldc_c, alpha_bits, beta_bits,        \
+                                              batch_inner, tma_levels, bsc_o, bsc_i);                           \
   }                                                                                                               \
   HG_EXPORT_DSMEM(NAME, WCfg<T, BM, BN, NN, STAGES>::kSmemBytes)
 // 4 stages of 48 KB at BM = 128, 5 of 40 KB at BM = 64 (as deep as 227 KB allows); the narrower

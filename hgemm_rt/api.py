@@ -11,9 +11,16 @@ Operands: PyTorch tensors, CuPy and JAX arrays, our DeviceArrays, anything with
 `__cuda_array_interface__` or DLPack (zero copy), or numpy arrays (copied to the GPU). Any row- or
 column-major or otherwise strided 2-D view, any pointer alignment, any M, N, K >= 1.
 
+Batched: (..., M, K) @ (..., K, N) by torch.matmul's rules: the batch dimensions (all but the last two)
+broadcast (a missing or size-1 dimension is repeated, as a stride-0 view is), any batch strides, and
+the result has the broadcast batch shape. Where B has no batch and A's batch folds into its rows (and
+out's too), the product is one 2-D GEMM of prod(...) * M rows. Otherwise every matrix of the batch is
+computed in one launch (grid.z; two levels of batch dimensions that do not merge, up to 65535 matrices
+per launch: more, or more levels, run as a loop of such launches).
+
 Result: `out` when given (written in place; a numpy `out` is filled from the GPU result). Without
-`out`, a new C-contiguous M x N array of the inputs' kind: a torch tensor for torch inputs, a CuPy
-array for CuPy inputs, numpy when both inputs are numpy, else a DeviceArray.
+`out`, a new C-contiguous array of shape (*batch, M, N) of the inputs' kind: a torch tensor for torch
+inputs, a CuPy array for CuPy inputs, numpy when both inputs are numpy, else a DeviceArray.
 
 Stream: stream= (any handle, our Stream, torch/CuPy streams, `__cuda_stream__` objects); without it a
 call on torch tensors runs on torch's current stream and one on CuPy arrays on CuPy's, as their own
@@ -49,7 +56,8 @@ from .executor import Execution
 from .launcher import CONTEXT_ERRORS, ArrayRef, LaunchGraph
 from .memory import DeviceArray, byte_extent
 from .operands import Operand
-from .problem import ACCUMULATE, Problem, Recipe, View, view_of
+from .problem import ACCUMULATE, ITEMSIZE, KERNEL_LEVELS, MAX_GRID_BATCH, Problem, Recipe, View, batch_align, \
+    ptr_alignment
 from .registry import get_registry
 
 __all__ = ["Matmul", "PlanCache", "autotune", "explain", "matmul", "plans"]
@@ -69,7 +77,7 @@ class Call:
     """A validated matmul call: operands, sizes, options, device and stream."""
 
     __slots__ = ("a", "b", "c", "M", "N", "K", "dtype", "acc", "alpha", "beta", "kernel", "device", "stream",
-                 "explicit_stream", "frameworks", "result_shape")
+                 "explicit_stream", "frameworks", "result_shape", "batch", "bstrides")
 
     def __init__(self, **kw: Any):
         for k, v in kw.items():
@@ -87,13 +95,14 @@ class Call:
 
 
 def _self_overlapping(op: Operand) -> bool:
-    """True if two elements of a 2-D view share an address (zero or interleaved strides)."""
-    dims = sorted((abs(s), n) for n, s in zip(op.shape, op.strides) if n > 1)
-    if not dims:
-        return False
-    if dims[0][0] < op.itemsize:
-        return True
-    return len(dims) == 2 and dims[1][0] < dims[0][0] * dims[0][1]
+    """True if two elements of a view may share an address (zero or interleaved strides): ordered by
+    stride, each dimension must step past the bytes the ones below it span."""
+    extent = op.itemsize
+    for s, n in sorted((abs(s), n) for n, s in zip(op.shape, op.strides) if n > 1):
+        if s < extent:
+            return True
+        extent += s * (n - 1)
+    return False
 
 
 def validate_call(a: Any, b: Any, out: Any, alpha: Any, beta: Any, accumulate: str | None, kernel: str,
@@ -102,16 +111,29 @@ def validate_call(a: Any, b: Any, out: Any, alpha: Any, beta: Any, accumulate: s
     given = stream_handle(stream) if explicit else ops.implied_stream((a, b, out))
     A, B = ops.describe(a, "A", given), ops.describe(b, "B", given)
     C = ops.describe(out, "out", given) if out is not None else None
-    if len(B.shape) != 2:
-        raise ValidationError(f"matmul: B must be 2-D, got shape {B.shape} (batched B is not supported)")
-    if len(A.shape) < 2:
-        raise ValidationError(f"matmul: A must be 2-D, or N-D with batch dimensions, got shape {A.shape}")
-    result_shape = (*A.shape[:-1], B.shape[1])
+    for op in (A, B):
+        if len(op.shape) < 2:
+            raise ValidationError(f"matmul: {op.what} must be 2-D, or N-D with batch dimensions, got shape {op.shape}")
+    (M, K), (K2, N) = A.shape[-2:], B.shape[-2:]
+    if K != K2:
+        raise ValidationError(f"matmul: A is {M} x {K} but B is {K2} x {N}: inner dimensions differ "
+                              f"(shapes {A.shape} and {B.shape})")
+    batch_shape = _broadcast_batch(A, B)
+    result_shape = (*batch_shape, M, N)
     if C is not None and C.shape != result_shape:
         raise ValidationError(f"matmul: out has shape {C.shape}, the product is {result_shape}")
-    for op in (A, C):  # (..., M, K) @ (K, N) as torch.matmul broadcasts a 2-D B: the batch folds into rows
-        if op is not None and len(op.shape) > 2:
-            _fold_rows(op)
+    if any(n < 1 for n in batch_shape):
+        raise ValidationError(f"matmul: batch dimensions must be >= 1, got the batch shape {batch_shape}")
+    batch, bstrides = (), ((), (), ())
+    if batch_shape:
+        if _count(B.shape[:-2]) == 1 and all(op is None or _folds(op) for op in (A, C)):
+            # (..., M, K) @ (K, N) as torch.matmul broadcasts a 2-D B: the batch folds into rows
+            for op in (A, C):
+                if op is not None:
+                    _fold_rows(op)
+            _squeeze(B)
+        else:
+            batch, bstrides = _batch_levels(result_shape, A, B, C)
     if A.dtype != B.dtype:
         raise ValidationError(f"matmul: dtype mismatch: A is {A.dtype}, B is {B.dtype}")
     dtype = A.dtype
@@ -122,9 +144,7 @@ def validate_call(a: Any, b: Any, out: Any, alpha: Any, beta: Any, accumulate: s
     if acc not in choices:
         raise ValidationError(f"matmul: accumulate={accumulate!r} is not available for {dtype} inputs; "
                               f"choose one of {list(choices)}")
-    (M, K), (K2, N) = A.shape, B.shape
-    if K != K2:
-        raise ValidationError(f"matmul: A is {M} x {K} but B is {K2} x {N}: inner dimensions differ")
+    M = A.shape[-2]  # (the batch folded into rows, if it did)
     if min(M, N, K) < 1:
         raise ValidationError(f"matmul: M, N, K must be >= 1, got M={M}, N={N}, K={K}")
     if max(M, N, K) > _I32:
@@ -135,10 +155,10 @@ def validate_call(a: Any, b: Any, out: Any, alpha: Any, beta: Any, accumulate: s
     for op in (A, B, C):
         if op is None or op.host is not None:
             continue
-        for s in op.strides:
-            if s % op.itemsize or abs(s // op.itemsize) > _I32:
-                raise ValidationError(f"matmul: {op.what} has byte strides {op.strides}, not whole "
-                                      f"{op.itemsize}-byte elements below 2^31")
+        # the matrix strides go to the kernels as int32, batch strides (any size) as int64
+        if any(s % op.itemsize for s in op.strides) or any(abs(s // op.itemsize) > _I32 for s in op.strides[-2:]):
+            raise ValidationError(f"matmul: {op.what} has byte strides {op.strides}, not whole "
+                                  f"{op.itemsize}-byte elements (below 2^31 for the last two dimensions)")
     if C is not None:
         _validate_out(C, (A, B))
     alpha_f, beta_f = (_fp32_scalar(name, x) for name, x in (("alpha", alpha), ("beta", beta)))
@@ -154,7 +174,107 @@ def validate_call(a: Any, b: Any, out: Any, alpha: Any, beta: Any, accumulate: s
     frameworks = tuple(dict.fromkeys(op.framework for op in (A, B, C) if op is not None and op.framework))
     s = given if explicit else ops.framework_stream(frameworks, device)
     return Call(a=A, b=B, c=C, M=M, N=N, K=K, dtype=dtype, acc=acc, alpha=alpha_f, beta=beta_f, kernel=name,
-                device=device, stream=s, explicit_stream=explicit, frameworks=frameworks, result_shape=result_shape)
+                device=device, stream=s, explicit_stream=explicit, frameworks=frameworks, result_shape=result_shape,
+                batch=batch, bstrides=bstrides)
+
+
+def _count(shape: tuple) -> int:
+    n = 1
+    for x in shape:
+        n *= x
+    return n
+
+
+def _broadcast_batch(A: Operand, B: Operand) -> tuple[int, ...]:
+    """The batch shape of A @ B by torch.matmul's (numpy's) rules: the batch dimensions (all but the
+    last two) aligned from the right, each pair equal or one of them 1 (or missing)."""
+    ba, bb = A.shape[:-2], B.shape[:-2]
+    n = max(len(ba), len(bb))
+    out = []
+    for i in range(n):
+        x = ba[i - n + len(ba)] if i >= n - len(ba) else 1
+        y = bb[i - n + len(bb)] if i >= n - len(bb) else 1
+        if x != y and x != 1 and y != 1:
+            raise ValidationError(
+                f"matmul: the batch dimensions of A {A.shape} and B {B.shape} do not broadcast: dimension "
+                f"{i - n + len(ba)} of A is {x}, dimension {i - n + len(bb)} of B is {y} (each pair must be equal, "
+                "or one of them 1)")
+        out.append(y if x == 1 else x)
+    return tuple(out)
+
+
+def _folds(op: Operand) -> bool:
+    """Whether an (..., M, K) operand's batch dimensions fold into its rows without a copy (a host array
+    is copied dense anyway)."""
+    if op.host is not None:
+        return True
+    dims = [(n, s) for n, s in zip(op.shape[:-1], op.strides[:-1]) if n > 1]
+    return all(outer[1] == inner[1] * inner[0] for outer, inner in zip(dims, dims[1:]))
+
+
+def _squeeze(op: Operand) -> None:
+    """View an operand whose batch dimensions are all 1 as its 2-D matrix."""
+    op.shape, op.strides = op.shape[-2:], op.strides[-2:]
+
+
+def _element_strides(op: Operand) -> tuple[int, ...]:
+    """The operand's strides in elements (a host array's: those of the dense copy it is uploaded as)."""
+    if op.host is not None:
+        out, acc = [], 1
+        for n in reversed(op.shape):
+            out.append(acc)
+            acc *= n
+        return tuple(reversed(out))
+    return tuple(s // op.itemsize for s in op.strides)
+
+
+def _batch_levels(result_shape: tuple[int, ...], A: Operand, B: Operand, C: Operand | None
+                  ) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
+    """The batch as levels: (counts, (A's, B's, C's element strides per level)), outermost first. Size-1
+    dimensions go; adjacent dimensions that every operand steps through evenly merge into one level;
+    the kernels take the last two (KERNEL_LEVELS), at most MAX_GRID_BATCH matrices: the two levels whose
+    product is largest within that, a level above it split by its largest divisor within it, and the
+    rest become a loop of launches (problem.Problem.loop). A missing out is a new dense result."""
+    batch_shape = result_shape[:-2]
+    nb = len(batch_shape)
+    per_op = []
+    for op, shape in ((A, A.shape), (B, B.shape), (C, result_shape)):
+        strides = _element_strides(op) if op is not None else _dense(result_shape)
+        lead = nb - (len(shape) - 2)
+        per_op.append([0 if d < lead or shape[d - lead] == 1 else strides[d - lead] for d in range(nb)])
+    levels: list[tuple[int, tuple[int, ...]]] = []
+    for d, n in enumerate(batch_shape):
+        if n == 1:
+            continue
+        st = tuple(op[d] for op in per_op)
+        if levels and all(so == si * n for so, si in zip(levels[-1][1], st)):
+            levels[-1] = (levels[-1][0] * n, st)  # the outer level steps over the whole inner one
+        else:
+            levels.append((n, st))
+    split: list[tuple[int, tuple[int, ...]]] = []
+    for n, st in levels:  # a level above the grid's limit: (n / q) x q, q its largest divisor within it
+        if n > MAX_GRID_BATCH:
+            q = next(q for q in range(MAX_GRID_BATCH, 0, -1) if n % q == 0)
+            split += [(n // q, tuple(s * q for s in st)), (q, st)]
+        else:
+            split.append((n, st))
+    best = max(((i, j) for i in range(len(split)) for j in range(i, len(split))
+                if (split[i][0] * split[j][0] if i != j else split[i][0]) <= MAX_GRID_BATCH),
+               key=lambda ij: (split[ij[0]][0] * (split[ij[1]][0] if ij[0] != ij[1] else 1), ij[::-1]))
+    kernel = sorted(set(best))
+    ordered = [lv for k, lv in enumerate(split) if k not in kernel] + [split[k] for k in kernel]
+    if len(kernel) < KERNEL_LEVELS < len(ordered) + 1:  # the kernel's levels are the last two: pad with a 1
+        ordered.insert(len(ordered) - len(kernel), (1, (0, 0, 0)))
+    counts = tuple(n for n, _ in ordered)
+    return counts, tuple(tuple(st[k] for _, st in ordered) for k in range(3))
+
+
+def _dense(shape: tuple[int, ...]) -> tuple[int, ...]:
+    out, acc = [], 1
+    for n in reversed(shape):
+        out.append(acc)
+        acc *= n
+    return tuple(reversed(out))
 
 
 def _fold_rows(op: Operand) -> None:
@@ -212,15 +332,21 @@ def _validate_out(C: Operand, inputs: tuple) -> None:
 
 def problem_of(call: Call) -> Problem:
     """The Problem of a validated call. Host (numpy) operands are copied into dense buffers, and a
-    missing out is allocated dense: both are seen as row-major at 256-byte alignment."""
-    def view(op: Operand | None, base: str, rows: int, cols: int) -> View:
-        if op is None or op.host is not None:
-            return View.make(base, rows, cols, cols, 1, 256)
-        return view_of(base, op)
+    missing out is allocated dense: both are seen as row-major at 256-byte alignment. A batched call's
+    views carry their batch strides, and their alignment is what every matrix of the batch has."""
+    isz = ITEMSIZE[call.dtype]
 
-    return Problem(call.dtype, call.acc, view(call.a, "A", call.M, call.K), view(call.b, "B", call.K, call.N),
-                   view(call.c, "C", call.M, call.N), plain=(call.alpha == 1.0 and call.beta == 0.0),
-                   beta_zero=(call.beta == 0.0))
+    def view(op: Operand | None, base: str, rows: int, cols: int, bs: tuple[int, ...]) -> View:
+        if op is None or op.host is not None:
+            rs, cs, align = cols, 1, 256
+        else:
+            rs, cs, align = op.strides[-2] // isz, op.strides[-1] // isz, ptr_alignment(op.ptr)
+        return View.make(base, rows, cols, rs, cs, batch_align(align, bs, isz), bs)
+
+    bsa, bsb, bsc = call.bstrides
+    return Problem(call.dtype, call.acc, view(call.a, "A", call.M, call.K, bsa), view(call.b, "B", call.K, call.N, bsb),
+                   view(call.c, "C", call.M, call.N, bsc), plain=(call.alpha == 1.0 and call.beta == 0.0),
+                   beta_zero=(call.beta == 0.0), batch=call.batch)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -418,7 +544,7 @@ class Bound:
                 if last.graph is None and last.repeats >= GRAPH_AFTER_REPEATS:
                     with plans.lock:  # built once: a graph in use is never replaced (or destroyed)
                         if last.graph is None:
-                            graph = LaunchGraph([(st.launch, p) for st, p in zip(last.execution.steps, last.packed)])
+                            graph = LaunchGraph(list(zip(last.execution.launches, last.packed)))
                             last.graph_launch, last.graph = graph.bind(s), graph
                 if last.graph is not None:  # the same buffers again: one graph launch
                     code = last.graph_launch()
@@ -554,6 +680,9 @@ class Matmul:
         (save=True) and use it from now on. Returns [{"route", "recipe", "us", "error", "estimate_us"}],
         fastest first. `out` is never written."""
         c = self.call
+        if self.problem.batched:
+            raise ValidationError("matmul: autotune does not take a batched call yet (it times 2-D problems); "
+                                  "the batched plan is the cost model's choice")
         dev = get_device(c.device)
         manifest = get_registry().manifest
         keep = []

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from .manifest import KernelSpec, Manifest
-from .problem import ITEMSIZE, Copy, Gemm, Recipe
+from .problem import ITEMSIZE, KERNEL_LEVELS, Copy, Gemm, Recipe, View, kernel_batch
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,16 @@ class ArchRates:
     cluster_launch_us: float = 0.0  # extra latency of a split-K launch (a cluster of CTAs along K)
     strided_tile_latency_us: float = 0.0  # per 128 x 128 of tile: a strided-role CTA's fill and fp32 epilogue
     hopper_bonus: Mapping[str, float] = field(default_factory=dict)  # persistent / cluster / tma_store
+
+
+def _matrices(view: View, batch: tuple[int, ...]) -> int:
+    """Distinct matrices of `view` one batched launch touches: the kernel levels along which it varies
+    (a broadcast operand is read once from DRAM, and L2 serves the rest)."""
+    n = 1
+    for level in range(max(len(batch) - KERNEL_LEVELS, 0), len(batch)):
+        if view.bstride(level):
+            n *= batch[level]
+    return n
 
 
 LADDER_FLOOR = 0.25  # the first rung of a ladder runs at about this fraction of its last (naive kernels)
@@ -145,11 +155,15 @@ class CostModel:
 
     def gemm_us(self, spec: KernelSpec, g: Gemm, dtype: str) -> float:
         """Estimated microseconds of one GEMM launch: the slowest of compute (at the class rate, scaled by
-        how evenly the CTAs spread over the SMs), DRAM traffic, and the operand panels one SM must stream."""
+        how evenly the CTAs spread over the SMs), DRAM traffic, and the operand panels one SM must stream.
+        A batched launch has every matrix's tiles in its grid (the wave terms) and the bytes of every
+        distinct matrix it reads and writes (a broadcast operand's once)."""
         r = self.rates
         isz = ITEMSIZE[dtype]
         BM, BN, _ = spec.tile
-        tiles = math.ceil(g.M / BM) * math.ceil(g.N / BN) * g.splits
+        outer, inner = kernel_batch(g.batch)
+        nb = outer * inner
+        tiles = math.ceil(g.M / BM) * math.ceil(g.N / BN) * g.splits * nb
         load = math.ceil(tiles / self.sm_count)  # CTAs on the busiest SM
         eff = tiles / (load * self.sm_count)
         if spec.role == "gemm_strided_stream":
@@ -158,8 +172,9 @@ class CostModel:
         rate = self.kernel_tflops(spec)
         if spec.role == "gemm" and "ptr:C" in spec.params and g.N % 2:
             rate *= ODD_N_DIRECT_STORE
-        compute = 2.0 * Mt * Nt * g.K / (rate * 1e12 * eff)
-        memory = (g.M * g.K + g.K * g.N + g.M * g.N) * isz / r.dram_bytes_per_s
+        compute = 2.0 * Mt * Nt * g.K * nb / (rate * 1e12 * eff)
+        memory = (g.M * g.K * _matrices(g.a, g.batch) + g.K * g.N * _matrices(g.b, g.batch) +
+                  g.M * g.N * _matrices(g.c, g.batch)) * isz / r.dram_bytes_per_s
         panel = load * (BM + BN) * (g.K / g.splits) * isz / r.sm_bytes_per_s
         epilogue = 0.0
         latency = r.cluster_launch_us if g.splits > 1 else 0.0
@@ -177,7 +192,9 @@ class CostModel:
         the stream (shorter runs per row, the DSMEM reduction), so it pays only where it fills idle SMs."""
         r = self.rates
         row_tiles = math.ceil(g.M / BM)
-        nbytes = (row_tiles * g.K * g.N + g.M * g.K + g.M * g.N) * isz
+        nb = kernel_batch(g.batch)
+        nbytes = (row_tiles * g.K * g.N * _matrices(g.b, g.batch) + g.M * g.K * _matrices(g.a, g.batch) +
+                  g.M * g.N * nb[0] * nb[1]) * isz
         memory = nbytes / r.stream_bytes_per_s * (1.0 + STREAM_SPLIT_COST * math.log2(g.splits))
         panel = load * (min(g.M, BM) + BN) * (g.K / g.splits) * isz / r.stream_sm_bytes_per_s
         latency = r.cluster_launch_us if g.splits > 1 else 0.0
@@ -187,9 +204,10 @@ class CostModel:
         """A copy step: bytes over the rate its destination's access pattern reaches."""
         r = self.rates
         isz = ITEMSIZE[dtype]
-        nbytes = (c.src_rows * c.src_cols + c.dst.rows * c.dst.cols) * isz
+        outer, inner = kernel_batch(c.batch)  # (the loop levels: estimate_us)
+        nbytes = (c.src_rows * c.src_cols + c.dst.rows * c.dst.cols) * isz * outer * inner
         if c.epilogue and not beta_zero:
-            nbytes += c.dst.rows * c.dst.cols * isz
+            nbytes += c.dst.rows * c.dst.cols * isz * outer * inner
         if c.dst.cs != 1 and c.dst.rows > 1:
             rate = r.copy_transpose_bytes_per_s
         elif c.dst.align < 16 or (c.dst.rows > 1 and c.dst.rs * isz % 16):
@@ -199,6 +217,8 @@ class CostModel:
         return nbytes / rate * 1e6
 
     def estimate_us(self, recipe: Recipe, dtype: str, beta_zero: bool = True) -> float:
+        """The recipe's steps in sequence, each launch's latency included; repeated per index of its
+        loop levels (a batched problem with more levels or matrices than one launch takes)."""
         if self.manifest is None:
             raise ValueError("estimate_us needs the manifest the recipe's kernels come from")
         t = 0.0
@@ -207,4 +227,5 @@ class CostModel:
                 t += self.gemm_us(self.manifest.kernels[step.kernel], step, dtype)
             else:
                 t += self.copy_us(step, dtype, beta_zero)
-        return t + self.rates.launch_us * len(recipe.steps)
+        loops = math.prod(recipe.loop)
+        return (t + self.rates.launch_us * len(recipe.steps)) * loops

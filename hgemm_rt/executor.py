@@ -4,10 +4,16 @@ lookup and one driver call per step.
 
 Each step's parameters are the kernel's declared `params` (cu/*.toml), filled by name: the operand
 views of the step (`ptr:`/`tmap:` A, B, C, src, dst) and the integers derived from them (M, N, K,
-leading dimensions and strides in elements, alpha/beta as fp32 bit patterns).
+leading dimensions and strides in elements, alpha/beta as fp32 bit patterns, and the batch: the inner
+level's count, each operand's 64-bit batch strides along the kernel's two levels, which levels a TMA
+map carries).
+
+A batched step launches once with grid.z = splits x its matrices (cu/CONTRACT.md); a recipe with loop
+levels (Recipe.loop) runs every step once per loop index, each view's pointer moved by its batch strides.
 """
 from __future__ import annotations
 
+import itertools
 import struct
 import threading
 from collections import OrderedDict
@@ -19,7 +25,7 @@ from .dtypes import ITEMSIZE
 from .launcher import ArrayRef, KernelLaunch, PackedParams, ParamPacker, prepare
 from .manifest import Manifest
 from .memory import DeviceArray
-from .problem import Copy, Recipe, View
+from .problem import Copy, Recipe, View, kernel_batch
 from .validate import GemmShape
 
 PACKED_PER_EXECUTION = 32  # parameter sets kept per execution (one per distinct A, B, C addresses and scalars)
@@ -30,6 +36,11 @@ def f32_bits(x: float) -> int:
     return struct.unpack("<i", struct.pack("<f", x))[0]
 
 
+# tma_levels bits (cu/util_sm90.cu): which kernel batch levels A's and B's maps carry; rank-4 maps
+TMA_LEVEL_BITS = {("A", 0): 2, ("A", 1): 1, ("B", 0): 8, ("B", 1): 4}  # (operand, outer 0 | inner 1) -> bit
+TMA_RANK4 = 16
+
+
 def step_operands(step: Any) -> dict[str, View]:
     """The views a step's pointer and tensor-map parameters name."""
     if isinstance(step, Copy):
@@ -37,16 +48,63 @@ def step_operands(step: Any) -> dict[str, View]:
     return {"A": step.a, "B": step.b, "C": step.c}
 
 
+def kernel_levels(batch: tuple[int, ...]) -> tuple[int | None, int | None]:
+    """The indices of the (outer, inner) batch levels a kernel takes (None where absent)."""
+    n = len(batch)
+    return (n - 2 if n >= 2 else None), (n - 1 if n >= 1 else None)
+
+
+def batch_strides(view: View, batch: tuple[int, ...]) -> tuple[int, int]:
+    """(outer, inner) batch strides of `view` in elements along the kernel's levels (0 where absent)."""
+    outer, inner = kernel_levels(batch)
+    return (view.bstride(outer) if outer is not None else 0, view.bstride(inner) if inner is not None else 0)
+
+
+def batched_launch(step: Any) -> bool:
+    return kernel_batch(step.batch) != (1, 1)
+
+
 def step_scalars(step: Any) -> dict[str, int]:
     """Every integer a step's kernel may declare, by its parameter name (alpha/beta excluded)."""
+    inner = kernel_batch(step.batch)[1]
     if isinstance(step, Copy):
         s, d = step.src, step.dst
+        (sso, ssi), (sdo, sdi) = batch_strides(s, step.batch), batch_strides(d, step.batch)
         return {"M": d.rows, "N": d.cols, "src_rows": step.src_rows, "src_cols": step.src_cols,
-                "srs": s.rs, "scs": s.cs, "drs": d.rs, "dcs": d.cs}
+                "srs": s.rs, "scs": s.cs, "drs": d.rs, "dcs": d.cs,
+                "batch_inner": inner, "bss_o": sso, "bss_i": ssi, "bsd_o": sdo, "bsd_i": sdi}
     a, b, c = step.a, step.b, step.c
     b_row = dict(step.variant).get("b", "row") == "row"
-    return {"M": step.M, "N": step.N, "K": step.K, "lda": a.rs, "ldb": b.rs if b_row else b.cs,
-            "ldc_r": c.rs, "ldc_c": c.cs, "ars": a.rs, "acs": a.cs, "brs": b.rs, "bcs": b.cs, "crs": c.rs, "ccs": c.cs}
+    out = {"M": step.M, "N": step.N, "K": step.K, "lda": a.rs, "ldb": b.rs if b_row else b.cs,
+           "ldc_r": c.rs, "ldc_c": c.cs, "ars": a.rs, "acs": a.cs, "brs": b.rs, "bcs": b.cs, "crs": c.rs,
+           "ccs": c.cs, "batch_inner": inner}
+    levels = 0
+    for name, v in (("A", a), ("B", b), ("C", c)):
+        so, si = batch_strides(v, step.batch)
+        out[f"bs{name.lower()}_o"], out[f"bs{name.lower()}_i"] = so, si
+        if name != "C" and batched_launch(step):
+            levels |= TMA_RANK4 | (TMA_LEVEL_BITS[name, 0] if so else 0) | (TMA_LEVEL_BITS[name, 1] if si else 0)
+    out["tma_levels"] = levels
+    return out
+
+
+def tma_shape(view: View, batch: tuple[int, ...], isz: int) -> tuple[tuple, tuple]:
+    """(shape, byte strides) of a batched operand's rank-4 TMA map: (outer, inner, rows, cols), a level
+    the operand broadcasts (stride 0) with size 1 and the dense stride (a map takes no zero stride)."""
+    n_outer, n_inner = kernel_batch(batch)
+    so, si = batch_strides(view, batch)
+    dense = -(-view.rows * view.rs * isz // 16) * 16
+    inner = (n_inner, si * isz) if si else (1, dense)
+    outer = (n_outer, so * isz) if so else (1, inner[0] * inner[1])
+    return (outer[0], inner[0], view.rows, view.cols), (outer[1], inner[1], view.rs * isz, view.cs * isz)
+
+
+def loop_offsets(recipe: Recipe, view: View) -> list[int]:
+    """`view`'s element offset for each index of the recipe's loop levels, in launch order."""
+    if not recipe.loop:
+        return [0]
+    strides = [view.bstride(level) for level in range(len(recipe.loop))]
+    return [sum(i * s for i, s in zip(index, strides)) for index in itertools.product(*map(range, recipe.loop))]
 
 
 class _Step:
@@ -54,22 +112,37 @@ class _Step:
 
     __slots__ = ("spec", "launch", "refs", "scalars", "epilogue")
 
-    def __init__(self, manifest: Manifest, step: Any, dev: Any):
+    def __init__(self, manifest: Manifest, step: Any, dev: Any, recipe: Recipe):
         self.spec = spec = manifest.kernels[step.kernel]
+        outer, inner = kernel_batch(step.batch)
         if isinstance(step, Copy):
             variant, grid = {}, GemmShape(step.dst.rows, step.dst.cols, 1)
             fn, cfg = prepare(manifest, spec, dev, grid, variant, False, None)
+            splits = 1
         else:
             variant = spec.resolve_variant(dict(step.variant))  # declared axis order: the symbol name
             fn, cfg = prepare(manifest, spec, dev, GemmShape(step.M, step.N, step.K), variant, step.swizzle,
                               step.swizzle_stride)
-            if step.splits > 1:  # split-K: one CTA per split of a tile, the splits of a tile in one cluster
-                cfg = replace(cfg, grid=(cfg.grid[0], cfg.grid[1], step.splits), cluster=(1, 1, step.splits))
+            splits = step.splits
+            if splits > 1:  # split-K: one CTA per split of a tile, the splits of a tile in one cluster
+                cfg = replace(cfg, cluster=(1, 1, splits))
+        if splits > 1 or outer * inner > 1:  # grid.z: the splits of each matrix of the batch, batch slowest
+            if cfg.grid[2] != 1:
+                raise ValueError(f"{spec.name}: a batched or split launch needs grid.z, its grid is {cfg.grid}")
+            cfg = replace(cfg, grid=(cfg.grid[0], cfg.grid[1], splits * outer * inner))
         self.launch = KernelLaunch(fn, cfg)
-        # operand name -> (which of A, B, C as 0-2, or a temporary's name; shape; byte strides)
+        # operand name -> (which of A, B, C as 0-2, or a temporary's name; shape; byte strides; the byte
+        # offset per loop index). A batched launch's TMA operand is described rank-4 (tma_shape).
         isz = ITEMSIZE[spec.dtype]
-        self.refs = {name: ("ABC".index(v.base) if v.base in ("A", "B", "C") else v.base, (v.rows, v.cols),
-                            (v.rs * isz, v.cs * isz)) for name, v in step_operands(step).items()}
+        tmaps = {p.partition(":")[2] for p in spec.params if p.startswith("tmap:")}
+        self.refs = {}
+        for name, v in step_operands(step).items():
+            where = "ABC".index(v.base) if v.base in ("A", "B", "C") else v.base
+            if name in tmaps and batched_launch(step):
+                shape, strides = tma_shape(v, step.batch, isz)
+            else:
+                shape, strides = (v.rows, v.cols), (v.rs * isz, v.cs * isz)
+            self.refs[name] = (where, shape, strides, [o * isz for o in loop_offsets(recipe, v)])
         self.scalars = step_scalars(step)
         self.epilogue = step.epilogue  # applies the caller's alpha/beta (else alpha 1, beta 0)
 
@@ -80,8 +153,9 @@ class Execution:
     def __init__(self, recipe: Recipe, dtype: str, device: int, manifest: Manifest):
         self.recipe, self.dtype, self.device = recipe, dtype, device
         dev = get_device(device)
-        # whole rows of the pitch (the recipe's views carry the strides)
-        self.temps = {t.name: DeviceArray.empty((t.rows, t.row_stride), dtype, device) for t in recipe.temps}
+        # whole rows of the pitch (the recipe's views carry the strides), `count` matrices back to back
+        self.temps = {t.name: DeviceArray.empty((t.count * t.rows, t.row_stride), dtype, device)
+                      for t in recipe.temps}
         # Zero them once, and wait: compute-sanitizer's initcheck does not see bytes written by a TMA
         # store, so a copy-out reading a result the persistent kernels stored would be reported as an
         # uninitialised read. Executions are cached, so this costs one memset per recipe, not per call.
@@ -89,7 +163,10 @@ class Execution:
             t.fill_bytes(0)
         if self.temps:
             dev.synchronize()
-        self.steps = [_Step(manifest, step, dev) for step in recipe.steps]
+        self.steps = [_Step(manifest, step, dev, recipe) for step in recipe.steps]
+        self.parts = 1  # launches of every step: one per index of the loop levels
+        for n in recipe.loop:
+            self.parts *= n
         self._packed: OrderedDict = OrderedDict()
         self._packers_by_scalars: dict = {}
         self._lock = threading.Lock()
@@ -108,35 +185,44 @@ class Execution:
         return packers
 
     def pack(self, ptrs: tuple[int, int, int], alpha: float, beta: float) -> list[PackedParams]:
-        """The parameter arrays of every step for these A, B, C addresses and scalars (cached)."""
+        """The parameter arrays of every launch for these A, B, C addresses and scalars (cached): one per
+        step, repeated per index of the recipe's loop levels (`launches` says which step each is)."""
         key = (*ptrs, alpha, beta)
         packed = self._packed.get(key)
         if packed is not None:
             return packed
         packed = []
-        for st, packer in zip(self.steps, self._packers(alpha, beta)):
-            packed.append(packer.pack({name: ArrayRef(ptrs[where] if isinstance(where, int) else self.temps[where].ptr,
-                                                       shape, strides, self.dtype)
-                                       for name, (where, shape, strides) in st.refs.items()}))
+        packers = self._packers(alpha, beta)
+        for part in range(self.parts):
+            for st, packer in zip(self.steps, packers):
+                packed.append(packer.pack({
+                    name: ArrayRef((ptrs[where] if isinstance(where, int) else self.temps[where].ptr) + offsets[part],
+                                   shape, strides, self.dtype)
+                    for name, (where, shape, strides, offsets) in st.refs.items()}))
         with self._lock:
             self._packed[key] = packed
             while len(self._packed) > PACKED_PER_EXECUTION:
                 self._packed.popitem(last=False)
         return packed
 
+    @property
+    def launches(self) -> list[KernelLaunch]:
+        """The KernelLaunch of each parameter array pack() returns, in order."""
+        return [st.launch for st in self.steps] * self.parts
+
     def bind(self, packed: list[PackedParams], stream: int) -> tuple:
-        """(bound launch, its KernelLaunch) per step, for these parameters on `stream` (see
+        """(bound launch, its KernelLaunch) per launch, for these parameters on `stream` (see
         KernelLaunch.bind); `packed` must stay alive as long as the bound launches are used."""
-        return tuple((st.launch.bind(params, stream), st.launch) for st, params in zip(self.steps, packed))
+        return tuple((kl.bind(params, stream), kl) for kl, params in zip(self.launches, packed))
 
     def launch(self, packed: list[PackedParams], stream: int) -> None:
         """Launch every step with parameters from pack(), in order, on `stream`."""
         steps = self.steps
-        if len(steps) == 1:
+        if len(steps) == 1 and self.parts == 1:
             steps[0].launch(packed[0], stream)
             return
-        for st, params in zip(steps, packed):
-            st.launch(params, stream)
+        for kl, params in zip(self.launches, packed):
+            kl(params, stream)
 
     def run(self, ptrs: tuple[int, int, int], alpha: float, beta: float, stream: int) -> None:
         self.launch(self.pack(ptrs, alpha, beta), stream)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
+import operator
 import threading
 import warnings
 import weakref
@@ -93,29 +94,42 @@ class PackedParams:
         self.pointer = ctypes.c_void_p(self.address)  # (pre-converted for the native launch)
 
 
+# integer parameter kinds: their ctypes type and bit width (ctypes would wrap an out-of-range value silently)
+INT_KINDS = {"i32": (ctypes.c_int32, 32), "i64": (ctypes.c_int64, 64)}
+
+
 class ParamPacker:
     """A kernel's declared `params` with the integers fixed: pack(arrays) builds only what depends on
     the operands' addresses (`ptr:X` the address of arrays[X], `tmap:X` a TMA map of arrays[X], A^T for
-    a kernel that reads A column-major); `i32:X` is scalars[X], converted once."""
+    a kernel that reads A column-major); `i32:X` / `i64:X` is scalars[X], converted once (a 32- or
+    64-bit signed integer: batch strides in elements may pass 2^31)."""
 
     def __init__(self, spec: KernelSpec, scalars: Mapping[str, int]):
         self.spec = spec
-        self.slots: list[tuple[str, Any]] = []  # ("i32", its ctypes value) | ("ptr" | "tmap", operand name)
+        self.slots: list[tuple[str, Any]] = []  # ("i32" | "i64", its ctypes value) | ("ptr" | "tmap", operand)
         for p in spec.params:
             kind, _, what = p.partition(":")
-            if kind == "i32":
+            if kind in INT_KINDS:
+                ctype, bits = INT_KINDS[kind]
                 if what not in scalars:
                     raise ManifestError(f"{spec.name}: no value for its integer parameter {what!r}")
-                if not -2**31 <= scalars[what] < 2**31:  # ctypes would wrap it silently
-                    raise ValidationError(f"{spec.name}: parameter {what}={scalars[what]} does not fit its int32")
-                self.slots.append((kind, ctypes.c_int32(scalars[what])))
+                value = scalars[what]
+                try:
+                    if isinstance(value, bool):
+                        raise TypeError
+                    value = operator.index(value)
+                except TypeError:
+                    raise ValidationError(f"{spec.name}: parameter {what}={value!r} is not an integer") from None
+                if not -2**(bits - 1) <= value < 2**(bits - 1):
+                    raise ValidationError(f"{spec.name}: parameter {what}={value} does not fit its int{bits}")
+                self.slots.append((kind, ctype(value)))
             else:
                 self.slots.append((kind, what))
 
     def pack(self, arrays: Mapping[str, Any]) -> PackedParams:
         spec, values = self.spec, []
         for kind, x in self.slots:
-            if kind == "i32":
+            if kind in INT_KINDS:
                 values.append(x)  # (shared by every packing: the launch only reads it)
             elif x not in arrays:
                 raise ManifestError(f"{spec.name}: no operand for its parameter {kind}:{x}")

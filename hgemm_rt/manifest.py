@@ -35,7 +35,7 @@ ROLES = ("gemm", "copy", "gemm_strided_mma", "gemm_strided_wgmma", "gemm_strided
 ARCHS = ("80", "86", "89", "90", "90a")
 DEFAULT_PARAMS = ("ptr:A", "ptr:B", "ptr:C", "i32:M", "i32:N", "i32:K")
 PTX_ARCH = "90"  # the build keeps the PTX of its sm_90 cubin: the newest non-"a" target, JIT-able by newer GPUs
-PARAM_KINDS = ("ptr", "i32", "tmap")
+PARAM_KINDS = ("ptr", "i32", "i64", "tmap")  # i64: a 64-bit integer (batch strides in elements)
 
 REBUILD_HINT = "rebuild with `python build_kernels.py` (or `--arch XX` for one architecture)"
 

@@ -10,6 +10,11 @@ by measurements where the user asks for it.
 Every candidate is discovered from the manifest: a kernel's declared `role` says what it does in a
 recipe (cu/*.toml, manifest.ROLES), its layout, dtype, acc, tile, require, align, params, grid and
 cluster say how. No kernel name is written or parsed here.
+
+A batched problem (Problem.batch) runs on the strided roles only (their kernels take the batch on grid.z
+with 64-bit batch strides: cu/CONTRACT.md); the catalogue kernels' default ABI has no batch. A packed
+copy of a batched operand is one launch too (the copy kernel's grid.z), one matrix per batch index where
+the operand varies, a single one where it is broadcast.
 """
 from __future__ import annotations
 
@@ -19,7 +24,8 @@ from .costmodel import CostModel
 from .errors import NotBuiltForDeviceError
 from .launcher import default_swizzle_stride
 from .manifest import KernelSpec, Manifest
-from .problem import ITEMSIZE, Copy, Gemm, Problem, Recipe, Route, Temp, View
+from .problem import ITEMSIZE, KERNEL_LEVELS, MAX_GRID_BATCH, Copy, Gemm, Problem, Recipe, Route, Temp, View, \
+    batch_align, kernel_batch
 
 SPLITS = (1, 2, 4, 8)  # cluster sizes along K (portable cluster size limit is 8)
 STRIDED_MMA_ALIGN = 16  # 16-byte chunks of A and B: 16-byte aligned rows, leading dims multiple of 8
@@ -28,6 +34,7 @@ TMA_ROW_BYTES = 128  # row pitch of the padded copies that TMA maps read (TMA it
 LEADING_DIM_ROLES = ("gemm_strided_mma", "gemm_strided_stream")
 SPLIT_K_ROLES = ("gemm_strided_mma", "gemm_strided_wgmma", "gemm_strided_stream")
 DECODE_ROWS = 16  # see ranked_recipes
+TMA_MAX_STRIDE = 2**40  # bytes: a tensor map's strides must stay below it
 
 
 def _round_up(x: int, m: int) -> int:
@@ -40,12 +47,14 @@ def tmap_operands(spec: KernelSpec) -> set[str]:
 
 def fits(view: View, rows: int, cols: int, *, tma: bool, align: int, itemsize: int) -> bool:
     """May a kernel read/write `view` in place as a rows x cols row-major operand? Default-ABI
-    pointers imply a dense matrix; a TMA tensor map takes any 16-byte-multiple row stride."""
+    pointers imply a dense matrix; a TMA tensor map takes any 16-byte-multiple row stride (and, for a
+    batched view, non-negative batch strides below 2^40 bytes; their 16-byte multiples are in align)."""
     if view.rows != rows or view.cols != cols or view.cs != 1:
         return False
     if tma:  # (a single row has rs == cols after View.make)
-        return view.align >= 16 and view.rs >= cols and view.rs * itemsize % 16 == 0
-    return view.align >= align and view.dense()
+        return view.align >= 16 and view.rs >= cols and view.rs * itemsize % 16 == 0 and \
+            all(0 <= s * itemsize < TMA_MAX_STRIDE for s in view.bs)
+    return view.align >= align and view.dense() and not view.batched
 
 
 def _dense(name: str, rows: int, cols: int) -> View:
@@ -78,31 +87,50 @@ class _NoCopyKernel(Exception):
     """The recipe needs a copy and the build has no "copy" kernel for the dtype."""
 
 
+def _prod(xs: Any) -> int:
+    n = 1
+    for x in xs:
+        n *= x
+    return n
+
+
 class _Glue:
     """The temporaries and copy steps a recipe collects before its GEMM."""
 
-    def __init__(self, manifest: Manifest, dtype: str):
+    def __init__(self, manifest: Manifest, dtype: str, batch: tuple[int, ...] = ()):
         self.copier = copy_kernel(manifest, dtype)
         self.isz = ITEMSIZE[dtype]
+        self.batch = batch
         self.temps: list[Temp] = []
         self.steps: list[Any] = []
         self.copy_bytes = 0
 
     def pack(self, name: str, src: View, rows: int, cols: int, tma: bool = False) -> View:
-        """A zero-padded row-major copy of `src` (rows x cols), filled by a copy step."""
+        """A zero-padded row-major copy of `src` (rows x cols), filled by a copy step. Batched: one
+        matrix per index of the kernel's batch levels along which `src` varies, back to back (a level
+        that broadcasts src broadcasts the copy too); the loop levels reuse the buffer launch by launch."""
         if self.copier is None:
             raise _NoCopyKernel
         # a buffer that only a TMA map reads gets whole 128-byte rows: its boxes then start on L2
         # lines (a 4104-element fp16 row is 8208 bytes, so every box row would straddle two)
         stride = _round_up(cols, max(1, TMA_ROW_BYTES // self.isz)) if tma and rows > 1 else cols
-        self.temps.append(Temp(name, rows, cols, 0 if stride == cols else stride))
-        dst = View.make(name, rows, cols, stride, 1, 256)
-        self.steps.append(Copy(self.copier, src, dst, src.rows, src.cols, epilogue=False))
-        self.copy_bytes += (src.rows * src.cols + rows * cols) * self.isz
+        nl = len(self.batch)
+        bs, count = [0] * nl, 1
+        for level in range(nl - 1, max(nl - KERNEL_LEVELS, 0) - 1, -1):  # the kernel's levels, inner first
+            if src.bstride(level):
+                bs[level] = count * rows * stride
+                count *= self.batch[level]
+        self.temps.append(Temp(name, rows, cols, 0 if stride == cols else stride, count))
+        dst = View.make(name, rows, cols, stride, 1, batch_align(256, bs, self.isz), tuple(bs))
+        copies = tuple(n if level < nl - KERNEL_LEVELS or src.bstride(level) else 1
+                       for level, n in enumerate(self.batch))
+        self.steps.append(Copy(self.copier, src, dst, src.rows, src.cols, epilogue=False, batch=copies))
+        self.copy_bytes += (src.rows * src.cols + rows * cols) * self.isz * _prod(copies)
         return dst
 
     def recipe(self, route: Route, *last: Any) -> Recipe:
-        return Recipe(route, tuple(self.temps), tuple(self.steps) + last, self.copy_bytes)
+        return Recipe(route, tuple(self.temps), tuple(self.steps) + last, self.copy_bytes,
+                      self.batch[:-KERNEL_LEVELS])
 
 
 def recipe_for(route: Route, prob: Problem, manifest: Manifest) -> Recipe | None:
@@ -111,8 +139,11 @@ def recipe_for(route: Route, prob: Problem, manifest: Manifest) -> Recipe | None
     spec = manifest.kernels.get(route.kernel)
     if spec is None or spec.dtype != p.dtype or spec.role == "copy":
         return None
+    if p.batched and (spec.role == "gemm" or int(route.opts().get("splits", 1)) * _prod(p.kernel_batch) >
+                      MAX_GRID_BATCH):
+        return None  # the catalogue ABI has no batch; grid.z holds splits x the kernel's batch
     try:
-        return _recipe(route, p, spec, _Glue(manifest, p.dtype))
+        return _recipe(route, p, spec, _Glue(manifest, p.dtype, p.batch))
     except _NoCopyKernel:
         return None
 
@@ -128,7 +159,8 @@ def _recipe(route: Route, p: Problem, spec: KernelSpec, glue: _Glue) -> Recipe |
     if spec.role == "gemm_strided_simt":
         if route.transpose:
             return None  # strides are general: transposing buys nothing
-        return Recipe(route, (), (Gemm(route.kernel, spec.role, p.a, p.b, p.c, M, N, K, epilogue=True),))
+        return glue.recipe(route, Gemm(route.kernel, spec.role, p.a, p.b, p.c, M, N, K, epilogue=True,
+                                       batch=p.batch))
     if spec.role == "gemm_strided_wgmma":
         # TMA maps of A and B as they are where their rows are contiguous with 16-byte-multiple
         # strides; otherwise a packed copy (B packed as N x K, which the TN kernel reads)
@@ -143,7 +175,7 @@ def _recipe(route: Route, p: Problem, spec: KernelSpec, glue: _Glue) -> Recipe |
             b = p.b.T
             if not fits(b, N, K, tma=True, align=16, itemsize=isz):
                 b = pack("tB", b, N, _round_up(K, 8), tma=True)
-        g = Gemm(route.kernel, spec.role, a, b, p.c, M, N, K, splits=splits, epilogue=True)
+        g = Gemm(route.kernel, spec.role, a, b, p.c, M, N, K, splits=splits, epilogue=True, batch=p.batch)
         return glue.recipe(route, g)
     if spec.role in LEADING_DIM_ROLES:
         a = p.a
@@ -160,7 +192,7 @@ def _recipe(route: Route, p: Problem, spec: KernelSpec, glue: _Glue) -> Recipe |
         if b_layout not in spec.variants.get("b", ()):
             return None  # a kernel of the other B layout takes it
         g = Gemm(route.kernel, spec.role, a, b, p.c, M, N, K, variant=(("b", b_layout),), splits=splits,
-                 epilogue=True)
+                 epilogue=True, batch=p.batch)
         return glue.recipe(route, g)
 
     # the "gemm" role: a catalogue kernel with the default ABI (dense operands implied by M, N, K) or TMA maps
@@ -228,18 +260,19 @@ def candidate_routes(prob: Problem, manifest: Manifest, cc: tuple[int, int], ker
                      ) -> list[Route]:
     """Every route that could run `prob` on a GPU of compute capability cc (before recipe_for)."""
     out: list[Route] = []
+    batch = _prod(prob.kernel_batch)
     for spec in manifest.kernels.values():
         if spec.dtype != prob.dtype or (kernel and spec.name != kernel) or not _built(manifest, spec, cc):
             continue
-        if spec.role == "copy":
+        if spec.role == "copy" or (prob.batched and spec.role == "gemm"):
             continue
         if spec.role == "gemm_strided_simt":
             out.append(Route(spec.name))
             continue
         if spec.role in SPLIT_K_ROLES:
             for t in (False, True):
-                for s in SPLITS:
-                    if s == 1 or cc >= (9, 0):  # thread-block clusters are sm_90+
+                for s in SPLITS:  # thread-block clusters are sm_90+; grid.z holds splits x batch
+                    if (s == 1 or cc >= (9, 0)) and s * batch <= MAX_GRID_BATCH:
                         out.append(Route(spec.name, t, (("splits", s),)))
             continue
         if spec.out != prob.dtype or acc_variant(spec, prob.dtype, prob.acc) is False:
@@ -280,13 +313,19 @@ def heuristic_recipe(prob: Problem, manifest: Manifest, cc: tuple[int, int], sm_
 
 
 def describe(recipe: Recipe) -> str:
-    """One line: the kernel and the glue around it."""
+    """One line: the kernel and the glue around it (a batched step names its batch: 8x12*, the matrices
+    of one launch; a loop of launches over further batch levels comes last)."""
+    def batch(s: Any) -> str:
+        kb = [n for n in kernel_batch(s.batch) if n > 1]
+        return "x".join(map(str, kb)) + "*" if kb else ""
+
     parts = []
     for s in recipe.steps:
         if isinstance(s, Copy):
-            parts.append(f"copy {s.src.base}->{s.dst.base}" + (" (alpha/beta)" if s.epilogue else ""))
+            parts.append(f"copy {batch(s)}{s.src.base}->{s.dst.base}" + (" (alpha/beta)" if s.epilogue else ""))
         else:
             extra = f" splits={s.splits}" if s.splits > 1 else ""
             v = ",".join(f"{k}={v}" for k, v in s.variant)
-            parts.append(f"{s.kernel}{'[' + v + ']' if v else ''}{extra} {s.M}x{s.N}x{s.K}")
-    return " ; ".join(parts) + (" (solved as C^T = B^T A^T)" if recipe.route.transpose else "")
+            parts.append(f"{s.kernel}{'[' + v + ']' if v else ''}{extra} {batch(s)}{s.M}x{s.N}x{s.K}")
+    loop = f" (x {'x'.join(map(str, recipe.loop))} launches)" if recipe.loop else ""
+    return " ; ".join(parts) + loop + (" (solved as C^T = B^T A^T)" if recipe.route.transpose else "")

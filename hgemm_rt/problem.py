@@ -1,8 +1,12 @@
 """The description of a matmul, as pure data (no GPU, tested on the CPU).
 
 Vocabulary of the matmul stack, one word per thing:
-- `View`: a 2-D operand (the user's A, B, C or a temporary) with element strides and address alignment.
-- `Problem`: C = alpha * A.B + beta * C as views, dtype and the accumulate= request.
+- `View`: a 2-D operand (the user's A, B, C or a temporary) with element strides and address alignment,
+  and for a batched problem its stride along each batch level (0 where it is broadcast).
+- `Problem`: C = alpha * A.B + beta * C as views, dtype and the accumulate= request; batched: one such
+  product per index of the batch levels `batch` (outermost first). The kernels take the last two levels
+  in one launch (grid.z, see KERNEL_LEVELS); levels before them, where a call has more that do not
+  merge, are a loop of launches over pointer offsets (`Problem.loop`).
 - `Route`: one kernel, whether the problem is solved as it stands or transposed (C^T = B^T A^T), and
   its launch options; the planner chooses it, the tuning cache remembers the measured best.
 - `Recipe`: what a route needs to run a problem: temporaries (`Temp`), then `Copy` and `Gemm` steps.
@@ -17,13 +21,15 @@ from typing import Any, Mapping
 
 from .dtypes import ITEMSIZE
 
+KERNEL_LEVELS = 2  # batch levels a batched kernel takes (outer, inner: grid.z = splits x outer x inner)
+MAX_GRID_BATCH = 65535  # grid.z: splits x the kernel levels' batch must not exceed it
 # accumulate= values accepted per input dtype; the first is the default. "f16" on fp16 inputs *allows*
 # fp16-accumulating kernels (cuBLAS COMPUTE_16F class error); "tf32" on fp32 inputs allows TF32 tensor
 # cores. The stricter choice is always allowed to run (an fp32-accumulating kernel satisfies "f16").
 ACCUMULATE = {"f16": ("f32", "f16"), "bf16": ("f32",), "f32": ("f32", "tf32")}
 
-__all__ = ["ACCUMULATE", "ITEMSIZE", "Copy", "Gemm", "Problem", "Recipe", "Route", "Temp", "View", "problem_of_arrays",
-           "ptr_alignment", "view_of"]
+__all__ = ["ACCUMULATE", "ITEMSIZE", "KERNEL_LEVELS", "MAX_GRID_BATCH", "Copy", "Gemm", "Problem", "Recipe", "Route",
+           "Temp", "View", "batch_align", "kernel_batch", "problem_of_arrays", "ptr_alignment", "view_of"]
 
 
 def ptr_alignment(ptr: int) -> int:
@@ -36,28 +42,38 @@ def ptr_alignment(ptr: int) -> int:
 
 @dataclass(frozen=True)
 class View:
-    """A 2-D operand: the user's A, B or C (or a temporary), element strides, address alignment."""
+    """A 2-D operand: the user's A, B or C (or a temporary), element strides, address alignment; in a
+    batched problem, the element stride along each batch level (Problem.batch), 0 where broadcast."""
 
     base: str  # "A" | "B" | "C" (the user's operands) or the name of a temporary buffer
     rows: int
     cols: int
     rs: int  # row stride in elements
     cs: int  # column stride in elements
-    align: int  # bytes; alignment of the address of element (0, 0)
+    align: int  # bytes; alignment of the address of element (0, 0) of every matrix of the batch
+    bs: tuple[int, ...] = ()  # batch strides in elements, one per batch level (() when unbatched)
 
     @staticmethod
-    def make(base: str, rows: int, cols: int, rs: int, cs: int, align: int) -> "View":
+    def make(base: str, rows: int, cols: int, rs: int, cs: int, align: int, bs: tuple[int, ...] = ()) -> "View":
         # A stride of a length-1 dimension is never used: normalise it so that a single row or column
         # is recognised as dense whatever stride its producer reported.
         if cols == 1:
             cs = 1
         if rows == 1:
             rs = cols
-        return View(base, rows, cols, rs, cs, align)
+        return View(base, rows, cols, rs, cs, align, tuple(bs))
 
     @property
     def T(self) -> "View":
-        return View.make(self.base, self.cols, self.rows, self.cs, self.rs, self.align)
+        return View.make(self.base, self.cols, self.rows, self.cs, self.rs, self.align, self.bs)
+
+    def bstride(self, level: int) -> int:
+        """The batch stride along `level` (0 for an unbatched view: every level broadcasts it)."""
+        return self.bs[level] if level < len(self.bs) else 0
+
+    @property
+    def batched(self) -> bool:
+        return any(self.bs)
 
     @property
     def row_major(self) -> bool:
@@ -67,7 +83,23 @@ class View:
         return self.cs == 1 and (self.rows == 1 or self.rs == self.cols)
 
     def sig(self) -> str:
-        return f"{self.rows}x{self.cols}:{self.rs},{self.cs}@{self.align}"  # align: kernels need up to 32
+        b = f"/b{','.join(map(str, self.bs))}" if self.bs else ""
+        return f"{self.rows}x{self.cols}:{self.rs},{self.cs}@{self.align}{b}"  # align: kernels need up to 32
+
+
+def batch_align(align: int, bs: Any, itemsize: int) -> int:
+    """`align` lowered to what every matrix of a batch has: the alignment of each batch stride's bytes."""
+    for s in bs:
+        if s:
+            align = min(align, ptr_alignment(abs(s) * itemsize))
+    return align
+
+
+def kernel_batch(batch: tuple[int, ...]) -> tuple[int, int]:
+    """(outer, inner) counts of the batch levels a kernel takes: the last two (1 where absent)."""
+    inner = batch[-1] if batch else 1
+    outer = batch[-2] if len(batch) >= 2 else 1
+    return outer, inner
 
 
 @dataclass(frozen=True)
@@ -79,6 +111,30 @@ class Problem:
     c: View  # M x N
     plain: bool  # alpha == 1 and beta == 0: a kernel may store straight into C
     beta_zero: bool  # beta == 0: C is write-only
+    # batch level counts, outermost first (() unbatched); every view has one stride per level. The last
+    # KERNEL_LEVELS are the kernels' (grid.z), those before them a loop of launches (`loop`)
+    batch: tuple[int, ...] = ()
+
+    @property
+    def batched(self) -> bool:
+        return bool(self.batch)
+
+    @property
+    def batch_count(self) -> int:
+        """Matrices in the batch (1 unbatched)."""
+        n = 1
+        for x in self.batch:
+            n *= x
+        return n
+
+    @property
+    def kernel_batch(self) -> tuple[int, int]:
+        return kernel_batch(self.batch)
+
+    @property
+    def loop(self) -> tuple[int, ...]:
+        """The batch levels looped over by launches (before the kernel's two)."""
+        return self.batch[:-KERNEL_LEVELS]
 
     @property
     def M(self) -> int:
@@ -99,7 +155,8 @@ class Problem:
     def key(self) -> str:
         """The autotune-cache key: everything a route's validity and speed depend on."""
         mode = "plain" if self.plain else ("axpby" if not self.beta_zero else "alpha")
-        return (f"{self.dtype}/{self.acc}/{self.M}x{self.N}x{self.K}/A{self.a.sig()}/B{self.b.sig()}/"
+        batch = f"{'x'.join(map(str, self.batch))}*" if self.batch else ""
+        return (f"{self.dtype}/{self.acc}/{batch}{self.M}x{self.N}x{self.K}/A{self.a.sig()}/B{self.b.sig()}/"
                 f"C{self.c.sig()}/{mode}")
 
     def transposed(self) -> "Problem":
@@ -138,6 +195,7 @@ class Temp:
     rows: int
     cols: int  # row-major, the problem's dtype
     stride: int = 0  # elements between rows (0: cols, dense)
+    count: int = 1  # matrices (a batched temporary: `count` of them back to back)
 
     @property
     def row_stride(self) -> int:
@@ -154,6 +212,7 @@ class Copy:
     src_rows: int
     src_cols: int
     epilogue: bool  # True: the user's alpha/beta; False: a plain copy (alpha 1, beta 0)
+    batch: tuple[int, ...] = ()  # the problem's batch levels: one copy per matrix (views' `bs`)
 
 
 @dataclass(frozen=True)
@@ -171,6 +230,7 @@ class Gemm:
     swizzle_stride: int | None = None
     splits: int = 1
     epilogue: bool = False  # the kernel applies the user's alpha/beta itself
+    batch: tuple[int, ...] = ()  # the problem's batch levels: one product per matrix (views' `bs`)
 
 
 @dataclass(frozen=True)
@@ -179,6 +239,7 @@ class Recipe:
     temps: tuple[Temp, ...]
     steps: tuple[Any, ...]  # Copy | Gemm, in order
     copy_bytes: int = 0
+    loop: tuple[int, ...] = ()  # the problem's loop levels: the steps run once per index, at pointer offsets
 
 
 def view_of(base: str, array: Any) -> View:

@@ -11,6 +11,9 @@ engine as dimension 0 = columns (contiguous) and dimension 1 = rows, with `box` 
 copied per TMA instruction. Out-of-bounds elements of a box read as zero and are not written on
 stores, which is what lets the kernels take ragged M, N, K.
 
+A batched launch describes an operand rank-4, (outer batch, inner batch, rows, cols) with byte strides
+(executor.tma_shape): the map gets dimensions (cols, rows, inner, outer) and a box of one matrix.
+
 The result is a 64-byte aligned ctypes buffer holding the 128 opaque bytes; launcher.py passes its
 address in the kernel-parameter array, so the driver copies the map by value into the
 `const __grid_constant__ CUtensorMap` parameter.
@@ -73,21 +76,34 @@ def _box(spec_tma: Mapping[str, Any], operand: str, kernel: str) -> tuple[list[i
 # A tensor map is a pure function of these arguments (it holds no reference to the allocation), so
 # repeated launches on the same buffers reuse it instead of paying a driver call per operand per
 # launch; a freed-and-reused address with the same shape maps to the same, still correct, bytes.
-@functools.lru_cache(maxsize=256)
 def encode_2d(ptr: int, rows: int, cols: int, row_stride_bytes: int, dtype: str, box: tuple[int, ...],
               swizzle_bytes: int, kernel: str, operand: str) -> ctypes.Array:
     """cuTensorMapEncodeTiled for a row-major rows x cols matrix; returns the aligned 128-byte map
     (treat it as read-only: it is shared by every launch with the same arguments)."""
+    return encode_tiled(ptr, (cols, rows), (row_stride_bytes,), dtype, tuple(box), swizzle_bytes, kernel, operand)
+
+
+@functools.lru_cache(maxsize=256)
+def encode_tiled(ptr: int, dims: tuple[int, ...], strides: tuple[int, ...], dtype: str, box: tuple[int, ...],
+                 swizzle_bytes: int, kernel: str, operand: str) -> ctypes.Array:
+    """cuTensorMapEncodeTiled for a tensor of `dims` (innermost first, the innermost contiguous) with
+    byte `strides` of the outer dimensions; `box` gives the innermost two box extents (the others are 1).
+    Returns the aligned 128-byte map (read-only: shared by every launch with the same arguments)."""
     item = ITEMSIZE[dtype]
+    rank = len(dims)
     # TMA's own rules, checked here so the message names the operand instead of a bare
     # CUDA_ERROR_INVALID_VALUE (validate.py normally refuses these shapes first via `require`/`align`).
     if ptr % 16:
         raise ValidationError(f"{kernel}: operand {operand} address 0x{ptr:x} is not 16-byte aligned (TMA)")
-    if row_stride_bytes % 16:
+    if strides[0] % 16:
         raise ValidationError(
-            f"{kernel}: operand {operand} row stride {row_stride_bytes} B ({cols} elements) is not a multiple "
+            f"{kernel}: operand {operand} row stride {strides[0]} B ({dims[0]} elements) is not a multiple "
             "of 16 bytes, which TMA requires"
         )
+    for s in strides[1:]:
+        if s % 16 or not 0 < s < 2**40:
+            raise ValidationError(f"{kernel}: operand {operand} batch stride {s} B is not a positive multiple of "
+                                  "16 bytes below 2^40, which TMA requires")
     if box[0] * item % 16:
         raise ManifestError(f"{kernel}: tma.{operand}.box inner extent {box[0]} x {item} B is not a multiple of 16")
     if swizzle_bytes and box[0] * item > swizzle_bytes:
@@ -95,26 +111,28 @@ def encode_2d(ptr: int, rows: int, cols: int, row_stride_bytes: int, dtype: str,
             f"{kernel}: tma.{operand}.box inner extent {box[0] * item} B exceeds the {swizzle_bytes} B swizzle span"
         )
     drv = driver()
-    what = f"cuTensorMapEncodeTiled(operand {operand}, {rows}x{cols} {dtype}, box {box}, swizzle {swizzle_bytes})"
+    what = (f"cuTensorMapEncodeTiled(operand {operand}, {'x'.join(map(str, dims[::-1]))} {dtype}, box {box}, "
+            f"swizzle {swizzle_bytes})")
     modes = (drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, _swizzle(swizzle_bytes, kernel, operand),
              # 256-byte L2 promotion: the boxes are 128-byte rows read by many CTAs.
              drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
              # Out-of-bounds elements read as zero (NAN_REQUEST_ZERO_FMA would give NaN).
              drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
-    dims, strides, boxes, steps = (cols, rows), (row_stride_bytes,), (box[0], box[1]), (1, 1)
+    boxes, steps = (box[0], box[1]) + (1,) * (rank - 2), (1,) * rank
     out = aligned_buffer()
     lib = native()
     if lib is not None:  # straight into the aligned buffer: a new address costs ~1 us, not cuda-python's ~10
         u64, u32 = ctypes.c_uint64, ctypes.c_uint32
-        code = lib.cuTensorMapEncodeTiled(ctypes.addressof(out), int(_data_type(dtype)), 2, ptr, (u64 * 2)(*dims),
-                                          (u64 * 1)(*strides), (u32 * 2)(*boxes), (u32 * 2)(*steps),
-                                          *(int(m) for m in modes))
+        code = lib.cuTensorMapEncodeTiled(ctypes.addressof(out), int(_data_type(dtype)), rank, ptr,
+                                          (u64 * rank)(*dims), (u64 * (rank - 1))(*strides), (u32 * rank)(*boxes),
+                                          (u32 * rank)(*steps), *(int(m) for m in modes))
         check_code(code, what, kernel)
         return out
     u64, u32 = drv.cuuint64_t, drv.cuuint32_t  # cuda-bindings takes these arrays only as its wrappers
     # globalDim innermost first; globalStrides in bytes, dims 1.. only; dense boxes
-    tmap = check(drv.cuTensorMapEncodeTiled(_data_type(dtype), 2, ptr, [u64(x) for x in dims], [u64(x) for x in strides],
-                                            [u32(x) for x in boxes], [u32(x) for x in steps], *modes), what, kernel)
+    tmap = check(drv.cuTensorMapEncodeTiled(_data_type(dtype), rank, ptr, [u64(x) for x in dims],
+                                            [u64(x) for x in strides], [u32(x) for x in boxes],
+                                            [u32(x) for x in steps], *modes), what, kernel)
     ctypes.memmove(out, int(tmap.getPtr()), TENSOR_MAP_BYTES)
     return out
 
@@ -122,16 +140,22 @@ def encode_2d(ptr: int, rows: int, cols: int, row_stride_bytes: int, dtype: str,
 def build_param(spec: Any, operand: str, array: Any, kernel_name: str) -> ctypes.Array:
     """The `tmap:<operand>` kernel parameter for `array` (a DeviceArray) as declared in spec.tma."""
     box, swizzle = _box(spec.tma or {}, operand, kernel_name)
-    if len(array.shape) != 2:
-        raise ValidationError(f"{kernel_name}: operand {operand} must be 2-D for TMA, got shape {array.shape}")
-    rows, cols = array.shape
+    if len(array.shape) not in (2, 4):
+        raise ValidationError(f"{kernel_name}: operand {operand} must be 2-D (or 4-D: batched) for TMA, got shape "
+                              f"{array.shape}")
+    rows, cols = array.shape[-2:]
     item = ITEMSIZE[array.dtype]
-    if array.strides[1] != item:
+    if array.strides[-1] != item:
         raise ValidationError(
             f"{kernel_name}: operand {operand} must be contiguous along its rows for TMA; strides {array.strides}"
         )
     # a single row's stride is never followed, and may be anything (a (1, K) slice of a column-major
     # matrix): the map gets the dense one, as the planner's View.make assumes
-    row_stride = int(array.strides[0]) if rows > 1 else -(-cols * item // 16) * 16
-    return encode_2d(int(array.ptr), int(rows), int(cols), row_stride, array.dtype, tuple(box), swizzle,
-                     kernel_name, operand)
+    row_stride = int(array.strides[-2]) if rows > 1 else -(-cols * item // 16) * 16
+    if len(array.shape) == 4:  # (outer, inner, rows, cols): dimensions (cols, rows, inner, outer)
+        outer, inner = array.shape[:2]
+        return encode_tiled(int(array.ptr), (int(cols), int(rows), int(inner), int(outer)),
+                            (row_stride, int(array.strides[1]), int(array.strides[0])), array.dtype, tuple(box),
+                            swizzle, kernel_name, operand)
+    return encode_tiled(int(array.ptr), (int(cols), int(rows)), (row_stride,), array.dtype, tuple(box), swizzle,
+                        kernel_name, operand)

@@ -47,12 +47,12 @@ H16 = lambda *s: np.zeros(s, np.float16)  # noqa: E731
 ERRORS = [
     ("dtype mismatch", lambda: hg.matmul(H16(3, 4), np.zeros((4, 5), np.float32))),
     ("inner dimensions differ", lambda: hg.matmul(H16(3, 4), H16(5, 5))),
-    ("B must be 2-D", lambda: hg.matmul(H16(3, 4), H16(2, 4, 5))),
+    ("do not broadcast", lambda: hg.matmul(H16(2, 3, 4), H16(3, 4, 5))),
     ("B must be 2-D", lambda: hg.matmul(H16(3, 4), H16(4))),
     ("A must be 2-D", lambda: hg.matmul(H16(4), H16(4, 5))),
     ("inner dimensions differ", lambda: hg.matmul(H16(2, 3, 4, 1), H16(4, 5))),
     ("out has shape", lambda: hg.matmul(_fake(0x10000, (2, 3, 4)), _fake(0x20000, (4, 5)), _fake(0x30000, (6, 5)))),
-    ("do not fold into rows", lambda: hg.matmul(_fake(0x10000, (2, 3, 4), strides=(8, 32, 2)), _fake(0x20000, (4, 5)))),
+    ("out has shape", lambda: hg.matmul(_fake(0x10000, (3, 4)), _fake(0x20000, (2, 4, 5)), _fake(0x30000, (3, 5)))),
     ("unsupported dtype", lambda: hg.matmul(np.zeros((3, 4)), np.zeros((4, 5)))),
     ("different GPUs", lambda: hg.matmul(_fake(0x10000, (3, 4)), _fake(0x20000, (4, 5), device=1))),
     ("read-only", lambda: hg.matmul(_fake(0x10000, (3, 4)), _fake(0x20000, (4, 5)),
@@ -134,6 +134,8 @@ def _problem(M, N, K, dtype="f16", acc=None, orders=("row", "row", "row"), pads=
 def _check_plan_contract(plan, prob, manifest):
     """Every catalogue GEMM step gets shapes its `require` takes and operands that fit its ABI; every
     copy stays inside its source; the last step writes C."""
+    if prob.batched:
+        _check_batched_contract(plan, prob, manifest)
     temps = {t.name: t for t in plan.temps}
     for step in plan.steps:
         if isinstance(step, problem.Copy):
@@ -169,6 +171,59 @@ def _check_plan_contract(plan, prob, manifest):
     assert (last.dst.base if isinstance(last, problem.Copy) else last.c.base) == "C"
 
 
+def _check_batched_contract(plan, prob, manifest):
+    """A batched plan (the per-matrix contract is _check_plan_contract's): strided roles only; every launch's
+    grid.z (splits x matrices) within 65535; every matrix of A and B at an address its kernel takes (16-byte
+    multiples of batch strides for mma.sync, TMA's rules for the tensor maps); a copy per matrix along every
+    level its source varies on, and a broadcast level copied once and read broadcast; temporaries holding
+    every matrix they are addressed at, reused (not strided) across the loop levels; C at its own strides."""
+    isz = ITEMSIZE[prob.dtype]
+    nl = len(prob.batch)
+    kernel_levels = range(max(nl - problem.KERNEL_LEVELS, 0), nl)
+    assert plan.loop == prob.batch[:-problem.KERNEL_LEVELS]
+    temps = {t.name: t for t in plan.temps}
+    sources = {}  # temporary -> the view its copy read
+    for step in plan.steps:
+        outer, inner = problem.kernel_batch(step.batch)
+        views = (step.src, step.dst) if isinstance(step, problem.Copy) else (step.a, step.b, step.c)
+        assert len(step.batch) == nl and all(len(v.bs) == nl for v in views), step
+        for v in views:
+            if v.base in temps:
+                assert all(v.bstride(level) == 0 for level in range(nl) if level not in kernel_levels), v
+        if isinstance(step, problem.Copy):
+            assert outer * inner <= problem.MAX_GRID_BATCH
+            for level in range(nl):
+                if step.batch[level] == 1 and prob.batch[level] > 1:
+                    assert level in kernel_levels and step.src.bstride(level) == 0 and step.dst.bstride(level) == 0
+                else:
+                    assert step.batch[level] == prob.batch[level]
+            if step.dst.base in temps:
+                t = temps[step.dst.base]
+                counted = [(step.dst.bstride(level), step.batch[level]) for level in kernel_levels
+                           if step.dst.bstride(level)]
+                size = t.rows * t.row_stride  # dense: inner level innermost, one matrix after another
+                for stride, n in sorted(counted):
+                    assert stride == size, (t, counted)
+                    size *= n
+                assert size == t.count * t.rows * t.row_stride, (t, counted)
+                sources[step.dst.base] = step.src
+            continue
+        spec = manifest.kernels[step.kernel]
+        assert spec.role != "gemm" and step.batch == prob.batch
+        assert step.splits * outer * inner <= problem.MAX_GRID_BATCH
+        for v, user in ((step.a, prob.a), (step.b, prob.b)):
+            if v.base in temps:  # read along exactly the levels the copy wrote
+                src = sources[v.base]
+                assert all((v.bstride(level) == 0) == (src.bstride(level) == 0) for level in kernel_levels), (v, src)
+            elif v.base in ("A", "B"):
+                assert v.bs == next(u for u in (prob.a, prob.b) if u.base == v.base).bs
+            if step.role in planner.LEADING_DIM_ROLES:
+                assert all(s * isz % 16 == 0 for s in v.bs), v
+            elif step.role == "gemm_strided_wgmma":
+                assert all(0 <= s * isz < 2**40 and s * isz % 16 == 0 for s in v.bs), v
+        assert step.c.base != "C" or step.c.bs == prob.c.bs
+
+
 @needs_manifest
 @settings(max_examples=150, deadline=None)
 @given(M=st.integers(1, 5000), N=st.integers(1, 5000), K=st.integers(1, 5000),
@@ -180,6 +235,49 @@ def test_every_plan_respects_the_kernel_contracts(M, N, K, dtype, orders, pads, 
     prob = _problem(M, N, K, dtype, orders=orders, pads=pads, aligns=aligns, plain=plain)
     ranked = planner.ranked_recipes(prob, MANIFEST, cc, 132)
     assert ranked, "no route at all: the SIMT fallback must always be there"
+    for _, plan in ranked:
+        _check_plan_contract(plan, prob.transposed() if plan.route.transpose else prob, MANIFEST)
+
+
+def _batched_problem(M, N, K, dtype, orders, pads, aligns, plain, batch, kinds):
+    """A batched _problem: per operand and level a batch stride of kind 0 (broadcast), 1 (the dense stride
+    past the matrix's extent), 2 (that, plus an odd element count) or 3 (an odd stride across levels)."""
+    base = _problem(M, N, K, dtype, orders=orders, pads=pads, aligns=aligns, plain=plain)
+    views = []
+    for v, ks in zip((base.a, base.b, base.c), kinds):
+        extent = (v.rows - 1) * abs(v.rs) + (v.cols - 1) * abs(v.cs) + 1
+        bs, step = [], extent
+        for level in reversed(range(len(batch))):
+            kind = ks[level]
+            stride = 0 if kind == 0 else step + (7 if kind == 2 else 0) if kind != 3 else step * 3 + 1
+            bs.append(stride)
+            step = max(step, stride * batch[level]) if stride else step
+        bs = tuple(reversed(bs))
+        if v.base == "C":  # out never overlaps itself: broadcast levels are not an out's
+            bs = tuple(s or max(bs + (extent,)) * 2 ** (level + 1) * max(batch) for level, s in enumerate(bs))
+        views.append(problem.View.make(v.base, v.rows, v.cols, v.rs, v.cs,
+                                       problem.batch_align(v.align, bs, ITEMSIZE[dtype]), bs))
+    return problem.Problem(dtype, base.acc, *views, plain=plain, beta_zero=plain, batch=batch)
+
+
+@needs_manifest
+@settings(max_examples=120, deadline=None)
+@given(M=st.integers(1, 700), N=st.integers(1, 700), K=st.integers(1, 700),
+       dtype=st.sampled_from(["f16", "bf16", "f32"]),
+       orders=st.tuples(*[st.sampled_from(["row", "col", "gen"])] * 3),
+       pads=st.tuples(*[st.integers(0, 9)] * 3), aligns=st.tuples(*[st.sampled_from([2, 16, 256])] * 3),
+       plain=st.booleans(), cc=st.sampled_from(CCS),
+       batch=st.lists(st.sampled_from([2, 3, 7, 64, 4000, 20000]), min_size=1, max_size=3).map(tuple),
+       kinds=st.tuples(*[st.lists(st.sampled_from([0, 1, 1, 2, 3]), min_size=3, max_size=3)] * 3))
+def test_every_batched_plan_respects_the_kernel_contracts(M, N, K, dtype, orders, pads, aligns, plain, cc, batch,
+                                                          kinds):
+    prob = _batched_problem(M, N, K, dtype, orders, pads, aligns, plain, batch, kinds)
+    ranked = planner.ranked_recipes(prob, MANIFEST, cc, 132)
+    if problem.kernel_batch(batch)[0] * problem.kernel_batch(batch)[1] > problem.MAX_GRID_BATCH:
+        assert not ranked, "api.py never makes a problem whose kernel levels pass grid.z's limit"
+        return
+    assert ranked, "no route at all: the SIMT fallback must always be there"
+    assert all(not MANIFEST.kernels[s.kernel].role == "gemm" for _, plan in ranked for s in plan.steps)
     for _, plan in ranked:
         _check_plan_contract(plan, prob.transposed() if plan.route.transpose else prob, MANIFEST)
 
@@ -469,7 +567,8 @@ def test_torch_tensors_and_transposed_views_zero_copy(rng):
 @pytest.mark.gpu
 def test_batched_a_folds_into_rows_like_torch_matmul(rng):
     """(..., M, K) @ (K, N): the batch folds into rows (a 2-D B broadcast, as torch.matmul does), the
-    result has the batch shape, and an out of that shape is written in place."""
+    result has the batch shape, and an out of that shape is written in place; batch dimensions that do
+    not fold run batched (tests/test_batched.py), B broadcast."""
     torch = pytest.importorskip("torch")
     x = torch.randn(2, 3, 50, 64, device="cuda", dtype=torch.float16)
     w = torch.randn(40, 64, device="cuda", dtype=torch.float16)
@@ -482,8 +581,11 @@ def test_batched_a_folds_into_rows_like_torch_matmul(rng):
     for got in (y, out):
         assert ((got.double() - ref).norm() / ref.norm()).item() < 1e-3
     xs = x.transpose(0, 1)  # (3, 2, 50, 64): the batch dimensions are not in row order
-    with pytest.raises(ValidationError, match="do not fold"):
-        hg.matmul(xs, w.t())
+    assert "*" in hg.explain(xs, w.t())  # a batched launch, not one of folded rows
+    ys = hg.matmul(xs, w.t())
+    torch.cuda.synchronize()
+    assert ys.shape == (3, 2, 50, 40)
+    assert ((ys.double() - ref.transpose(0, 1)).norm() / ref.norm()).item() < 1e-3
 
 
 @pytest.mark.gpu

@@ -53,6 +53,44 @@ __device__ __forceinline__ float4 ld_dsmem_f4(uint32_t smem_addr, uint32_t rank)
 }
 #endif
 
+// ---- the batch (grid.z): which matrix of a batched launch this CTA works on ----
+// A batched launch has grid.z = splits x batch with a cluster (1, 1, splits) along z (sm_90), so the
+// cluster's index along z is the batch index and the rank in the cluster the K slice; without a
+// cluster (splits = 1, and always before sm_90) blockIdx.z is the batch index. The batch index is
+// (outer, inner) with inner = z % batch_inner (two levels of batch dimensions, as a 4-D attention
+// tensor (B, H, S, D) viewed from a (B, S, H, D) layout has); an unbatched launch has grid.z = splits,
+// batch_inner = 1 and zero batch strides.
+struct GridZ {
+  int splits;  // CTAs per cluster along z (the split-K factor)
+  int split;   // this CTA's K slice
+  int outer, inner;
+};
+__device__ __forceinline__ GridZ grid_z(int batch_inner) {
+  GridZ g;
+  int z;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  uint32_t n, r, c;
+  asm("mov.u32 %0, %%cluster_nctarank;\n" : "=r"(n));
+  asm("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  asm("mov.u32 %0, %%clusterid.z;\n" : "=r"(c));
+  g.splits = static_cast<int>(n);
+  g.split = static_cast<int>(r);
+  z = static_cast<int>(c);
+#else
+  g.splits = 1;
+  g.split = 0;
+  z = static_cast<int>(blockIdx.z);
+#endif
+  g.outer = z / batch_inner;
+  g.inner = z - g.outer * batch_inner;
+  return g;
+}
+// Element offset of batch (outer, inner) in an operand with batch strides s_outer, s_inner (64-bit:
+// a batch stride may exceed 2^31 elements; zero for a broadcast operand).
+__device__ __forceinline__ long long batch_offset(const GridZ& g, long long s_outer, long long s_inner) {
+  return g.outer * s_outer + g.inner * s_inner;
+}
+
 // 16 bytes starting at any element-aligned address p, read as one or two aligned 16-byte loads and
 // funnel-shifted into place: rows of an odd leading dimension (4095 fp16) then still move in
 // vectors. Both aligned chunks hold bytes of the requested run, so neither can touch a page the
