@@ -14,8 +14,18 @@ namespace {
 // 128x256 rather than 128x128: with fp32 accumulators a 64x64 warp tile is the largest that fits in
 // 255 registers, and 8 such warps per block halve the global->smem bytes per MMA compared with four.
 // BK=32 keeps 4 stages at 96 KiB, inside every sm_8x part's shared memory.
-template <class AccT, int Stages>
-using CuteTnCfg = hg::cute_tn::Config<AccT, 128, 256, 32, Stages, 2, 4>;
+struct CuteTn {
+  static constexpr int kBM = 128, kBN = 256, kBK = 32;
+  static constexpr int kWarpsM = 2, kWarpsN = 4;
+};
+// The declared variant axes: acc (f16 | f32) and stages.
+template <class Acc, int S>
+struct CuteTnVariant : CuteTn {
+  using AccT = Acc;
+  static constexpr int kStages = S;
+};
+template <class Acc, int S>
+using CuteTnCfg = hg::cute_tn::Config<CuteTnVariant<Acc, S>>;
 }  // namespace
 
 #define HGEMM_CUTE_TN(ACC_NAME, ACC_T, STAGES)                                                            \

@@ -1,6 +1,6 @@
 // CuTe TN HGEMM building block (sm_80+ instructions: cp.async, ldmatrix, mma.sync m16n8k16).
 //   A: M x K row-major, B: N x K row-major (B column-major), C: M x N row-major; fp16 in and out,
-//   accumulator fp16 or fp32 (the AccT parameter).
+//   accumulator fp16 or fp32 (the AccT knob).
 // One block computes a BM x BN tile of C with WM x WN warps; each warp owns (BM/WM) x (BN/WN) outputs.
 // The caller guarantees M % BM == 0, N % BN == 0, K % BK == 0 (declared in the family's `require`):
 // no load or store is predicated, so the main loop carries no bounds arithmetic.
@@ -13,16 +13,21 @@
 namespace hg::cute_tn {
 using namespace cute;
 
-template <class AccT, int BM_, int BN_, int BK_, int Stages_, int WM_, int WN_>
+// K: the kernel's named knobs, static members of a struct (cu/hgemm_cute.cu): kBM, kBN, kBK (block
+// tile), kWarpsM, kWarpsN (warp grid), kStages (cp.async ring) and AccT (accumulator: half_t or float).
+template <class K>
 struct Config {
   using T = half_t;
-  static constexpr int BM = BM_, BN = BN_, BK = BK_, Stages = Stages_, WM = WM_, WN = WN_;
+  using AccT = typename K::AccT;
+  static constexpr int BM = K::kBM, BN = K::kBN, BK = K::kBK, Stages = K::kStages, WM = K::kWarpsM, WN = K::kWarpsN;
   static constexpr int kThreads = WM * WN * 32;
 
   static_assert(BK % 16 == 0 && (BK == 32 || BK == 64), "BK is one or two 8x(16B) swizzle rows: 32 or 64");
   static_assert(BM % (16 * WM) == 0, "each warp needs whole m16 atoms");
   static_assert(BN % (16 * WN) == 0, "each warp needs whole pairs of n8 atoms (ldmatrix.x4 loads two)");
   static_assert(Stages >= 2, "the pipeline needs at least double buffering");
+  static_assert(kThreads <= 1024, "a block holds at most 32 warps");
+  static_assert(std::is_same_v<AccT, half_t> || std::is_same_v<AccT, float>, "fp16 or fp32 accumulators");
 
   // mma.sync m16n8k16, both operands K-major ("TN"): one atom per warp, WM x WN warps. The N
   // permutation (16 * WN) gives every warp two n8 atoms per K step, so one ldmatrix.x4 fetches the
@@ -62,6 +67,7 @@ struct Config {
   static constexpr int kRowsPerMmaM = 16 * WM;  // rows covered by one MMA_M index of a thread
   static constexpr int kMmaM = BM / kRowsPerMmaM;
   static constexpr int kSmemBytes = Stages * (BM + BN) * BK * 2;
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory over the 227 KB per-block limit of any GPU");
   // Largest number of MMA_M slices whose fp16 slab fits in the pipeline's shared memory.
   static constexpr int kEpiMmaM = [] {
     int m = kMmaM;
