@@ -5,8 +5,8 @@
 //   sgemm_t_8x8_*: 256 threads, 128 x 128 block tile, 8 x 8 outputs per thread, 128-bit global loads
 //     and stores. Requires N % 4 == 0 and K % 4 == 0 (16-byte aligned rows); M, N, K edges guarded.
 //     Static smem: (BK * (128 + 4) + BK * 128) * 4 bytes per buffer, 1 or 2 buffers; BK = 8 or 16.
-// Helpers (tile movement, inner product, epilogue) live in common/sgemm.cuh; each rung below is one
-// instantiation of sgemm_t8x8<BK, bcf, pipeline>.
+// Helpers (tile movement, inner product, epilogue) live in common/sgemm.cuh; each rung below is a
+// knobs struct for sgemm_t8x8 (kBK, kBcf, kPipe) deriving from the rung it improves on.
 #include <type_traits>
 #include "common/sgemm.cuh"
 
@@ -48,16 +48,44 @@ extern "C" __global__ void __launch_bounds__(32 * 32) sgemm_sliced_k_f32(const f
 //               k is computed: one barrier per slice, no staging registers.
 enum class Pipe { Single, DbufRegs, DbufAsync };
 
-template <int BK, bool kBcf, Pipe kPipe>
+// Step 3: BK 8, A as in global memory, one buffer (load, barrier, compute, barrier).
+struct T8x8 {
+  static constexpr int kBK = 8;
+  static constexpr bool kBcf = false;  // A tile transposed in smem ("bank-conflict free")
+  static constexpr Pipe kPipe = Pipe::Single;
+};
+// Step 4: A transposed.
+struct T8x8Bcf : T8x8 {
+  static constexpr bool kBcf = true;
+};
+// Step 5: register-staged double buffer.
+struct T8x8BcfDbuf : T8x8Bcf {
+  static constexpr Pipe kPipe = Pipe::DbufRegs;
+};
+// Step 6: BK 16.
+struct K16BcfDbuf : T8x8BcfDbuf {
+  static constexpr int kBK = 16;
+};
+// Step 7: cp.async double buffer.
+struct K16BcfDbufAsync : K16BcfDbuf {
+  static constexpr Pipe kPipe = Pipe::DbufAsync;
+};
+
+template <class Rung>
 __device__ __forceinline__ void sgemm_t8x8(const float* __restrict__ A, const float* __restrict__ B,
                                            float* __restrict__ C, int M, int N, int K) {
   using namespace sg;
+  constexpr int BK = Rung::kBK;
+  constexpr bool kBcf = Rung::kBcf;
+  constexpr Pipe kPipe = Rung::kPipe;
   static_assert(BK % 8 == 0, "the tile movers work in passes of 8 K columns");
   static_assert(kPipe != Pipe::DbufAsync || kBcf, "the cp.async mover writes the transposed A tile");
   constexpr Layout L = kBcf ? Layout::Split : Layout::Contiguous;
   constexpr int kBufs = kPipe == Pipe::Single ? 1 : 2;
   // bcf: A transposed (padded, see kPadAT); otherwise A as in global memory.
   using ATile = std::conditional_t<kBcf, float[BK][kBM + kPadAT], float[kBM][BK]>;
+  static_assert(kBufs * (sizeof(ATile) + BK * kBN * sizeof(float)) <= 48 * 1024,
+                "static shared memory is limited to 48 KB");
   __shared__ __align__(16) ATile sA[kBufs];
   __shared__ __align__(16) float sB[kBufs][BK][kBN];
 
@@ -121,14 +149,14 @@ __device__ __forceinline__ void sgemm_t8x8(const float* __restrict__ A, const fl
 }
 
 // 256 threads, 2 blocks per SM: caps registers at 128 (64 accumulators + fragments + staging).
-#define SGEMM_T8X8(name, BK, BCF, PIPE)                                                                \
+#define SGEMM_T8X8(name, RUNG)                                                                         \
   extern "C" __global__ void __launch_bounds__(sg::kThreads, 2)                                       \
       name(const float* A, const float* B, float* C, int M, int N, int K) {                          \
-    sgemm_t8x8<BK, BCF, PIPE>(A, B, C, M, N, K);                                                       \
+    sgemm_t8x8<RUNG>(A, B, C, M, N, K);                                                                \
   }
 
-SGEMM_T8X8(sgemm_t_8x8_sliced_k_f32x4, 8, false, Pipe::Single)
-SGEMM_T8X8(sgemm_t_8x8_sliced_k_f32x4_bcf, 8, true, Pipe::Single)
-SGEMM_T8X8(sgemm_t_8x8_sliced_k_f32x4_bcf_dbuf, 8, true, Pipe::DbufRegs)
-SGEMM_T8X8(sgemm_t_8x8_sliced_k16_f32x4_bcf_dbuf, 16, true, Pipe::DbufRegs)
-SGEMM_T8X8(sgemm_t_8x8_sliced_k16_f32x4_bcf_dbuf_async, 16, true, Pipe::DbufAsync)
+SGEMM_T8X8(sgemm_t_8x8_sliced_k_f32x4, T8x8)
+SGEMM_T8X8(sgemm_t_8x8_sliced_k_f32x4_bcf, T8x8Bcf)
+SGEMM_T8X8(sgemm_t_8x8_sliced_k_f32x4_bcf_dbuf, T8x8BcfDbuf)
+SGEMM_T8X8(sgemm_t_8x8_sliced_k16_f32x4_bcf_dbuf, K16BcfDbuf)
+SGEMM_T8X8(sgemm_t_8x8_sliced_k16_f32x4_bcf_dbuf_async, K16BcfDbufAsync)
