@@ -19,6 +19,9 @@ constexpr int kBM = 128, kBN = 128;
 constexpr int kWM = 16, kWN = 16, kWK = 8;       // WMMA TF32 shape m16n16k8
 constexpr int kWarpsM = 4, kWarpsN = 2;          // mma4x2: warps per block along M, N
 constexpr int kFragsM = 2, kFragsN = 4;          // warp2x4: WMMA tiles per warp along M, N
+// K step: two m16n16k8 steps per slice; 16 keeps 3 stages at 55.5 KB, under the 99 KB per-block limit
+// of sm_86/sm_89 as well. The stage count is the declared variant axis.
+constexpr int kBK = 16;
 constexpr int kThreads = 32 * kWarpsM * kWarpsN;
 static_assert(kBM == kWarpsM * kFragsM * kWM && kBN == kWarpsN * kFragsN * kWN, "warps tile the block");
 
@@ -113,6 +116,7 @@ template <int BK, int kStages>
 __device__ __forceinline__ void sgemm_wmma_tf32_stages(const float* __restrict__ A, const float* __restrict__ B,
                                                        float* __restrict__ C, int M, int N, int K) {
   static_assert(kStages >= 2, "a pipeline needs at least two stages");
+  static_assert(kSmemBytes<BK, kStages> <= 227 * 1024, "shared memory over the 227 KB per-block limit of any GPU");
   constexpr int kLdA = Slice<BK>::kLdA, kStageFloats = Slice<BK>::kFloats;
   static_assert(kWarpsM * kWarpsN * kWM * kLdC <= kStageFloats, "scratch fits in the drained pipeline");
   extern __shared__ __align__(128) float smem[];
@@ -197,13 +201,12 @@ __device__ __forceinline__ void sgemm_wmma_tf32_stages(const float* __restrict__
 }  // namespace sgw
 
 // 2 blocks per SM: 128 registers per thread at most (64 accumulator floats + fragments).
-// BK = 16 keeps 3 stages at 55.5 KB: under the 99 KB per-block limit of sm_86/sm_89 as well.
-#define SGEMM_WMMA_STAGES(symbol, BK, stages)                                                          \
+#define SGEMM_WMMA_STAGES(symbol, stages)                                                              \
   extern "C" __global__ void __launch_bounds__(sgw::kThreads, 2)                                     \
       symbol(const float* A, const float* B, float* C, int M, int N, int K) {                        \
-    sgw::sgemm_wmma_tf32_stages<BK, stages>(A, B, C, M, N, K);                                        \
+    sgw::sgemm_wmma_tf32_stages<sgw::kBK, stages>(A, B, C, M, N, K);                                  \
   }                                                                                                  \
-  HG_EXPORT_DSMEM(symbol, sgw::kSmemBytes<BK, stages>)
+  HG_EXPORT_DSMEM(symbol, sgw::kSmemBytes<sgw::kBK, stages>)
 
-SGEMM_WMMA_STAGES(sgemm_wmma_m16n16k8_mma4x2_warp2x4_stages__stages2, 16, 2)
-SGEMM_WMMA_STAGES(sgemm_wmma_m16n16k8_mma4x2_warp2x4_stages__stages3, 16, 3)
+SGEMM_WMMA_STAGES(sgemm_wmma_m16n16k8_mma4x2_warp2x4_stages__stages2, 2)
+SGEMM_WMMA_STAGES(sgemm_wmma_m16n16k8_mma4x2_warp2x4_stages__stages3, 3)
