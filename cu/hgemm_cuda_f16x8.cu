@@ -7,8 +7,8 @@
 //   __accf16 (default): half2 math, HFMA2 into fp16 partial sums that are added into fp32 every 16 k
 //                       (hg::cc::Acc::kH2: 2x the FFMA rate, error of a 16-term fp16 sum);
 //   __accf32:           FFMA, fp32 throughout.
-// Every rung is a knobs struct for hg::cc::tiled_hgemm (cu/common/cuda_core.cuh), deriving from the one
-// it improves on:
+// Every rung is a knobs struct for hg::cc::tiled_hgemm (cu/common/cuda_core_ladder.cuh), deriving from
+// the one it improves on:
 //   step 8   hgemm_t_8x8_sliced_k_f16x8_pack_bcf       BK=8, one LDG.128 per thread and operand
 //                                                      (A by threads 0-127, B by 128-255), A
 //                                                      transposed in smem, 2 barriers per K step.
@@ -20,46 +20,9 @@
 //                                                      threads' rows interleaved: conflict-free).
 //   step 12  hgemm_t_8x8_sliced_k32_f16x8_pack_dbuf    BK=32.
 //   step 13  hgemm_t_8x8_sliced_k32_f16x8_pack_dbuf_async  BK=32, cp.async.
-#include "common/cuda_core.cuh"
+#include "common/cuda_core_ladder.cuh"
 
-using hg::cc::ALayout;
-using hg::cc::Pipe;
-
-// Step 8: 128x128x8, 8x8 outputs per thread, packed 128-bit global vectors, A transposed. Steps 8-9
-// accumulate in fp32 only; kMinBlocks = 2: two blocks per SM (fits 128 registers, no spills).
-struct F16x8PackBcf : hg::cc::Knobs {
-  static constexpr int kBM = 128, kBN = 128, kBK = 8;
-  static constexpr int kTM = 8, kTN = 8;
-  static constexpr int kVec = 8;
-  static constexpr bool kPack = true;
-  static constexpr ALayout kALayout = ALayout::kTransposed;
-  static constexpr int kMinBlocks = 2;
-};
-// Step 9: + register-staged double buffer.
-struct F16x8PackBcfDbuf : F16x8PackBcf {
-  static constexpr Pipe kPipe = Pipe::kDbuf;
-};
-// Steps 10-13 come as __accf16 (AccH2: half2 math, one block per SM) and __accf32 (the rung below:
-// FFMA, kMinBlocks = 2 where that fits in 128 registers without spilling).
-// Step 10: BK = 16.
-struct K16Dbuf : F16x8PackBcfDbuf {
-  static constexpr int kBK = 16;
-};
-// Step 11: cp.async double buffer; A row-major (interleaved rows), read 2 k's at a time.
-struct K16DbufAsync : K16Dbuf {
-  static constexpr ALayout kALayout = ALayout::kInterleaved;
-  static constexpr int kAKVec = 2;
-  static constexpr Pipe kPipe = Pipe::kAsync;
-};
-// Step 12: step 10 with BK = 32.
-struct K32Dbuf : K16Dbuf {
-  static constexpr int kBK = 32;
-};
-// Step 13: step 11 with BK = 32; one block per SM (128 registers would spill).
-struct K32DbufAsync : K16DbufAsync {
-  static constexpr int kBK = 32;
-  static constexpr int kMinBlocks = 1;
-};
+using namespace hg::cc::rungs;  // the knobs of each rung
 
 HG_CUDA_RUNG(hgemm_t_8x8_sliced_k_f16x8_pack_bcf, F16x8PackBcf)
 HG_CUDA_RUNG(hgemm_t_8x8_sliced_k_f16x8_pack_bcf_dbuf, F16x8PackBcfDbuf)

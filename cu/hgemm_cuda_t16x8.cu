@@ -11,27 +11,11 @@
 //   step 14  hgemm_t_16x8_sliced_k32_f16x8_pack_dbuf        register-staged double buffer, A
 //                                                           transposed in smem, one barrier per step.
 //   step 15  hgemm_t_16x8_sliced_k32_f16x8_pack_dbuf_async  cp.async double buffer, A row-major.
-#include "common/cuda_core.cuh"
+// The knobs of both (steps 12 and 13 of hgemm_cuda_f16x8 with 16x8 thread tiles) are in
+// cu/common/cuda_core_ladder.cuh.
+#include "common/cuda_core_ladder.cuh"
 
-using hg::cc::ALayout;
-using hg::cc::Pipe;
-
-// Step 14: 128x128x32, 16x8 outputs per thread (128 threads), packed 128-bit vectors, A transposed,
-// register-staged double buffer; one block per SM in both acc builds.
-struct T16x8Dbuf : hg::cc::Knobs {
-  static constexpr int kBM = 128, kBN = 128, kBK = 32;
-  static constexpr int kTM = 16, kTN = 8;
-  static constexpr int kVec = 8;
-  static constexpr bool kPack = true;
-  static constexpr ALayout kALayout = ALayout::kTransposed;
-  static constexpr Pipe kPipe = Pipe::kDbuf;
-};
-// Step 15: cp.async double buffer; A row-major (interleaved rows), read 2 k's at a time.
-struct T16x8DbufAsync : T16x8Dbuf {
-  static constexpr ALayout kALayout = ALayout::kInterleaved;
-  static constexpr int kAKVec = 2;
-  static constexpr Pipe kPipe = Pipe::kAsync;
-};
+using namespace hg::cc::rungs;  // the knobs of each rung
 
 HG_CUDA_RUNG_ACC(hgemm_t_16x8_sliced_k32_f16x8_pack_dbuf, T16x8Dbuf)
 HG_CUDA_RUNG_ACC(hgemm_t_16x8_sliced_k32_f16x8_pack_dbuf_async, T16x8DbufAsync)

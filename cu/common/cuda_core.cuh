@@ -1,7 +1,7 @@
 // Shared core of the HGEMM CUDA-core ladder (cu/hgemm_cuda_*.cu): one templated block-tile GEMM whose
-// named knobs (Knobs below) are exactly the techniques the ladder's names promise. Every rung is a
-// struct deriving from the rung before it that names the knobs it changes, so two rungs differ only in
-// the knobs their names differ in.
+// named knobs (Knobs below) are exactly the techniques the ladder's names promise. Every rung
+// (cuda_core_ladder.cuh) is a struct deriving from the rung it improves on that names the knobs it
+// changes, so two rungs differ only in the knobs their names differ in.
 //
 //   NN layout: A is M x K row-major, B is K x N row-major, C is M x N row-major; fp16 in, fp16 out.
 //   One block computes a kBM x kBN tile of C, K in steps of kBK; each thread a kTM x kTN tile, so
