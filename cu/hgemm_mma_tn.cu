@@ -18,35 +18,9 @@
 //       The epilogue is staged (Store::Smem): 16-byte row pieces per lane quad cost about three
 //       times as long per wave of blocks (docs/tuning_log.md, "hgemm_mma_tn").
 //   16-byte aligned pointers for both.
-#include "common/mma.cuh"
+#include "common/mma_ladder.cuh"
 
-namespace {
-using hg::mma::Knobs;
-using hg::mma::Layout;
-using hg::mma::Smem;
-using hg::mma::Store;
-// Rung 8: rung 4's shape (Warp4x4StagesDsmem, hgemm_mma_warp4x4.cu) with B N x K.
-struct Tn : Knobs {
-  static constexpr Layout kLayout = Layout::TN;
-  static constexpr int kWarpsM = 2, kWarpsN = 4;
-  static constexpr int kWarpTilesM = 4, kWarpTilesN = 4;
-  static constexpr int kBK = 32;
-  static constexpr bool kDynamicSmem = true;
-  static constexpr int kMinBlocks = 2;
-};
-// Rung 10: 4 x 2 warps of 64 x 128, ldmatrix.x4 for B, XOR swizzle, register double buffering,
-// serpentine order, epilogue staged through smem; one block per SM.
-struct TnSwizzleX4 : Tn {
-  static constexpr int kWarpsM = 4, kWarpsN = 2;
-  static constexpr int kWarpTilesN = 16;
-  static constexpr Smem kSmem = Smem::Swizzle;
-  static constexpr bool kBX4 = true;
-  static constexpr bool kRegDoubleBuffer = true;
-  static constexpr Store kStore = Store::Smem;
-  static constexpr bool kSerpentine = true;
-  static constexpr int kMinBlocks = 1;
-};
-}  // namespace
+using namespace hg::mma::rungs;  // the knobs of each rung (cu/common/mma_ladder.cuh)
 
 HG_MMA_ACC_STAGES(hgemm_mma_m16n8k16_mma2x4_warp4x4_stages_dsmem_tn, Tn)
 HG_MMA_F16_STAGES(hgemm_mma_m16n8k16_mma2x4_warp4x4x2_stages_dsmem_tn_swizzle_x4, TnSwizzleX4)

@@ -11,25 +11,9 @@
 //   hgemm_mma_m16n8k16_mma2x4_warp4x4_stages_dsmem  BK 32 (fewer barriers per flop), dynamic smem
 //       stages*(128*40 + 32*136)*2 bytes.
 //   The stages rungs come as acc f16|f32 x stages 2|3|4 (symbols name__acc<..>__stages<n>).
-#include "common/mma.cuh"
+#include "common/mma_ladder.cuh"
 
-namespace {
-using hg::mma::Knobs;
-// Rung 2: 2 x 4 warps of 4 x 4 mma tiles (64 x 32), BK 16, synchronous loads into one buffer; two
-// blocks per SM (<= 128 registers per thread).
-struct Warp4x4 : Knobs {
-  static constexpr int kWarpsM = 2, kWarpsN = 4;
-  static constexpr int kWarpTilesM = 4, kWarpTilesN = 4;
-  static constexpr int kBK = 16;
-  static constexpr int kMinBlocks = 2;
-};
-// Rung 3 is Warp4x4 under its variants (acc, and stages >= 2: the cp.async ring).
-// Rung 4: + BK 32 (fewer barriers per flop) in dynamic smem.
-struct Warp4x4StagesDsmem : Warp4x4 {
-  static constexpr int kBK = 32;
-  static constexpr bool kDynamicSmem = true;
-};
-}  // namespace
+using namespace hg::mma::rungs;  // the knobs of each rung (cu/common/mma_ladder.cuh)
 
 HG_MMA_KERNEL(hgemm_mma_m16n8k16_mma2x4_warp4x4, Warp4x4)
 HG_MMA_ACC_STAGES(hgemm_mma_m16n8k16_mma2x4_warp4x4_stages, Warp4x4)

@@ -17,35 +17,9 @@
 //                                        its A or its B fragment with the one before.
 //   ..._warp4x4x2_stages_dsmem_swizzle  + XOR-swizzled smem instead of padding:
 //                                        stages * (128*32 + 32*256) * 2 bytes.
-#include "common/mma.cuh"
+#include "common/mma_ladder.cuh"
 
-namespace {
-using hg::mma::Knobs;
-using hg::mma::Smem;
-using hg::mma::Store;
-// Rung 5: rung 4 (Warp4x4StagesDsmem, hgemm_mma_warp4x4.cu) with the warp tile doubled along N,
-// fragments double-buffered in registers and the shuffle epilogue; one block per SM.
-struct X2 : Knobs {
-  static constexpr int kWarpsM = 2, kWarpsN = 4;
-  static constexpr int kWarpTilesM = 4, kWarpTilesN = 8;
-  static constexpr int kBK = 32;
-  static constexpr bool kDynamicSmem = true;
-  static constexpr bool kRegDoubleBuffer = true;
-  static constexpr Store kStore = Store::Shfl;
-};
-// Rung 6: B fragments by ldmatrix.x4.
-struct X2X4 : X2 {
-  static constexpr bool kBX4 = true;
-};
-// Rung 7: + register reuse (serpentine mma order).
-struct X2RR : X2X4 {
-  static constexpr bool kSerpentine = true;
-};
-// Rung 9: + XOR-swizzled smem instead of padding.
-struct X2Swizzle : X2RR {
-  static constexpr Smem kSmem = Smem::Swizzle;
-};
-}  // namespace
+using namespace hg::mma::rungs;  // the knobs of each rung (cu/common/mma_ladder.cuh)
 
 HG_MMA_ACC_STAGES(hgemm_mma_m16n8k16_mma2x4_warp4x4x2_stages_dsmem, X2)
 HG_MMA_ACC_STAGES(hgemm_mma_m16n8k16_mma2x4_warp4x4x2_stages_dsmem_x4, X2X4)

@@ -1,9 +1,9 @@
 // The mma.sync (m16n8k16) HGEMM ladder: one configurable block-tile kernel body shared by every
 // rung from hgemm_mma_m16n8k16_mma2x4_warp4x4 on, plus the accumulator tile used by the naive rung.
-// Each rung is a struct of named knobs (Knobs below) deriving from the rung before it and naming only
-// what it changes; the knobs are exactly the techniques the catalogue names add one after another
-// (stages, dynamic smem, warp tile x2, ldmatrix.x4, register reuse, TN layout, XOR swizzle).
-// Config<Rung> derives the tile shapes and shared-memory sizes from them.
+// Each rung (mma_ladder.cuh) is a struct of named knobs (Knobs below) deriving from the rung it
+// improves on and naming only what it changes; the knobs are exactly the techniques the catalogue
+// names add one after another (stages, dynamic smem, warp tile x2, ldmatrix.x4, register reuse,
+// TN layout, XOR swizzle). Config<Rung> derives the tile shapes and shared-memory sizes from them.
 //
 // Layouts (row-major, C is M x N): A is M x K. NN: B is K x N. TN: B is N x K.
 // Block = WARPS_M x WARPS_N warps; warp tile = WMT x WNT mma tiles of 16x8; BK = k per stage.
