@@ -11,11 +11,13 @@
 //   ..._async_offset                        256     128x128x16            10.25 KB          N,K % 8
 //   ..._dbuf_async                          256     128x128x16            20.5 KB           N,K % 8
 //   m32n8k16_mma2x4_warp2x4_dbuf_async      256     128x128x16            20 KB             N,K % 8
-// The tiled rungs share one template (cu/common/wmma.cuh); each adds one knob to the previous.
-#include "common/wmma.cuh"
+// The tiled rungs share one template (cu/common/wmma.cuh); each adds one knob to the previous
+// (cu/common/wmma_ladder.cuh).
+#include "common/wmma_ladder.cuh"
 
 using namespace nvcuda;
 namespace wg = hg::wmma_gemm;
+using namespace hg::wmma_gemm::rungs;  // the knobs of each rung (cu/common/wmma_ladder.cuh)
 
 // Rung 1: one warp per 16x16 output tile, fragments loaded straight from global memory. WMMA loads need
 // 256-bit aligned pointers and whole 16x16 tiles, hence M, N, K % 16 == 0 and 32-byte aligned buffers.
@@ -35,36 +37,6 @@ extern "C" __global__ void __launch_bounds__(32)
   }
   wmma::store_matrix_sync(C + (size_t)m0 * N + n0, acc, N, wmma::mem_row_major);
 }
-
-// Rung 2: 4 x 2 warps, one 16x16 fragment each (64 x 32 block tile), BK 16, scalar copies into one
-// buffer.
-struct Mma4x2 : wg::Knobs {
-  static constexpr int kWarpsM = 4, kWarpsN = 2;
-  static constexpr int kFragsM = 1, kFragsN = 1;
-  static constexpr int kBK = 16;
-};
-// Rung 3: 2 x 4 fragments per warp (128 x 128 block tile), 128-bit copies through registers.
-struct Warp2x4 : Mma4x2 {
-  static constexpr int kFragsM = 2, kFragsN = 4;
-  static constexpr wg::Copy kCopy = wg::Copy::kVec8;
-};
-// Rung 4: cp.async copies.
-struct Warp2x4Async : Warp2x4 {
-  static constexpr wg::Copy kCopy = wg::Copy::kAsync;
-};
-// Rung 5: smem rows padded by 8 halves (conflict-free ldmatrix).
-struct Warp2x4AsyncOffset : Warp2x4Async {
-  static constexpr int kPad = 8;
-};
-// Rung 6: double buffer.
-struct Warp2x4DbufAsync : Warp2x4AsyncOffset {
-  static constexpr int kStages = 2;
-};
-// Rung 7: m32n8k16 fragments, 2 x 4 warps (the same 128 x 128 block tile).
-struct M32n8Dbuf : Warp2x4DbufAsync {
-  static constexpr int kFragM = 32, kFragN = 8;
-  static constexpr int kWarpsM = 2, kWarpsN = 4;
-};
 
 #define HG_WMMA_STATIC_KERNEL(SYM, RUNG)                                                              \
   extern "C" __global__ void __launch_bounds__(wg::Config<RUNG>::kThreads)                          \

@@ -19,36 +19,10 @@
 // half as many barriers as with BK = 32 (faster: docs/tuning_log.md). Its 53 KB
 // stages need the opt-in smem of sm_80 (3 stages max) or sm_90 (4 stages); the runtime refuses the rest.
 // The 16-warp rung keeps fragments single-buffered: 512 threads cap it at 128 registers.
-#include "common/wmma.cuh"
+#include "common/wmma_ladder.cuh"
 
 namespace wg = hg::wmma_gemm;
-
-// Rung 8: hgemm_wmma.cu's double-buffered rung (4 x 2 warps of 2 x 4 fragments, BK 16, cp.async,
-// rows padded by 8 halves) with 2-4 stages (variant axis).
-struct Warp2x4Stages : wg::Knobs {
-  static constexpr int kWarpsM = 4, kWarpsN = 2;
-  static constexpr int kFragsM = 2, kFragsN = 4;
-  static constexpr int kBK = 16;
-  static constexpr int kPad = 8;
-  static constexpr wg::Copy kCopy = wg::Copy::kAsync;
-};
-// Rung 9: BK 32 in dynamic smem, fragments prefetched across the K-tile barrier.
-struct Warp2x4StagesDsmem : Warp2x4Stages {
-  static constexpr int kBK = 32;
-  static constexpr bool kPrefetch = true;
-  static constexpr bool kDynamicSmem = true;
-};
-// Rung 10: 4 x 4 fragments per warp (256 x 128 block tile), BK 64.
-struct Mma4x2Warp4x4StagesDsmem : Warp2x4StagesDsmem {
-  static constexpr int kFragsM = 4;
-  static constexpr int kBK = 64;
-};
-// Rung 11: 4 x 4 warps (512 threads, 256 x 256), BK 32, fragments single-buffered.
-struct Mma4x4Warp4x4StagesDsmem : Mma4x2Warp4x4StagesDsmem {
-  static constexpr int kWarpsN = 4;
-  static constexpr int kBK = 32;
-  static constexpr bool kPrefetch = false;
-};
+using namespace hg::wmma_gemm::rungs;  // the knobs of each rung (cu/common/wmma_ladder.cuh)
 
 // One extern "C" symbol per variant, body from the shared template (the knobs type is the variadic
 // tail because template argument lists contain commas), and its dynamic smem for the build's check.
