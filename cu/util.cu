@@ -298,27 +298,37 @@ __device__ __forceinline__ void mma_compute_stage(uint32_t sA, uint32_t sB, int 
   }
 }
 
-template <class C>
-__device__ __forceinline__ void gemm_mma(const typename C::Elem* __restrict__ A, const typename C::Elem* __restrict__ B,
-                                         typename C::Elem* __restrict__ Cout, int M, int N, int K, int lda, int ldb,
-                                         int ldc_r, int ldc_c, int alpha_bits, int beta_bits, int batch_inner,
-                                         long long bsa_o, long long bsa_i, long long bsb_o, long long bsb_i,
-                                         long long bsc_o, long long bsc_i) {
+// kBatched = false: the code of an unbatched launch, with no batch arithmetic at all (A and B stay
+// kernel parameters, which the address math of the pipeline's loads reads from the constant bank).
+template <class C, bool kBatched>
+__device__ __forceinline__ void gemm_mma_body(const typename C::Elem* __restrict__ A,
+                                              const typename C::Elem* __restrict__ B,
+                                              typename C::Elem* __restrict__ Cout, int M, int N, int K, int lda,
+                                              int ldb, int ldc_r, int ldc_c, int alpha_bits, int beta_bits,
+                                              int batch_inner, long long bsa_o, long long bsa_i, long long bsb_o,
+                                              long long bsb_i, long long bsc_o, long long bsc_i) {
   using T = typename C::Elem;
   extern __shared__ __align__(128) unsigned char smem[];
-  const hgu::GridZ gz = hgu::grid_z(batch_inner);
-  A += hgu::batch_offset(gz, bsa_o, bsa_i);
-  B += hgu::batch_offset(gz, bsb_o, bsb_i);
+  int splits, split;
+  if constexpr (kBatched) {
+    const hgu::GridZ gz = hgu::grid_z(batch_inner);
+    A += hgu::batch_offset(gz, bsa_o, bsa_i);
+    B += hgu::batch_offset(gz, bsb_o, bsb_i);
+    splits = gz.splits;
+    split = gz.split;
+  } else {
+    splits = gridDim.z;
+    split = static_cast<int>(blockIdx.z);
+  }
   const uint32_t s0 = hg::smem_u32(smem);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int m0 = blockIdx.y * C::BM, n0 = blockIdx.x * C::BN;
   const int wm0 = (warp / C::kWarpsN) * C::WM, wn0 = (warp % C::kWarpsN) * C::WN;
 
   // This CTA's K slice, in whole BK tiles (slices never share a tile, so each K element is summed once).
-  const int splits = gz.splits;
   const int k_tiles = (K + C::BK - 1) / C::BK;
   const int per = (k_tiles + splits - 1) / splits;
-  const int kt0 = min(k_tiles, gz.split * per);
+  const int kt0 = min(k_tiles, split * per);
   const int nk = min(k_tiles, kt0 + per) - kt0;
 
   float acc[C::MF][C::NF][4];
@@ -366,10 +376,25 @@ __device__ __forceinline__ void gemm_mma(const typename C::Elem* __restrict__ A,
       }
   }
   // C's batch offset is taken here: a pointer held across the main loop costs registers there
-  Cout += hgu::batch_offset(hgu::grid_z(batch_inner), bsc_o, bsc_i);
+  if constexpr (kBatched) Cout += hgu::batch_offset(hgu::grid_z(batch_inner), bsc_o, bsc_i);
   hgu::cluster_reduce_store<T, C::BM, C::BN, C::kRedStride>(smem, splits, tid, C::kThreads, Cout, M, N, m0, n0, ldc_r,
                                                             ldc_c, __int_as_float(alpha_bits),
                                                             __int_as_float(beta_bits));
+}
+
+// An unbatched launch (grid.z = the cluster's size: splits only) runs gemm_mma_body<C, false>, the same
+// code as before kernels took a batch; a batched one the body that offsets A, B and C per matrix.
+template <class C>
+__device__ __forceinline__ void gemm_mma(const typename C::Elem* A, const typename C::Elem* B, typename C::Elem* Cout,
+                                         int M, int N, int K, int lda, int ldb, int ldc_r, int ldc_c, int alpha_bits,
+                                         int beta_bits, int batch_inner, long long bsa_o, long long bsa_i,
+                                         long long bsb_o, long long bsb_i, long long bsc_o, long long bsc_i) {
+  if (gridDim.z == static_cast<unsigned>(hgu::grid_z(batch_inner).splits))
+    gemm_mma_body<C, false>(A, B, Cout, M, N, K, lda, ldb, ldc_r, ldc_c, alpha_bits, beta_bits, batch_inner, bsa_o,
+                            bsa_i, bsb_o, bsb_i, bsc_o, bsc_i);
+  else
+    gemm_mma_body<C, true>(A, B, Cout, M, N, K, lda, ldb, ldc_r, ldc_c, alpha_bits, beta_bits, batch_inner, bsa_o,
+                           bsa_i, bsb_o, bsb_i, bsc_o, bsc_i);
 }
 
 // ================================================================================================
