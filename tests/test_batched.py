@@ -620,7 +620,7 @@ def test_fuzz_batched_shapes_and_strides(rng):
     """Random batch shapes (broadcast, expanded, transposed batch dimensions, gaps), matrix layouts,
     dtypes and alpha/beta, drawn from the test's seed."""
     for case in range(40):
-        dtype = rng.choice(["f16", "bf16", "f32"])
+        dtype = str(rng.choice(["f16", "bf16", "f32"]))
         M, N, K = (int(x) for x in rng.choice([1, 2, 7, 16, 33, 64, 100, 129, 200], 3))
         nb = int(rng.integers(1, 4))
         bshape = [int(x) for x in rng.choice([1, 2, 3, 5], nb)]
