@@ -213,7 +213,7 @@ __device__ __forceinline__ void gemm_decode(const T* __restrict__ A, const T* __
 #else
 #define HG_DECODE_BOUNDS __launch_bounds__(kThreads)
 #endif
-// 4 ring stages: measured on an H100, 2 to 8 stream alike once two CTAs (16 warps) share an SM.
+// 4 ring stages: 2 to 8 stream alike once two CTAs (16 warps) share an SM (docs/tuning_log.md, util_decode).
 #define UTIL_DECODE(NAME, T)                                                                            \
   extern "C" __global__ void HG_DECODE_BOUNDS                                                          \
       NAME##__bcol(const T* A, const T* B, T* C, int M, int N, int K, int lda, int ldb, int ldc_r,       \

@@ -118,7 +118,7 @@ struct WCfg {
 // kGroup quads, all peers' DSMEM loads for them issued two peers at a time, written back in place
 // into this CTA's own rows (no peer reads those), then (2) the stores to C. A DSMEM round trip is
 // ~1 us under load, and hgu::reduce_store's one-quad-at-a-time loop made the reduction the largest
-// cost of the short split-K launches (H200: M = 128, 1024^3); the split keeps the stores' 64-bit
+// cost of the short split-K launches (M = 128, 1024^3; docs/tuning_log.md, util_sm90); the split keeps the stores' 64-bit
 // addressing out of the loads' register peak (the 384-thread kernels run under a 168-register cap).
 template <class W>
 __device__ __forceinline__ void reduce_store_wide(uint8_t* tile, int splits, uint32_t rank, int t,

@@ -2,7 +2,7 @@
 recipe's GEMM and copy steps with it. Pure data, no GPU (tested on the CPU).
 
 Only the ratios between kernel classes rank the candidates; the wave, tile and bandwidth terms decide
-between a big tile and split-K. The Hopper table is measured (shared/GPU.md reference points and the
+between a big tile and split-K. The Hopper table is measured (H100/H200 reference runs and the
 matmul bench on an H200); the Ampere/Ada table is scaled from datasheet peaks and has not been
 measured on such a GPU, so `hg.Matmul(...).autotune()` is the way to a measured choice there.
 """
@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from .manifest import KernelSpec, Manifest
-from .problem import ITEMSIZE, KERNEL_LEVELS, Copy, Gemm, Recipe, View, kernel_batch
+from .dtypes import ITEMSIZE
+from .problem import KERNEL_LEVELS, Copy, Gemm, Recipe, View, kernel_batch
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ def _matrices(view: View, batch: tuple[int, ...]) -> int:
 
 LADDER_FLOOR = 0.25  # the first rung of a ladder runs at about this fraction of its last (naive kernels)
 REUSE_FULL = 42.0  # BM*BN/(BM+BN) of a 128 x 64 tile: smaller tiles re-read operands from L2 more
-STREAM_SPLIT_COST = 0.04  # per doubling of the splits of a streaming kernel (H100: 17.6 -> 18.7 us at 1x4096x4096)
+STREAM_SPLIT_COST = 0.04  # per doubling of the splits of a streaming kernel (docs/tuning_log.md, util_decode)
 ODD_N_DIRECT_STORE = 0.85  # direct-store epilogues fall back to element stores when N is odd (4095^3)
 
 # H100/H200 (measured): Hopper persistent ~775 TFLOPS at 4096^3, gemm_strided_mma ~217, SGEMM 8x8 ~40,

@@ -84,17 +84,22 @@ def _is_jax(x: Any) -> bool:
     return jax is not None and isinstance(x, jax.Array)
 
 
+def torch_dtype_code(dtype: Any) -> str | None:
+    """Our code ("f16", "bf16", "f32") for a torch dtype the kernels take, else None (torch imported)."""
+    torch = _torch()
+    return {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32"}.get(dtype)
+
+
 _TORCH_DTYPES: dict[Any, str] = {}
 
 
 def _torch_dtype(t: Any) -> str:
     code = _TORCH_DTYPES.get(t.dtype)
     if code is None:
-        torch = _torch()
-        table = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32"}
-        if t.dtype not in table:
+        code = torch_dtype_code(t.dtype)
+        if code is None:
             raise ValidationError(f"unsupported dtype {t.dtype}: use float16, bfloat16 or float32")
-        code = _TORCH_DTYPES[t.dtype] = table[t.dtype]
+        _TORCH_DTYPES[t.dtype] = code
     return code
 
 

@@ -24,7 +24,8 @@ from .costmodel import CostModel
 from .errors import NotBuiltForDeviceError
 from .launcher import default_swizzle_stride
 from .manifest import KernelSpec, Manifest
-from .problem import ITEMSIZE, KERNEL_LEVELS, MAX_GRID_BATCH, Copy, Gemm, Problem, Recipe, Route, Temp, View, \
+from .dtypes import ITEMSIZE
+from .problem import KERNEL_LEVELS, MAX_GRID_BATCH, Copy, Gemm, Problem, Recipe, Route, Temp, View, \
     batch_align, kernel_batch
 
 SPLITS = (1, 2, 4, 8)  # cluster sizes along K (portable cluster size limit is 8)

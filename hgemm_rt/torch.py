@@ -34,11 +34,11 @@ if torch.__version__ < "2.4":  # (a TorchVersion: compares as a version) custom_
 
 from .api import matmul
 from .errors import ValidationError
+from .operands import torch_dtype_code
 from .problem import ACCUMULATE
 
 __all__ = ["Linear", "linear", "mm", "replace_linear"]
 
-_CODES = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32"}
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -48,7 +48,7 @@ _CODES = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32"}
 def _check_tensors(op: str, named: tuple[tuple[str, Tensor], ...], accumulate: Optional[str], fake: bool) -> None:
     first_name, first = named[0]
     for name, t in named:
-        if t.dtype not in _CODES:
+        if torch_dtype_code(t.dtype) is None:
             raise ValidationError(f"hgemm::{op}: {name} is {t.dtype}; the kernels take torch.float16, "
                                   "torch.bfloat16 or torch.float32")
         if t.dtype != first.dtype:
@@ -62,7 +62,7 @@ def _check_tensors(op: str, named: tuple[tuple[str, Tensor], ...], accumulate: O
         if t.device != first.device:
             raise ValidationError(f"hgemm::{op}: {name} is on {t.device} but {first_name} is on {first.device}: "
                                   "move them to one device")
-    choices = ACCUMULATE[_CODES[first.dtype]]
+    choices = ACCUMULATE[torch_dtype_code(first.dtype)]
     if accumulate is not None and accumulate not in choices:
         raise ValidationError(f"hgemm::{op}: accumulate={accumulate!r} is not available for {first.dtype} "
                               f"inputs; choose None or one of {list(choices)}")
