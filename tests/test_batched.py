@@ -27,7 +27,7 @@ from hgemm_rt.dtypes import ITEMSIZE, STORAGE, storage_to_f64
 from hgemm_rt.errors import ManifestError, ValidationError
 from hgemm_rt.launcher import ParamPacker
 from hgemm_rt.manifest import kernel_spec_from_dict
-from hgemm_rt.testing import error_floor, stored_and_exact
+from hgemm_rt.testing import GuardedArray, download, error_floor, stored_and_exact
 from kernel_cases import load_manifest_or_none
 
 MANIFEST = load_manifest_or_none()
@@ -376,57 +376,6 @@ def test_a_broadcast_operand_is_copied_once():
 # GPU helpers: batched operands as views inside NaN-filled buffers
 # ---------------------------------------------------------------------------------------------------
 
-class NDStrided:
-    """values (..., rows, cols) placed in a NaN-filled device buffer at `offset` elements: each matrix
-    with the strides of `order` (row / col / gen: neither stride 1) and `pad` extra elements per leading
-    dimension, the batch dimensions stepping in the order `perm` (innermost first; default the last batch
-    dimension innermost) with `gap` elements between matrices; dimensions in `expand` get stride 0 (their
-    values are those of index 0, as torch's expand() makes them)."""
-
-    def __init__(self, values, dtype, order="row", offset=0, pad=0, perm=None, gap=0, expand=()):
-        *bshape, rows, cols = values.shape
-        nb = len(bshape)
-        values = np.array(values)
-        for d in expand:  # one value along an expanded dimension
-            values = np.broadcast_to(np.take(values, [0], axis=d), values.shape)
-        rs, cs = {"row": (cols + pad, 1), "col": (1, rows + pad), "gen": (2 * cols + pad, 2)}[order]
-        extent = (rows - 1) * rs + (cols - 1) * cs + 1
-        bstr, step = [0] * nb, extent + gap
-        for d in (perm if perm is not None else reversed(range(nb))):
-            if d in expand:
-                continue
-            bstr[d] = step
-            step *= bshape[d]
-        self.dtype, self.shape = dtype, values.shape
-        store, self.exact = stored_and_exact(values, dtype)
-        grids = np.meshgrid(*[np.arange(n) for n in values.shape], indexing="ij")
-        idx = offset + sum(g * s for g, s in zip(grids, bstr + [rs, cs]))
-        n = int(idx.max()) + 1 + 8 if idx.size else offset + 8
-        self.host = np.full(n, np.nan, np.float32).astype(STORAGE[dtype]) if dtype != "bf16" \
-            else np.full(n, 0x7FC1, np.uint16)  # NaN bit patterns around (and under) the view
-        self.host[idx] = store
-        self.buf = DeviceArray.empty((n,), dtype)
-        self.buf.copy_from_host(self.host)
-        isz = ITEMSIZE[dtype]
-        self.view = DeviceArray(self.buf.ptr + offset * isz, values.shape, dtype,
-                                tuple(s * isz for s in bstr + [rs, cs]), owner=self.buf)
-        self._idx = idx
-
-    def read(self):
-        return storage_to_f64(_download(self.buf, self.host)[self._idx], self.dtype)
-
-    def outside_untouched(self):
-        now = _download(self.buf, self.host)
-        mask = np.ones(now.shape, bool)
-        mask[self._idx] = False
-        return np.array_equal(now[mask].view(np.uint8), self.host[mask].view(np.uint8))
-
-
-def _download(buf, like):
-    hg.get_device().synchronize()
-    return buf.to_host(np.empty_like(like))
-
-
 def _rel(got, ref):
     if not np.isfinite(got).all():
         return float("inf")
@@ -438,7 +387,7 @@ def _bound(dtype, K, acc=None):
 
 
 def _run(a, b, c, alpha=1.0, beta=0.0, acc=None, kernel="auto"):
-    """matmul on NDStrided operands (c None: a new result); (relative error, bound, the result)."""
+    """matmul on GuardedArray operands (c None: a new result); (relative error, bound, the result)."""
     ref = alpha * np.matmul(a.exact, b.exact)
     if c is not None and beta:
         ref = ref + beta * c.exact
@@ -450,7 +399,7 @@ def _run(a, b, c, alpha=1.0, beta=0.0, acc=None, kernel="auto"):
         got = c.read()
     else:
         assert isinstance(res, DeviceArray) and res.shape == ref.shape and res.is_c_contiguous
-        got = storage_to_f64(_download(res, np.empty(res.shape, STORAGE[a.dtype])), a.dtype)
+        got = storage_to_f64(download(res, np.empty(res.shape, STORAGE[a.dtype])), a.dtype)
     return _rel(got, ref), _bound(a.dtype, a.shape[-1], acc), res
 
 
@@ -463,9 +412,9 @@ def _run(a, b, c, alpha=1.0, beta=0.0, acc=None, kernel="auto"):
 @pytest.mark.parametrize("batch", [1, 3, 7, 64])
 @pytest.mark.parametrize("M,N,K", [(1, 1, 1), (17, 33, 9), (131, 77, 261), (128, 256, 64)])
 def test_batched_matches_float64(dtype, batch, M, N, K, rng):
-    a = NDStrided(rng.standard_normal((batch, M, K)), dtype)
-    b = NDStrided(rng.standard_normal((batch, K, N)), dtype)
-    c = NDStrided(np.full((batch, M, N), np.nan), dtype)
+    a = GuardedArray(rng.standard_normal((batch, M, K)), dtype)
+    b = GuardedArray(rng.standard_normal((batch, K, N)), dtype)
+    c = GuardedArray(np.full((batch, M, N), np.nan), dtype)
     err, bound, _ = _run(a, b, c)
     assert err <= bound, f"rel err {err:.2e} > {bound:.2e}: {hg.explain(a.view, b.view, c.view)}"
     err, bound, res = _run(a, b, None)
@@ -483,10 +432,10 @@ def test_batched_matches_float64(dtype, batch, M, N, K, rng):
     ((2, 3, 61, 40), (2, 3, 40, 72), {"perm": [0, 1]}, {"perm": [0, 1]}),  # transposed batch dimensions
 ])
 def test_broadcast_and_strided_batches(dtype, sa, sb, kw_a, kw_b, rng):
-    a = NDStrided(rng.standard_normal(sa), dtype, **kw_a)
-    b = NDStrided(rng.standard_normal(sb), dtype, **kw_b)
+    a = GuardedArray(rng.standard_normal(sa), dtype, **kw_a)
+    b = GuardedArray(rng.standard_normal(sb), dtype, **kw_b)
     shape = np.matmul(np.zeros(sa), np.zeros(sb)).shape
-    c = NDStrided(rng.standard_normal(shape), dtype, order="col", pad=3)
+    c = GuardedArray(rng.standard_normal(shape), dtype, order="col", pad=3)
     err, bound, _ = _run(a, b, c, alpha=0.5, beta=-2.0)
     assert err <= bound, f"rel err {err:.2e} > {bound:.2e}: {hg.explain(a.view, b.view, c.view)}"
 
@@ -494,9 +443,9 @@ def test_broadcast_and_strided_batches(dtype, sa, sb, kw_a, kw_b, rng):
 @pytest.mark.gpu
 def test_more_levels_than_a_launch_takes(rng):
     """Three batch levels that do not merge: the kernel takes two, a loop of launches the third."""
-    a = NDStrided(rng.standard_normal((2, 3, 5, 20, 24)), "f16", perm=[1, 0, 2], gap=8)
-    b = NDStrided(rng.standard_normal((2, 3, 5, 24, 16)), "f16", perm=[2, 0, 1])
-    c = NDStrided(np.full((2, 3, 5, 20, 16), np.nan), "f16", perm=[0, 2, 1])
+    a = GuardedArray(rng.standard_normal((2, 3, 5, 20, 24)), "f16", perm=[1, 0, 2], gap=8)
+    b = GuardedArray(rng.standard_normal((2, 3, 5, 24, 16)), "f16", perm=[2, 0, 1])
+    c = GuardedArray(np.full((2, 3, 5, 20, 16), np.nan), "f16", perm=[0, 2, 1])
     assert "launches" in hg.explain(a.view, b.view, c.view)
     err, bound, _ = _run(a, b, c)
     assert err <= bound
@@ -505,8 +454,8 @@ def test_more_levels_than_a_launch_takes(rng):
 @pytest.mark.gpu
 def test_more_matrices_than_grid_z_holds(rng):
     n = 70000  # 2 launches of 35000
-    a = NDStrided(rng.standard_normal((n, 4, 8)), "f16")
-    b = NDStrided(rng.standard_normal((n, 8, 4)), "f16")
+    a = GuardedArray(rng.standard_normal((n, 4, 8)), "f16")
+    b = GuardedArray(rng.standard_normal((n, 8, 4)), "f16")
     err, bound, res = _run(a, b, None)
     assert err <= bound and res.shape == (n, 4, 4)
 
@@ -529,9 +478,9 @@ def test_every_batched_route_is_correct(dtype, M, N, K, layouts, rng):
     manifest = hg.get_registry().manifest
     tested, bad = 0, []
     for sa, sb, sc in (((3, M, K), (3, K, N), (3, M, N)), ((2, 2, M, K), (2, 1, K, N), (2, 2, M, N))):
-        a = NDStrided(rng.standard_normal(sa), dtype, layouts[0], gap=5)
-        b = NDStrided(rng.standard_normal(sb), dtype, layouts[1])
-        c = NDStrided(rng.standard_normal(sc), dtype, layouts[2], gap=1)
+        a = GuardedArray(rng.standard_normal(sa), dtype, layouts[0], gap=5)
+        b = GuardedArray(rng.standard_normal(sb), dtype, layouts[1])
+        c = GuardedArray(rng.standard_normal(sc), dtype, layouts[2], gap=1)
         for alpha, beta in ((1.0, 0.0), (0.5, 2.0)):
             want = alpha * np.matmul(a.exact, b.exact) + beta * c.exact
             call = api.validate_call(a.view, b.view, c.view, alpha, beta, None, "auto", None)
@@ -637,13 +586,13 @@ def test_fuzz_batched_shapes_and_strides(rng):
                 kw["expand"] = (int(rng.integers(0, len(batch))),)
             return kw
 
-        a = NDStrided(rng.standard_normal((*sa, M, K)), dtype, **operand(sa, M, K))
-        b = NDStrided(rng.standard_normal((*sb, K, N)), dtype, **operand(sb, K, N))
+        a = GuardedArray(rng.standard_normal((*sa, M, K)), dtype, **operand(sa, M, K))
+        b = GuardedArray(rng.standard_normal((*sb, K, N)), dtype, **operand(sb, K, N))
         shape = np.matmul(np.zeros((*sa, 1, 1)), np.zeros((*sb, 1, 1))).shape[:-2] + (M, N)
         kw_c = operand(shape[:-2], M, N)
         kw_c.pop("expand", None)
         out_given = rng.random() < 0.7
-        c = NDStrided(rng.standard_normal(shape), dtype, **kw_c) if out_given else None
+        c = GuardedArray(rng.standard_normal(shape), dtype, **kw_c) if out_given else None
         alpha, beta = [(1.0, 0.0), (0.5, 0.0), (1.0, 1.0), (-2.0, 0.25)][int(rng.integers(0, 4))]
         err, bound, _ = _run(a, b, c, alpha, beta if out_given else 0.0)
         assert err <= bound, (f"case {case}: {dtype} A{a.shape} B{b.shape} out {out_given} alpha {alpha} "
@@ -678,7 +627,7 @@ class Heap:
 
 
 class HostND:
-    """NDStrided's layouts in a Heap: `view` is a never-allocated DeviceArray at the heap address."""
+    """GuardedArray's layouts in a Heap: `view` is a never-allocated DeviceArray at the heap address."""
 
     def __init__(self, heap, values, dtype, order="row", offset=0, pad=0, perm=None, gap=0, expand=()):
         *bshape, rows, cols = values.shape

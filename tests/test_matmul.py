@@ -22,7 +22,7 @@ from hgemm_rt import DeviceArray, planner, problem, tuning
 from hgemm_rt.api import call_cache_key
 from hgemm_rt.dtypes import ITEMSIZE, STORAGE, storage_to_f64
 from hgemm_rt.errors import UnknownKernelError, ValidationError
-from hgemm_rt.testing import error_floor, stored_and_exact
+from hgemm_rt.testing import GuardedArray, download, error_floor
 from kernel_cases import load_manifest_or_none
 from interop import OnlyDlpack
 
@@ -378,48 +378,6 @@ def test_autotune_cache_roundtrip_and_corruption_is_never_trusted(tmp_path, monk
 # GPU helpers: operands as strided views inside NaN-filled buffers
 # ---------------------------------------------------------------------------------------------------
 
-class Strided:
-    """rows x cols values placed in a NaN-filled device buffer at `offset` elements with the strides
-    of `order` (row / col / gen: neither stride 1) and `pad` extra elements per leading dimension."""
-
-    def __init__(self, values, dtype, order, offset, pad):
-        rows, cols = values.shape
-        if order == "row":
-            rs, cs = cols + pad, 1
-        elif order == "col":
-            rs, cs = 1, rows + pad
-        else:
-            rs, cs = 2 * cols + pad, 2
-        n = offset + (rows - 1) * rs + (cols - 1) * cs + 1 + 8
-        self.dtype, self.rows, self.cols, self.rs, self.cs, self.offset = dtype, rows, cols, rs, cs, offset
-        store, self.exact = stored_and_exact(values, dtype)
-        self.host = np.full(n, np.nan, np.float32).astype(STORAGE[dtype]) if dtype != "bf16" \
-            else np.full(n, 0x7FC1, np.uint16)  # NaN bit patterns around (and under) the view
-        idx = offset + np.arange(rows)[:, None] * rs + np.arange(cols)[None, :] * cs
-        self.host[idx] = store
-        self.buf = DeviceArray.empty((n,), dtype)
-        self.buf.copy_from_host(self.host)
-        isz = ITEMSIZE[dtype]
-        self.view = DeviceArray(self.buf.ptr + offset * isz, (rows, cols), dtype, (rs * isz, cs * isz),
-                                owner=self.buf)
-        self._idx = idx
-
-    def read(self):
-        return storage_to_f64(_download(self.buf, self.host)[self._idx], self.dtype)
-
-    def outside_untouched(self):
-        now = _download(self.buf, self.host)
-        mask = np.ones(now.shape, bool)
-        mask[self._idx] = False
-        return np.array_equal(now[mask].view(np.uint8), self.host[mask].view(np.uint8))
-
-
-def _download(buf, like):
-    """buf's bytes in an array like `like`, once the GPU's queued work is done."""
-    hg.get_device().synchronize()
-    return buf.to_host(np.empty_like(like))
-
-
 def _bound(dtype, acc, K):
     return error_floor(dtype, acc, dtype, K)
 
@@ -431,10 +389,10 @@ def _rel(got, ref):
 
 
 def _case(M, N, K, dtype, orders, offsets, pads, alpha, beta, acc, rng, out_given=True):
-    a = Strided(rng.standard_normal((M, K)), dtype, orders[0], offsets[0], pads[0])
-    b = Strided(rng.standard_normal((K, N)), dtype, orders[1], offsets[1], pads[1])
+    a = GuardedArray(rng.standard_normal((M, K)), dtype, orders[0], offsets[0], pads[0])
+    b = GuardedArray(rng.standard_normal((K, N)), dtype, orders[1], offsets[1], pads[1])
     c0 = rng.standard_normal((M, N)) if beta else np.full((M, N), np.nan)
-    c = Strided(c0, dtype, orders[2], offsets[2], pads[2]) if out_given else None
+    c = GuardedArray(c0, dtype, orders[2], offsets[2], pads[2]) if out_given else None
     ref = alpha * (a.exact @ b.exact) + (beta * c.exact if (beta and c is not None) else 0.0)
     res = hg.matmul(a.view, b.view, c.view if c else None, alpha=alpha, beta=beta if c else 0.0, accumulate=acc)
     hg.get_device().synchronize()
@@ -444,7 +402,7 @@ def _case(M, N, K, dtype, orders, offsets, pads, alpha, beta, acc, rng, out_give
         got = c.read()
     else:
         assert isinstance(res, DeviceArray) and res.shape == (M, N) and res.is_c_contiguous
-        got = storage_to_f64(_download(res, np.empty((M, N), STORAGE[dtype])), dtype)
+        got = storage_to_f64(download(res, np.empty((M, N), STORAGE[dtype])), dtype)
     return _rel(got, ref), _bound(dtype, acc or problem.ACCUMULATE[dtype][0], K)
 
 
@@ -489,9 +447,9 @@ def test_every_route_is_correct(dtype, M, N, K, orders, offsets, rng):
 
     dev = hg.get_device()
     manifest = hg.get_registry().manifest
-    a = Strided(rng.standard_normal((M, K)), dtype, orders[0], offsets[0], 0)
-    b = Strided(rng.standard_normal((K, N)), dtype, orders[1], offsets[1], 0)
-    c = Strided(rng.standard_normal((M, N)), dtype, orders[2], offsets[2], 0)
+    a = GuardedArray(rng.standard_normal((M, K)), dtype, orders[0], offsets[0], 0)
+    b = GuardedArray(rng.standard_normal((K, N)), dtype, orders[1], offsets[1], 0)
+    c = GuardedArray(rng.standard_normal((M, N)), dtype, orders[2], offsets[2], 0)
     ref = 0.5 * (a.exact @ b.exact) + 2.0 * c.exact
     tested, bad = 0, []
     for alpha, beta, want in ((1.0, 0.0, a.exact @ b.exact), (0.5, 2.0, ref)):
