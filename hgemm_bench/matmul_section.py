@@ -12,6 +12,7 @@ Sections (matmul_table declares their rows, baseline and target):
           cuBLAS, but it lowers both against that reference)
   torch   hg.matmul(x, w.t()) against torch.matmul(x, w.t()) on the same torch tensors (w an (N, K)
           weight, as nn.Linear presents it): GPU time and wall time per call
+  batched the same on 3-D torch tensors: attention's Q.K^T and P.V, and batches of mid-size GEMMs
   host    wall time per call of a 64^3 matmul per input kind (DeviceArray, torch, CuPy, a Matmul
           object, CUDA-graph replay) beside torch/CuPy's own matmul, and one repeat call split into
           its parts
@@ -137,7 +138,7 @@ def wall_us(fn: Callable[[], Any], sync: Callable[[], Any]) -> float:
 
 
 def tflops(shape: Shape, us: float | None) -> float | None:
-    return 2.0 * shape.M * shape.N * shape.K / (us * 1e-6) / 1e12 if us else None
+    return 2.0 * shape.batch * shape.M * shape.N * shape.K / (us * 1e-6) / 1e12 if us else None
 
 
 def ratio(baseline_us: float | None, ours_us: float | None) -> float | None:
@@ -350,11 +351,14 @@ def gbps(shape: Shape, us: float | None) -> float | None:
 
 # -- against torch.matmul -----------------------------------------------------------------------------
 
-def torch_operand(torch: Any, rng: np.random.Generator, rows: int, cols: int, order: str, dtype: str) -> Any:
-    """A rows x cols N(0, 1) CUDA tensor; column-major is the transpose of a cols x rows tensor (w.t())."""
+def torch_operand(torch: Any, rng: np.random.Generator, rows: int, cols: int, order: str, dtype: str,
+                  batch: int = 1) -> Any:
+    """A rows x cols N(0, 1) CUDA tensor (batch > 1: `batch` of them, 3-D); column-major is the
+    transpose of a cols x rows tensor (w.t(), or k.transpose(-1, -2) as attention takes K^T)."""
     shape = (rows, cols) if order == "row" else (cols, rows)
+    shape = shape if batch == 1 else (batch, *shape)
     t = torch.from_numpy(rng.standard_normal(shape, dtype=np.float32)).to("cuda", getattr(torch, TORCH_DTYPES[dtype]))
-    return t if order == "row" else t.t()
+    return t if order == "row" else t.transpose(-1, -2)
 
 
 def torch_rel_error(c: Any, ref: Any) -> float | None:
@@ -367,10 +371,10 @@ def torch_rel_error(c: Any, ref: Any) -> float | None:
 def measure_vs_torch(section: str, shape: Shape, run: Run) -> list[dict]:
     torch = framework("torch")[0]
     M, N, K, dtype = shape.M, shape.N, shape.K, shape.dtype
-    x = torch_operand(torch, run.rng, M, K, shape.a_order, dtype)
-    w = torch_operand(torch, run.rng, K, N, shape.b_order, dtype)
+    x = torch_operand(torch, run.rng, M, K, shape.a_order, dtype, shape.batch)
+    w = torch_operand(torch, run.rng, K, N, shape.b_order, dtype, shape.batch)
     ref = x.double() @ w.double()
-    c = torch.full((M, N), float("nan"), dtype=x.dtype, device=x.device)  # an element left unwritten fails
+    c = torch.full(tuple(ref.shape), float("nan"), dtype=x.dtype, device=x.device)  # an element left unwritten fails
     hg.matmul(x, w, out=c)
     err = torch_rel_error(c, ref)
     torch_err = torch_rel_error(torch.matmul(x, w), ref)
@@ -379,7 +383,7 @@ def measure_vs_torch(section: str, shape: Shape, run: Run) -> list[dict]:
     stream = torch.cuda.current_stream().cuda_stream  # where both run: the events and flushes go there too
     gpu = [run.gpu_us(f, stream) for f in (ours, theirs)]
     wall = [wall_us(f, torch.cuda.synchronize) for f in (ours, theirs)]
-    return [{"section": section, "M": M, "N": N, "K": K, "dtype": dtype, "a_order": shape.a_order,
+    return [{"section": section, "M": M, "N": N, "K": K, "batch": shape.batch, "dtype": dtype, "a_order": shape.a_order,
              "b_order": shape.b_order, "route": hg.explain(x, w), "hg_gpu_us": gpu[0], "torch_gpu_us": gpu[1],
              "gpu_ratio": ratio(gpu[1], gpu[0]), "hg_tflops": tflops(shape, gpu[0]),
              "torch_tflops": tflops(shape, gpu[1]), "hg_wall_us": wall[0], "torch_wall_us": wall[1],
@@ -546,7 +550,9 @@ def fmt_err(r: dict) -> str:
 
 
 def shape_cell(r: dict) -> str:
-    return f"{r['M']}x{r['N']}x{r['K']} {r['dtype']} A {r['a_order']} B {r['b_order']}"
+    mnk = f"{r['M']}x{r['N']}x{r['K']}"
+    batch = r.get("batch", 1)
+    return f"{mnk if batch == 1 else f'{batch}x({mnk})'} {r['dtype']} A {r['a_order']} B {r['b_order']}"
 
 
 def tried_cell(r: dict) -> str:

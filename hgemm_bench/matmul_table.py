@@ -16,10 +16,12 @@ class Shape:
     dtype: str = "f16"
     a_order: str = "row"
     b_order: str = "row"
+    batch: int = 1  # matrices of this shape, (batch, M, K) @ (batch, K, N) (the torch sections only)
 
     @property
     def label(self) -> str:
-        return f"{self.M}x{self.N}x{self.K}"
+        mnk = f"{self.M}x{self.N}x{self.K}"
+        return mnk if self.batch == 1 else f"{self.batch}x({mnk})"
 
 
 def cube(s: int, dtype: str = "f16", a_order: str = "row", b_order: str = "row") -> Shape:
@@ -98,6 +100,11 @@ SECTIONS: dict[str, Section] = {
                       tuple(Shape(m, n, k, dt, b_order=b) for dt, b in (("f16", "col"), ("bf16", "col"), ("f16", "row"))
                             for n, k in DECODE_LAYERS + ((VOCAB,) if (dt, b) == ("f16", "col") else ())
                             for m in (1, 16)), bandwidth=True),
+    "batched": Section("batched: attention (batch x heads = 64 and 256: Q.K^T with K^T a transposed view, then P.V) "
+                       "and 32 mid-size GEMMs, hg.matmul vs torch.matmul on the same 3-D torch tensors", "torch",
+                       tuple(Shape(s, s, d, "f16", b_order="col", batch=bh) for bh in (64, 256) for s, d in ((512, 64), (2048, 128)))
+                       + tuple(Shape(s, d, s, "f16", batch=bh) for bh in (64, 256) for s, d in ((512, 64), (2048, 128)))
+                       + (Shape(1024, 1024, 1024, "f16", batch=32), Shape(1024, 1024, 1024, "bf16", batch=32))),
     "host": Section("host cost per call of a 64^3 fp16 matmul, back to back, per input kind", "host", (cube(64),),
                     calls=HOST_CALLS),
 }
