@@ -54,7 +54,7 @@ from .device import get_device, stream_handle
 from .errors import DriverError, ValidationError
 from .executor import Execution
 from .launcher import CONTEXT_ERRORS, ArrayRef, LaunchGraph
-from .memory import DeviceArray, byte_extent
+from .memory import DeviceArray, byte_extent, c_strides
 from .operands import Operand
 from .problem import ACCUMULATE, ITEMSIZE, KERNEL_LEVELS, MAX_GRID_BATCH, Problem, Recipe, View, batch_align, \
     ptr_alignment
@@ -126,7 +126,7 @@ def validate_call(a: Any, b: Any, out: Any, alpha: Any, beta: Any, accumulate: s
         raise ValidationError(f"matmul: batch dimensions must be >= 1, got the batch shape {batch_shape}")
     batch, bstrides = (), ((), (), ())
     if batch_shape:
-        if _count(B.shape[:-2]) == 1 and all(op is None or _folds(op) for op in (A, C)):
+        if math.prod(B.shape[:-2]) == 1 and all(op is None or _folds(op) for op in (A, C)):
             # (..., M, K) @ (K, N) as torch.matmul broadcasts a 2-D B: the batch folds into rows
             for op in (A, C):
                 if op is not None:
@@ -178,13 +178,6 @@ def validate_call(a: Any, b: Any, out: Any, alpha: Any, beta: Any, accumulate: s
                 batch=batch, bstrides=bstrides)
 
 
-def _count(shape: tuple) -> int:
-    n = 1
-    for x in shape:
-        n *= x
-    return n
-
-
 def _broadcast_batch(A: Operand, B: Operand) -> tuple[int, ...]:
     """The batch shape of A @ B by torch.matmul's (numpy's) rules: the batch dimensions (all but the
     last two) aligned from the right, each pair equal or one of them 1 (or missing)."""
@@ -220,11 +213,7 @@ def _squeeze(op: Operand) -> None:
 def _element_strides(op: Operand) -> tuple[int, ...]:
     """The operand's strides in elements (a host array's: those of the dense copy it is uploaded as)."""
     if op.host is not None:
-        out, acc = [], 1
-        for n in reversed(op.shape):
-            out.append(acc)
-            acc *= n
-        return tuple(reversed(out))
+        return c_strides(op.shape, 1)
     return tuple(s // op.itemsize for s in op.strides)
 
 
@@ -239,7 +228,7 @@ def _batch_levels(result_shape: tuple[int, ...], A: Operand, B: Operand, C: Oper
     nb = len(batch_shape)
     per_op = []
     for op, shape in ((A, A.shape), (B, B.shape), (C, result_shape)):
-        strides = _element_strides(op) if op is not None else _dense(result_shape)
+        strides = _element_strides(op) if op is not None else c_strides(result_shape, 1)
         lead = nb - (len(shape) - 2)
         per_op.append([0 if d < lead or shape[d - lead] == 1 else strides[d - lead] for d in range(nb)])
     levels: list[tuple[int, tuple[int, ...]]] = []
@@ -269,26 +258,13 @@ def _batch_levels(result_shape: tuple[int, ...], A: Operand, B: Operand, C: Oper
     return counts, tuple(tuple(st[k] for _, st in ordered) for k in range(3))
 
 
-def _dense(shape: tuple[int, ...]) -> tuple[int, ...]:
-    out, acc = [], 1
-    for n in reversed(shape):
-        out.append(acc)
-        acc *= n
-    return tuple(reversed(out))
-
-
 def _fold_rows(op: Operand) -> None:
-    """View an (..., M, K) operand as (prod(...) * M) x K in place, where its strides allow that without a
-    copy (a host array is copied anyway)."""
+    """View an (..., M, K) operand that _folds() as (prod(...) * M) x K in place (a host array is copied
+    dense anyway)."""
     *lead, cols = op.shape
-    rows = 1
-    for n in lead:
-        rows *= n
+    rows = math.prod(lead)
     if op.host is None:
         dims = [(n, s) for n, s in zip(lead, op.strides[:-1]) if n > 1]
-        if any(outer[1] != inner[1] * inner[0] for outer, inner in zip(dims, dims[1:])):
-            raise ValidationError(f"matmul: {op.what}'s batch dimensions (shape {op.shape}, byte strides "
-                                  f"{op.strides}) do not fold into rows without a copy")
         rs = dims[-1][1] if dims else cols * op.itemsize
         op.shape, op.strides = (rows, cols), (rs, op.strides[-1])
     else:

@@ -14,6 +14,7 @@ levels (Recipe.loop) runs every step once per loop index, each view's pointer mo
 from __future__ import annotations
 
 import itertools
+import math
 import struct
 import threading
 from collections import OrderedDict
@@ -164,9 +165,7 @@ class Execution:
         if self.temps:
             dev.synchronize()
         self.steps = [_Step(manifest, step, dev, recipe) for step in recipe.steps]
-        self.parts = 1  # launches of every step: one per index of the loop levels
-        for n in recipe.loop:
-            self.parts *= n
+        self.parts = math.prod(recipe.loop)  # launches of every step: one per index of the loop levels
         self._packed: OrderedDict = OrderedDict()
         self._packers_by_scalars: dict = {}
         self._lock = threading.Lock()

@@ -40,7 +40,7 @@ class DeviceArray:
         self.shape = tuple(int(s) for s in shape)
         self.dtype = dtype
         self.itemsize = ITEMSIZE[dtype]
-        self.strides = tuple(strides) if strides is not None else _c_strides(self.shape, self.itemsize)
+        self.strides = tuple(strides) if strides is not None else c_strides(self.shape, self.itemsize)
         self.device = device
         self.readonly = readonly
         self._owner = owner  # foreign object (or DLPack capsule) kept alive for a view
@@ -95,7 +95,7 @@ class DeviceArray:
 
     @property
     def is_c_contiguous(self) -> bool:
-        return self.size <= 1 or self.strides == _c_strides(self.shape, self.itemsize)
+        return self.size <= 1 or self.strides == c_strides(self.shape, self.itemsize)
 
     @property
     def T(self) -> "DeviceArray":
@@ -265,7 +265,8 @@ class DeviceArray:
         return f"<DeviceArray {self.dtype}{list(self.shape)} at 0x{self.ptr:x}{state}>"
 
 
-def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+def c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    """The strides of a C-contiguous array of `shape`, in units of `itemsize` bytes (1: in elements)."""
     strides, acc = [], itemsize
     for s in reversed(shape):
         strides.append(acc)

@@ -16,6 +16,7 @@ Vocabulary of the matmul stack, one word per thing:
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
@@ -122,10 +123,7 @@ class Problem:
     @property
     def batch_count(self) -> int:
         """Matrices in the batch (1 unbatched)."""
-        n = 1
-        for x in self.batch:
-            n *= x
-        return n
+        return math.prod(self.batch)
 
     @property
     def kernel_batch(self) -> tuple[int, int]:
