@@ -496,3 +496,24 @@ def download(array, like: np.ndarray) -> np.ndarray:
 
     get_device().synchronize()
     return array.to_host(np.empty_like(like))
+
+
+def each_route(prob, dtype: str, a: GuardedArray, b: GuardedArray, c: GuardedArray, alpha: float, beta: float):
+    """Every recipe the planner ranks for `prob`, forced once on a, b, c (C set back to its initial values
+    before each): yields (recipe, C's view as float64) with the GPU idle, C's surroundings as left."""
+    from . import planner
+    from .device import get_device
+    from .executor import Execution
+    from .registry import get_registry
+
+    dev = get_device()
+    manifest = get_registry().manifest
+    for _est, plan in planner.ranked_recipes(prob, manifest, dev.info.cc, dev.info.sm_count):
+        c.buf.copy_from_host(c.host)
+        ex = Execution(plan, dtype, 0, manifest)
+        try:
+            ex.run((a.view.ptr, b.view.ptr, c.view.ptr), alpha, beta, 0)
+            dev.synchronize()
+        finally:
+            ex.close()
+        yield plan, c.read()

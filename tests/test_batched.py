@@ -27,7 +27,7 @@ from hgemm_rt.dtypes import ITEMSIZE, STORAGE, storage_to_f64
 from hgemm_rt.errors import ManifestError, ValidationError
 from hgemm_rt.launcher import ParamPacker
 from hgemm_rt.manifest import kernel_spec_from_dict
-from hgemm_rt.testing import GuardedArray, download, error_floor, stored_and_exact
+from hgemm_rt.testing import GuardedArray, download, each_route, error_floor, stored_and_exact
 from kernel_cases import load_manifest_or_none
 
 MANIFEST = load_manifest_or_none()
@@ -472,10 +472,6 @@ def test_more_matrices_than_grid_z_holds(rng):
 def test_every_batched_route_is_correct(dtype, M, N, K, layouts, rng):
     """Every recipe the planner ranks for a batch of 3 (and a 2 x 2 one with B broadcast along a level),
     forced once, against float64; C's surroundings untouched."""
-    from hgemm_rt.executor import Execution
-
-    dev = hg.get_device()
-    manifest = hg.get_registry().manifest
     tested, bad = 0, []
     for sa, sb, sc in (((3, M, K), (3, K, N), (3, M, N)), ((2, 2, M, K), (2, 1, K, N), (2, 2, M, N))):
         a = GuardedArray(rng.standard_normal(sa), dtype, layouts[0], gap=5)
@@ -486,13 +482,8 @@ def test_every_batched_route_is_correct(dtype, M, N, K, layouts, rng):
             call = api.validate_call(a.view, b.view, c.view, alpha, beta, None, "auto", None)
             prob = api.problem_of(call)
             assert prob.batched
-            for _, plan in planner.ranked_recipes(prob, manifest, dev.info.cc, dev.info.sm_count):
-                c.buf.copy_from_host(c.host)  # C back to its initial values
-                ex = Execution(plan, dtype, 0, manifest)
-                ex.run((a.view.ptr, b.view.ptr, c.view.ptr), alpha, beta, 0)
-                dev.synchronize()
-                ex.close()
-                err, bound = _rel(c.read(), want), _bound(dtype, K, prob.acc)
+            for plan, got in each_route(prob, dtype, a, b, c, alpha, beta):
+                err, bound = _rel(got, want), _bound(dtype, K, prob.acc)
                 tested += 1
                 if not err <= bound or not c.outside_untouched():
                     bad.append(f"{sa} {planner.describe(plan)}: {err:.2e} > {bound:.2e}")

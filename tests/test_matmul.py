@@ -22,7 +22,7 @@ from hgemm_rt import DeviceArray, planner, problem, tuning
 from hgemm_rt.api import call_cache_key
 from hgemm_rt.dtypes import ITEMSIZE, STORAGE, storage_to_f64
 from hgemm_rt.errors import UnknownKernelError, ValidationError
-from hgemm_rt.testing import GuardedArray, download, error_floor
+from hgemm_rt.testing import GuardedArray, download, each_route, error_floor
 from kernel_cases import load_manifest_or_none
 from interop import OnlyDlpack
 
@@ -443,10 +443,6 @@ ROUTE_CASES = [
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype,M,N,K,orders,offsets", ROUTE_CASES)
 def test_every_route_is_correct(dtype, M, N, K, orders, offsets, rng):
-    from hgemm_rt.executor import Execution
-
-    dev = hg.get_device()
-    manifest = hg.get_registry().manifest
     a = GuardedArray(rng.standard_normal((M, K)), dtype, orders[0], offsets[0], 0)
     b = GuardedArray(rng.standard_normal((K, N)), dtype, orders[1], offsets[1], 0)
     c = GuardedArray(rng.standard_normal((M, N)), dtype, orders[2], offsets[2], 0)
@@ -455,13 +451,8 @@ def test_every_route_is_correct(dtype, M, N, K, orders, offsets, rng):
     for alpha, beta, want in ((1.0, 0.0, a.exact @ b.exact), (0.5, 2.0, ref)):
         prob = problem.problem_of_arrays(a.view, b.view, c.view,
                                          "f16" if dtype == "f16" else problem.ACCUMULATE[dtype][-1], alpha, beta)
-        for est, plan in planner.ranked_recipes(prob, manifest, dev.info.cc, dev.info.sm_count):
-            c.buf.copy_from_host(c.host)  # C back to its initial values
-            ex = Execution(plan, dtype, 0, manifest)
-            ex.run((a.view.ptr, b.view.ptr, c.view.ptr), alpha, beta, 0)
-            dev.synchronize()
-            ex.close()
-            err, bound = _rel(c.read(), want), _bound(dtype, prob.acc, K)
+        for plan, got in each_route(prob, dtype, a, b, c, alpha, beta):
+            err, bound = _rel(got, want), _bound(dtype, prob.acc, K)
             tested += 1
             if not err <= bound or not c.outside_untouched():
                 bad.append(f"{plan.route}: {err:.2e} > {bound:.2e}")
