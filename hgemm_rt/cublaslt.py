@@ -335,33 +335,28 @@ def release() -> None:
     """Destroy every plan, free the workspaces (once their devices are idle) and destroy the handles.
     The next call starts afresh. Errors are raised after everything was attempted."""
     errors: list[BaseException] = []
+
+    def attempt(fn: Any) -> None:  # go on after a failure: every resource gets its chance
+        try:
+            fn()
+        except Exception as exc:
+            errors.append(exc)
+
     with _lock:
         plans = list(_plans.values())
         _plans.clear()
         for plan in plans:
-            try:
-                plan.destroy()
-            except Exception as exc:
-                errors.append(exc)
+            attempt(plan.destroy)
         spaces = list(_workspaces.items())
         _workspaces.clear()
         for device in sorted({d for (d, _), _ws in spaces}):
-            try:
-                get_device(device).synchronize()  # no queued matmul still uses a workspace
-            except Exception as exc:
-                errors.append(exc)
+            attempt(lambda d=device: get_device(d).synchronize())  # no queued matmul still uses a workspace
         for _key, ws in spaces:
-            try:
-                ws.close()
-            except Exception as exc:
-                errors.append(exc)
+            attempt(ws.close)
         hs = list(_handles.values())
         _handles.clear()
         for h in hs:
-            try:
-                _call("destroy", _lt().destroy, h)
-            except Exception as exc:
-                errors.append(exc)
+            attempt(lambda h=h: _call("destroy", _lt().destroy, h))
     if errors:
         raise errors[0]
 
