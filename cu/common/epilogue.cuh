@@ -1,0 +1,84 @@
+// The fused epilogue of the util GEMMs (hgemm_rt.matmul's bias=, activation=, scale=, beta=), applied
+// to the fp32 accumulator before the final rounding. One truth for the encoding: hgemm_rt/epilogue.py
+// writes the same bits.
+//
+//   y = scale * act(alpha * acc + bias) + beta * C_old
+//   SwiGLU (kSwiGLU): the GEMM's columns [0, N) are the gate and [N, 2N) the up projection of output
+//   column n: y = scale * silu(alpha * acc[n] + bias[n]) * (alpha * acc[N + n] + bias[N + n]) + beta * C_old
+//
+// Kernel parameters (cu/CONTRACT.md): "ptr:bias" (output dtype, 0 without bias), "i32:bias_stride" (elements
+// between consecutive bias values), "i32:epi" (the bits below), "i32:scale_bits" (fp32 bit pattern).
+// beta == 0 never reads C (BLAS convention: it may hold NaN).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cstdint>
+
+#include "pack.cuh"
+
+namespace hge {
+
+// i32:epi bits
+constexpr int kBiasMask = 3;       // bits 0-1: bias per ...
+constexpr int kBiasCol = 1;        //   output column: bias[n * bias_stride] (nn.Linear's bias)
+constexpr int kBiasRow = 2;        //   output row: bias[m * bias_stride]
+constexpr int kActShift = 4;       // bits 4-7: activation
+constexpr int kActMask = 15 << kActShift;
+constexpr int kActNone = 0, kActRelu = 1, kActGelu = 2, kActGeluTanh = 3, kActSilu = 4;
+constexpr int kSwiGLU = 1 << 8;    // bit 8: gate/up pairs (only kernels that declare it)
+
+__device__ __forceinline__ float gelu_erf(float x) { return 0.5f * x * (1.f + erff(x * 0.70710678118654752f)); }
+__device__ __forceinline__ float gelu_tanh(float x) {
+  const float u = 0.79788456080286536f * (x + 0.044715f * x * x * x);  // sqrt(2/pi) (x + 0.044715 x^3)
+  return 0.5f * x * (1.f + tanhf(u));
+}
+__device__ __forceinline__ float silu(float x) { return x / (1.f + __expf(-x)); }
+
+__device__ __forceinline__ float activate(int act, float x) {
+  switch (act) {
+    case kActRelu: return fmaxf(x, 0.f);
+    case kActGelu: return gelu_erf(x);
+    case kActGeluTanh: return gelu_tanh(x);
+    case kActSilu: return silu(x);
+    default: return x;
+  }
+}
+
+// The epilogue's run-time parameters, unpacked once per kernel.
+template <typename T>
+struct Epilogue {
+  float alpha, beta, scale;
+  const T* bias;
+  int bias_stride;
+  int flags;
+
+  __device__ __forceinline__ Epilogue(int alpha_bits, int beta_bits, const T* bias_, int bias_stride_, int epi,
+                                      int scale_bits)
+      : alpha(__int_as_float(alpha_bits)), beta(__int_as_float(beta_bits)), scale(__int_as_float(scale_bits)),
+        bias(bias_), bias_stride(bias_stride_), flags(epi) {}
+
+  // Only alpha (and beta): no bias, no activation, scale 1 (the loops may skip the per-element work).
+  __device__ __forceinline__ bool linear() const { return flags == 0 && scale == 1.f; }
+  __device__ __forceinline__ bool swiglu() const { return (flags & kSwiGLU) != 0; }
+
+  __device__ __forceinline__ float bias_at(int row, int col) const {
+    const int mode = flags & kBiasMask;
+    if (mode == 0) return 0.f;
+    const long long i = static_cast<long long>(mode == kBiasCol ? col : row) * bias_stride;
+    return hg::to_f32(bias[i]);
+  }
+  // scale * act(alpha * acc + bias): the value before beta * C_old is added.
+  __device__ __forceinline__ float value(float acc, int row, int col) const {
+    if (linear()) return alpha * acc;
+    const float x = alpha * acc + bias_at(row, col);
+    return scale * activate((flags & kActMask) >> kActShift, x);
+  }
+  // SwiGLU output column `col` of `n_out`: gate accumulator g (GEMM column col), up u (column n_out + col).
+  __device__ __forceinline__ float value_swiglu(float g, float u, int row, int col, int n_out) const {
+    const float x = alpha * g + bias_at(row, col);
+    const float y = alpha * u + bias_at(row, n_out + col);
+    return scale * silu(x) * y;
+  }
+};
+
+}  // namespace hge
