@@ -1,0 +1,356 @@
+// The persistent Hopper GEMM of the hgemm_sm90 family (cu/hgemm_sm90.cu, whose banner gives the design
+// and its reasons), shared so that other families can instantiate it: the knobs and the rungs of the
+// ladder, Config (shared-memory layout), TileSched (tile order), the epilogues and sm90_gemm (producer +
+// consumer warpgroups). A family declares its symbols with a rung: sm90_gemm<Config<Rung>>(...).
+#pragma once
+#include <cuda.h>  // CUtensorMap (128-byte, 64-byte aligned opaque struct)
+#include <type_traits>
+#include "sm90.cuh"
+
+namespace hg90g {
+
+using hg90::smem_u32;
+
+constexpr int BM = 128;
+constexpr int BN = 256;
+constexpr int BK = 64;
+constexpr int kThreads = 384;
+constexpr int kConsumers = 2;          // consumer warpgroups
+constexpr int kWgRows = BM / kConsumers;  // 64 rows of the tile per consumer = one wgmma M
+constexpr int kProducerRegs = 40;      // the producer needs a handful of registers ...
+constexpr int kConsumerRegs = 232;     // ... so the consumers get 128 accumulators + addressing
+static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 65536, "register file over-subscribed");
+static_assert(BK * 2 == 128, "BK must span exactly one 128-byte swizzle row");
+static_assert(kWgRows == 64, "one wgmma m64 per consumer warpgroup");
+static_assert(kThreads == 128 * (1 + kConsumers), "one producer warpgroup and kConsumers consumer warpgroups");
+
+// Rows of M (in elements) covered by one group of the grouped tile order: consecutive tile indices
+// walk down a 2048-row strip before moving to the next 256-column strip, so the ~132 tiles in
+// flight share A rows and B columns in L2.
+constexpr int kGroupRows = 2048;
+
+// One kernel's compile-time shape. Both consumers work on the same 128 x 256 tile (rows 0-63 and
+// 64-127, "cooperative") and read the same B stage, so a stage is 128 + 256 rows of 64 K: 48 KB of
+// TMA fill per 4.2 MFLOP, and 2 x 4 x (2 + 8) KB of wgmma operand reads from shared memory. That is
+// the least shared-memory traffic per flop that fp32 accumulators allow (one m64n256k16 per
+// warpgroup and k16), which matters because the chip runs at its power cap from 4096^3 up.
+// Not ping-pong (each consumer owning whole 64 x 256 tiles): that needs 1.7x the smem fill per flop and
+// ran slower. Nor consumers staggered by 1-2 k-blocks so that each one's epilogue overlaps the other's
+// wgmma: the tile-boundary bubble is not where the time goes (docs/tuning_log.md, "hgemm_sm90").
+//
+// A kernel's knobs, with the values of the plainest one (hgemm_sm90_wgmma_tma_ws_tn). A kernel is a
+// struct deriving from the one it extends and naming the knobs it changes; Nn<>, Bf16<> and Stages<>
+// below are the layout, dtype and stage-count axes.
+struct Knobs {
+  using T = __half;                      // input and output dtype (__half or __nv_bfloat16)
+  static constexpr bool kAT = false;     // A column-major: BM/64 boxes of 64 K rows x 64 M columns
+  static constexpr bool kNN = false;     // B K x N row-major (else N x K: TN)
+  static constexpr int kStages = 4;      // TMA ring stages
+  static constexpr int kClusterM = 1;    // CTAs per cluster along M, sharing (multicasting) B
+  static constexpr bool kPersistent = false;  // persistent grid walking tiles, else one tile per CTA
+  static constexpr bool kTmaStore = false;    // stmatrix + TMA-store epilogue, else direct stores
+};
+template <class Rung>
+struct Nn : Rung {
+  static constexpr bool kNN = true;
+};
+template <class Rung>
+struct Bf16 : Rung {
+  using T = __nv_bfloat16;
+};
+template <class Rung, int S>
+struct Stages : Rung {
+  static constexpr int kStages = S;
+};
+
+// The knobs and what derives from them: shared-memory layout and barrier counts.
+template <class Rung>
+struct Config : Rung {
+  using Rung::kStages, Rung::kClusterM, Rung::kPersistent, Rung::kTmaStore;
+  static constexpr int kABytes = BM * BK * 2;                 // 16 KB per stage
+  static constexpr int kBBytes = BN * BK * 2;                 // 32 KB per stage
+  static constexpr int kStageBytes = kABytes + kBBytes;       // TMA bytes each full barrier expects
+  // Output staging for the TMA-store epilogue. With 3 stages the whole 128 x 256 fp16 tile fits
+  // (64 KB); a 4th stage leaves room for half of it only (32 KB), stored in two passes of 128
+  // columns per consumer.
+  static constexpr int kCStageCols = kStages >= 4 ? BN / 2 : BN;
+  static constexpr int kCBytes = kTmaStore ? BM * kCStageCols * 2 : 0;
+  static constexpr int kBarOffset = kStages * kStageBytes + kCBytes;
+  static constexpr int kSmemBytes = kBarOffset + 2 * kStages * 8 + 1024;  // + full[], empty[], slack
+  // Arrivals that free a stage: every consumer that reads it, in every CTA that it is multicast to.
+  static constexpr int kEmptyArrivals = kConsumers * kClusterM;
+  // B rows (TN: N rows of 64 K; NN: 64-column chunks) loaded by this CTA; the peer loads the rest.
+  static constexpr int kBSlice = BN / kClusterM;
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory over the 227 KB per-block limit");
+  static_assert(kStages >= 2, "the TMA ring needs at least two stages");
+  static_assert(kClusterM == 1 || kClusterM == 2, "cluster of 1 or 2 CTAs along M");
+  static_assert(!(kClusterM > 1 && !kPersistent), "clusters only with the persistent schedule");
+};
+
+// Tile order. Persistent: cluster-tile t = clusterId + i * numClusters, grouped along M.
+// Non-persistent ("tiles" grid): one tile, blockIdx.x walks N and blockIdx.y walks M.
+template <int kClusterM, bool kPersistent>
+struct TileSched {
+  int tiles_m, tiles_n, total, next_t, stride;
+  uint32_t rank;
+  __device__ TileSched(int M, int N) {
+    tiles_m = (M + BM * kClusterM - 1) / (BM * kClusterM);
+    tiles_n = (N + BN - 1) / BN;
+    total = tiles_m * tiles_n;
+    rank = kClusterM > 1 ? hg90::cluster_ctarank() : 0;
+    next_t = kPersistent ? static_cast<int>(blockIdx.x) / kClusterM : 0;
+    stride = kPersistent ? static_cast<int>(gridDim.x) / kClusterM : 1;
+    if (!kPersistent) total = 1;
+  }
+  __device__ bool next(int& m0, int& n0) {
+    if (next_t >= total) return false;
+    if (kPersistent) {
+      constexpr int group = kGroupRows / (BM * kClusterM);
+      const int t = next_t;
+      const int per_group = group * tiles_n;
+      const int first_m = (t / per_group) * group;
+      const int gsz = min(tiles_m - first_m, group);
+      const int tm = first_m + (t % per_group) % gsz;
+      const int tn = (t % per_group) / gsz;
+      m0 = (tm * kClusterM + static_cast<int>(rank)) * BM;
+      n0 = tn * BN;
+    } else {
+      m0 = blockIdx.y * BM;
+      n0 = blockIdx.x * BN;
+    }
+    next_t += stride;
+    return true;
+  }
+};
+
+// ---- epilogues: 64 x 256 fp32 accumulators of one consumer warpgroup -> C ----
+// Accumulator layout of wgmma m64nNk16 (per warp w of the warpgroup, lane l): for each 8-column
+// block j, d[4j + 2h + e] is row 16w + 8h + l/4, column 8j + 2(l%4) + e.
+
+// Direct: each thread stores its pairs straight to global memory, guarded; any N.
+template <typename T>
+__device__ __forceinline__ void epilogue_direct(const float (&d)[128], T* C, int M, int N, int row0, int n0) {
+  const int lane = threadIdx.x % 32;
+  const int warp = (threadIdx.x / 32) % 4;
+  const int r = row0 + warp * 16 + lane / 4;
+  const int c0 = n0 + 2 * (lane % 4);
+  const bool pair_ok = (N % 2) == 0;  // 4-byte aligned pair stores need an even row stride
+#pragma unroll
+  for (int j = 0; j < 32; ++j) {
+    const int c = c0 + 8 * j;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = r + 8 * h;
+      if (row < M) {
+        T* p = C + static_cast<size_t>(row) * N + c;
+        const uint32_t v = hg90::pack2<T>(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+        if (pair_ok && c + 1 < N) {
+          *reinterpret_cast<uint32_t*>(p) = v;
+        } else {
+          const T* e = reinterpret_cast<const T*>(&v);
+          if (c < N) p[0] = e[0];
+          if (c + 1 < N) p[1] = e[1];
+        }
+      }
+    }
+  }
+}
+
+// TMA store: stmatrix the tile (as fp16) into a 128B-swizzled staging buffer laid out as 64-row x
+// 64-column boxes (the swizzle makes the 8 rows of each 8x8 matrix hit 8 different 16-byte bank
+// groups: conflict-free), then one thread issues the bulk tensor stores. The store runs
+// asynchronously while this warpgroup starts the next tile; the buffer is reused only after the
+// previous store has finished reading it. kCols < BN stages the tile in BN / kCols passes.
+template <typename T, int kCols>
+__device__ __forceinline__ void epilogue_tma(const float (&d)[128], const CUtensorMap* tmC, uint8_t* sCw, int wg,
+                                             int row0, int n0) {
+  static_assert(BN % kCols == 0 && kCols % 64 == 0, "passes of whole 64-column boxes");
+  const int tid = threadIdx.x % 128;
+  const int lane = threadIdx.x % 32;
+  const int warp = tid / 32;
+  const uint32_t base = smem_u32(sCw);
+  const int mat = lane / 8;                              // which of the 4 matrices this lane addresses
+  const int row = warp * 16 + (mat & 1) * 8 + lane % 8;  // 0..63; row % 8 == lane % 8
+#pragma unroll
+  for (int pass = 0; pass < BN / kCols; ++pass) {
+    if (tid == 0) hg90::tma_store_wait_read<0>();
+    hg90::named_bar_sync(1 + wg, 128);
+#pragma unroll
+    for (int jj = 0; jj < kCols / 8; jj += 2) {
+      const int j = pass * (kCols / 8) + jj;              // 8-column block of the accumulator
+      const int col = 8 * (jj + (mat >> 1));              // column within this pass, 0..kCols-1
+      const uint32_t addr = base + (col / 64) * (64 * 128) + row * 128 + ((((col % 64) / 8) ^ (row % 8)) << 4);
+      hg90::stmatrix_x4(addr, hg90::pack2<T>(d[4 * j + 0], d[4 * j + 1]),
+                        hg90::pack2<T>(d[4 * j + 2], d[4 * j + 3]), hg90::pack2<T>(d[4 * j + 4], d[4 * j + 5]),
+                        hg90::pack2<T>(d[4 * j + 6], d[4 * j + 7]));
+    }
+    hg90::fence_proxy_async_smem();  // stmatrix writes -> visible to the TMA engine
+    hg90::named_bar_sync(1 + wg, 128);
+    if (tid == 0) {
+#pragma unroll
+      for (int c = 0; c < kCols / 64; ++c)
+        hg90::tma_store_2d(tmC, sCw + c * (64 * 128), n0 + pass * kCols + 64 * c, row0);
+      hg90::tma_store_commit();
+    }
+  }
+}
+
+template <class K, typename CArg>
+__device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensorMap& tmB, const CArg& cArg, int M,
+                                          int N, int K_) {
+  using T = typename K::T;
+  constexpr int kStages = K::kStages;
+  constexpr int kClusterM = K::kClusterM;
+  static_assert(std::is_same_v<CArg, std::conditional_t<K::kTmaStore, CUtensorMap, T*>>,
+                "C is a tensor map for the TMA-store epilogue, a pointer for direct stores");
+  extern __shared__ uint8_t smem_raw[];
+  // 128B-swizzled TMA boxes and wgmma descriptors assume 1024-byte aligned tiles.
+  uint8_t* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
+  uint8_t* sA = smem;
+  uint8_t* sB = smem + kStages * K::kABytes;
+  uint8_t* sC = smem + kStages * K::kStageBytes;
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + K::kBarOffset);
+  uint64_t* empty = full + kStages;
+
+  const int wg = threadIdx.x / 128;
+  if (threadIdx.x == 0) {
+    hg90::prefetch_tmap(&tmA);
+    hg90::prefetch_tmap(&tmB);
+    for (int s = 0; s < kStages; ++s) {
+      hg90::mbar_init(&full[s], 1);  // the local producer's arrive.expect_tx
+      hg90::mbar_init(&empty[s], K::kEmptyArrivals);
+    }
+    hg90::fence_barrier_init();
+  }
+  if (kClusterM > 1)
+    hg90::cluster_sync();
+  else
+    __syncthreads();
+
+  const int nk = (K_ + BK - 1) / BK;
+  TileSched<kClusterM, K::kPersistent> sched(M, N);
+  int m0, n0;
+
+  if (wg == 0) {
+    // ---------------- producer ----------------
+    hg90::setmaxnreg_dec<kProducerRegs>();
+    if (threadIdx.x == 0) {
+      const uint32_t rank = sched.rank;
+      int stage = 0;
+      uint32_t phase = 0;
+      while (sched.next(m0, n0)) {
+        for (int kb = 0; kb < nk; ++kb) {
+          // A fresh barrier counts as having completed the phase before phase 0, so the first pass
+          // over the ring does not block.
+          hg90::mbar_wait(&empty[stage], phase ^ 1);
+          hg90::mbar_arrive_expect_tx(&full[stage], K::kStageBytes);
+          const int k0 = kb * BK;
+          if (!K::kAT) {
+            hg90::tma_load_2d(sA + stage * K::kABytes, &tmA, &full[stage], k0, m0);
+          } else {
+            // A^T is K x M row-major: one 64-column (M) panel per consumer warpgroup, 64 K rows each
+#pragma unroll
+            for (int c = 0; c < BM / 64; ++c)
+              hg90::tma_load_2d(sA + stage * K::kABytes + c * (64 * 128), &tmA, &full[stage], m0 + 64 * c, k0);
+          }
+          uint8_t* b = sB + stage * K::kBBytes;
+          if (!K::kNN) {
+            // TN: B tile = BN rows of N, each 64 K elements (128 B); this CTA's slice of rows.
+            const int r0 = static_cast<int>(rank) * K::kBSlice;
+            if (kClusterM > 1)
+              hg90::tma_load_2d_multicast(b + r0 * 128, &tmB, &full[stage], k0, n0 + r0, (1u << kClusterM) - 1);
+            else
+              hg90::tma_load_2d(b, &tmB, &full[stage], k0, n0);
+          } else {
+            // NN: B tile = BN/64 boxes of 64 K rows x 64 N columns (128 B), one per 64-column chunk.
+#pragma unroll
+            for (int c = 0; c < K::kBSlice / 64; ++c) {
+              const int chunk = static_cast<int>(rank) * (K::kBSlice / 64) + c;
+              if (kClusterM > 1)
+                hg90::tma_load_2d_multicast(b + chunk * (64 * 128), &tmB, &full[stage], n0 + 64 * chunk, k0,
+                                            (1u << kClusterM) - 1);
+              else
+                hg90::tma_load_2d(b + chunk * (64 * 128), &tmB, &full[stage], n0 + 64 * chunk, k0);
+            }
+          }
+          if (++stage == kStages) {
+            stage = 0;
+            phase ^= 1;
+          }
+        }
+      }
+    }
+  } else {
+    // ---------------- consumers ----------------
+    hg90::setmaxnreg_inc<kConsumerRegs>();
+    const int cw = wg - 1;  // consumer index: rows [64 cw, 64 cw + 64) of the tile
+    const int tid = threadIdx.x % 128;
+    float d[128];
+    int stage = 0;
+    uint32_t phase = 0;
+    // Release a stage. Cluster: one thread per CTA of the cluster arrives on that CTA's copy of the
+    // barrier (the peer's producer multicasts into our copy of the stage too), in parallel.
+    auto release = [&](int s) {
+      if (kClusterM > 1) {
+        if (tid < kClusterM) hg90::mbar_arrive_cluster(&empty[s], static_cast<uint32_t>(tid));
+      } else if (tid == 0) {
+        hg90::mbar_arrive(&empty[s]);
+      }
+    };
+    while (sched.next(m0, n0)) {
+      int prev = -1;
+      for (int kb = 0; kb < nk; ++kb) {
+        hg90::mbar_wait(&full[stage], phase);
+        // K-major: this consumer's 64 rows of 128 B; MN-major (kAT): its 64-column panel, the same offset
+        const uint32_t a_base = smem_u32(sA + stage * K::kABytes) + cw * kWgRows * 128;
+        const uint32_t b_base = smem_u32(sB + stage * K::kBBytes);
+        hg90::wgmma_fence();
+        hg90::wgmma_kblock<T, K::kAT, K::kNN, BK>(d, a_base, b_base, kb > 0);
+        hg90::wgmma_commit();
+        // Keep one k-block of MMAs in flight; the one before it is done, so its stage is free.
+        hg90::wgmma_wait<1>();
+        if (prev >= 0) release(prev);
+        prev = stage;
+        if (++stage == kStages) {
+          stage = 0;
+          phase ^= 1;
+        }
+      }
+      hg90::wgmma_wait<0>();
+#pragma unroll
+      for (int i = 0; i < 128; ++i) hg90::fence_regs(d[i]);
+      if (prev >= 0) release(prev);
+      const int row0 = m0 + cw * kWgRows;
+      if constexpr (K::kTmaStore) {
+        epilogue_tma<T, K::kCStageCols>(d, &cArg, sC + cw * (kWgRows * K::kCStageCols * 2), cw, row0, n0);
+      } else {
+        epilogue_direct<T>(d, cArg, M, N, row0, n0);
+      }
+    }
+    if constexpr (K::kTmaStore) {
+      // The staging buffer must stay valid until the last bulk store has read it.
+      if (tid == 0) hg90::tma_store_wait_all<0>();
+    }
+  }
+  // A CTA must not exit while its cluster peer can still arrive on its empty barriers.
+  if (kClusterM > 1) hg90::cluster_sync();
+}
+
+// Kernels, each deriving from the one it extends (the banner of cu/hgemm_sm90.cu lists what each adds).
+struct Ws : Knobs {};  // one 128 x 256 tile per CTA ("tiles" grid), 4 stages, direct stores
+struct Persistent : Ws {  // persistent grid, grouped tile order, TMA-store epilogue
+  static constexpr bool kPersistent = true;
+  static constexpr bool kTmaStore = true;
+};
+struct Cluster2 : Persistent {  // 2-CTA cluster along M, B multicast to both
+  static constexpr int kClusterM = 2;
+};
+// The staging buffer costs the fourth ring stage; this one keeps 4 stages and stores directly.
+struct Cluster2Direct : Cluster2 {
+  static constexpr bool kTmaStore = false;
+};
+struct Acol : Persistent {  // A column-major
+  static constexpr bool kAT = true;
+};
+
+}  // namespace hg90g
