@@ -452,10 +452,11 @@ def host_error(fn: Callable[[], Any], c: Any, ref: np.ndarray, sync: Callable[[]
 
 @functools.lru_cache(maxsize=None)
 def matmul_defaults() -> tuple:
-    """hgemm_rt.matmul's keyword defaults in signature order (alpha, beta, accumulate, kernel, stream):
-    the options part of the key a call made without them is filed under."""
+    """hgemm_rt.matmul's keyword defaults in signature order (alpha, beta, activation, scale, accumulate,
+    kernel, stream; the bias is an operand, keyed apart): the options part of the key a call made without
+    them is filed under."""
     params = inspect.signature(hg.matmul).parameters.values()
-    return tuple(p.default for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY)
+    return tuple(p.default for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name != "bias")
 
 
 def repeat_call_key(a: Any, b: Any, c: Any) -> tuple:

@@ -56,6 +56,7 @@ from .executor import Execution
 from .launcher import CONTEXT_ERRORS, ArrayRef, LaunchGraph
 from .memory import DeviceArray, byte_extent, c_strides
 from .operands import Operand
+from .epilogue import ACTIVATIONS, SWIGLU, Epilogue
 from .problem import ACCUMULATE, ITEMSIZE, KERNEL_LEVELS, MAX_GRID_BATCH, Problem, Recipe, View, batch_align, \
     ptr_alignment
 from .registry import get_registry
@@ -77,7 +78,7 @@ class Call:
     """A validated matmul call: operands, sizes, options, device and stream."""
 
     __slots__ = ("a", "b", "c", "M", "N", "K", "dtype", "acc", "alpha", "beta", "kernel", "device", "stream",
-                 "explicit_stream", "frameworks", "result_shape", "batch", "bstrides")
+                 "explicit_stream", "frameworks", "result_shape", "batch", "bstrides", "bias", "epi")
 
     def __init__(self, **kw: Any):
         for k, v in kw.items():
@@ -87,10 +88,21 @@ class Call:
     def operands(self) -> tuple:
         return (self.a, self.b, self.c)
 
+    @property
+    def inputs(self) -> tuple:
+        """Every array the call reads besides out: A, B and the bias if there is one."""
+        return (self.a, self.b) if self.bias is None else (self.a, self.b, self.bias)
+
+    @property
+    def n_out(self) -> int:
+        """Columns of the result: N, or half of it for SwiGLU (gate | up)."""
+        return self.N // 2 if self.epi is not None and self.epi.swiglu else self.N
+
     def described(self) -> "Call":
         """This call without the arrays it was made with (operands.described): what a cache keeps."""
         kw = {k: getattr(self, k) for k in self.__slots__}
-        kw.update(a=ops.described(self.a), b=ops.described(self.b), c=ops.described(self.c))
+        kw.update(a=ops.described(self.a), b=ops.described(self.b), c=ops.described(self.c),
+                  bias=ops.described(self.bias))
         return Call(**kw)
 
 
@@ -106,11 +118,15 @@ def _self_overlapping(op: Operand) -> bool:
 
 
 def validate_call(a: Any, b: Any, out: Any, alpha: Any, beta: Any, accumulate: str | None, kernel: str,
-                  stream: Any) -> Call:
+                  stream: Any, bias: Any = None, activation: str | None = None, scale: Any = 1.0) -> Call:
     explicit = stream is not None
-    given = stream_handle(stream) if explicit else ops.implied_stream((a, b, out))
+    given = stream_handle(stream) if explicit else ops.implied_stream((a, b, out, bias))
     A, B = ops.describe(a, "A", given), ops.describe(b, "B", given)
     C = ops.describe(out, "out", given) if out is not None else None
+    Bias = ops.describe(bias, "bias", given) if bias is not None else None
+    if activation is not None and activation != SWIGLU and activation not in ACTIVATIONS:
+        raise ValidationError(f"matmul: activation={activation!r} is not one of "
+                              f"{[None, *ACTIVATIONS, SWIGLU]}")
     for op in (A, B):
         if len(op.shape) < 2:
             raise ValidationError(f"matmul: {op.what} must be 2-D, or N-D with batch dimensions, got shape {op.shape}")
@@ -119,7 +135,10 @@ def validate_call(a: Any, b: Any, out: Any, alpha: Any, beta: Any, accumulate: s
         raise ValidationError(f"matmul: A is {M} x {K} but B is {K2} x {N}: inner dimensions differ "
                               f"(shapes {A.shape} and {B.shape})")
     batch_shape = _broadcast_batch(A, B)
-    result_shape = (*batch_shape, M, N)
+    if activation == SWIGLU and N % 2:
+        raise ValidationError(f"matmul: activation='swiglu' takes B's {N} columns as [gate | up] halves: N must be "
+                              "even")
+    result_shape = (*batch_shape, M, N // 2 if activation == SWIGLU else N)
     if C is not None and C.shape != result_shape:
         raise ValidationError(f"matmul: out has shape {C.shape}, the product is {result_shape}")
     if any(n < 1 for n in batch_shape):
@@ -149,7 +168,7 @@ def validate_call(a: Any, b: Any, out: Any, alpha: Any, beta: Any, accumulate: s
         raise ValidationError(f"matmul: M, N, K must be >= 1, got M={M}, N={N}, K={K}")
     if max(M, N, K) > _I32:
         raise ValidationError(f"matmul: dimensions above 2^31-1 are not supported (M={M}, N={N}, K={K})")
-    devices = {op.device for op in (A, B, C) if op is not None and op.device is not None}
+    devices = {op.device for op in (A, B, C, Bias) if op is not None and op.device is not None}
     if len(devices) > 1:
         raise ValidationError(f"matmul: the arrays are on different GPUs {sorted(devices)}: move them to one")
     for op in (A, B, C):
@@ -159,9 +178,13 @@ def validate_call(a: Any, b: Any, out: Any, alpha: Any, beta: Any, accumulate: s
         if any(s % op.itemsize for s in op.strides) or any(abs(s // op.itemsize) > _I32 for s in op.strides[-2:]):
             raise ValidationError(f"matmul: {op.what} has byte strides {op.strides}, not whole "
                                   f"{op.itemsize}-byte elements (below 2^31 for the last two dimensions)")
+    bias_axis = _validate_bias(Bias, dtype, M, N, bool(batch_shape)) if Bias is not None else None
     if C is not None:
-        _validate_out(C, (A, B))
-    alpha_f, beta_f = (_fp32_scalar(name, x) for name, x in (("alpha", alpha), ("beta", beta)))
+        _validate_out(C, (A, B) if Bias is None else (A, B, Bias))
+    alpha_f, beta_f, scale_f = (_fp32_scalar(name, x) for name, x in (("alpha", alpha), ("beta", beta),
+                                                                       ("scale", scale)))
+    epi = Epilogue(bias_axis, activation, scale_f)
+    epi = None if epi == Epilogue() else epi
     name = None
     if kernel != "auto":
         entry = get_registry().get(kernel)  # UnknownKernelError with close matches
@@ -171,11 +194,11 @@ def validate_call(a: Any, b: Any, out: Any, alpha: Any, beta: Any, accumulate: s
             raise ValidationError(f"matmul: kernel {entry.name} takes {entry.dtype}, the inputs are {dtype}")
         name = entry.name
     device = devices.pop() if devices else 0
-    frameworks = tuple(dict.fromkeys(op.framework for op in (A, B, C) if op is not None and op.framework))
+    frameworks = tuple(dict.fromkeys(op.framework for op in (A, B, C, Bias) if op is not None and op.framework))
     s = given if explicit else ops.framework_stream(frameworks, device)
     return Call(a=A, b=B, c=C, M=M, N=N, K=K, dtype=dtype, acc=acc, alpha=alpha_f, beta=beta_f, kernel=name,
                 device=device, stream=s, explicit_stream=explicit, frameworks=frameworks, result_shape=result_shape,
-                batch=batch, bstrides=bstrides)
+                batch=batch, bstrides=bstrides, bias=Bias, epi=epi)
 
 
 def _broadcast_batch(A: Operand, B: Operand) -> tuple[int, ...]:
@@ -287,6 +310,34 @@ def _fp32_scalar(name: str, x: Any) -> float:
     return value
 
 
+def _validate_bias(bias: Operand, dtype: str, M: int, N: int, batched: bool) -> str:
+    """Which axis a bias runs along: "col" for one value per column of the product ((N,) or (1, N), as
+    nn.Linear's bias; SwiGLU: the GEMM's N = 2F), "row" for one per row ((M, 1), unbatched products only).
+    Leading size-1 dimensions are allowed; the bias is shared by every matrix of a batch."""
+    if bias.dtype != dtype:
+        raise ValidationError(f"matmul: bias has dtype {bias.dtype}, the inputs are {dtype} (bias must match)")
+    shape = tuple(bias.shape)
+    core = shape
+    while len(core) > 2 and core[0] == 1:
+        core = core[1:]
+    isz = bias.itemsize
+    if core == (N,) or (len(core) == 2 and core == (1, N)):
+        axis, stride = "col", bias.strides[-1] if N > 1 else isz
+    elif len(core) == 2 and core == (M, 1) and not batched:
+        axis, stride = "row", bias.strides[-2] if M > 1 else isz
+    else:
+        rule = "(M, 1) per row or " if not batched else ""
+        raise ValidationError(f"matmul: bias has shape {shape}; it must be {rule}(N,) / (1, N) per column with N = {N} "
+                              f"(the product is {M} x {N}{', batched: a row bias is not supported' if batched else ''}); "
+                              "add a full matrix with out= and beta=1")
+    if stride % isz or stride <= 0 or stride // isz > _I32:
+        raise ValidationError(f"matmul: bias has byte strides {bias.strides}: its values must be a positive "
+                              f"whole number of {isz}-byte elements apart")
+    # one dense vector view: the kernels read bias[i * bias_stride]
+    bias.shape, bias.strides = (1, N if axis == "col" else M), (0, stride)
+    return axis
+
+
 def _validate_out(C: Operand, inputs: tuple) -> None:
     if _self_overlapping(C):
         raise ValidationError(f"matmul: out's strides {C.strides} make distinct elements share memory")
@@ -320,9 +371,15 @@ def problem_of(call: Call) -> Problem:
         return View.make(base, rows, cols, rs, cs, batch_align(align, bs, isz), bs)
 
     bsa, bsb, bsc = call.bstrides
+    bias = None
+    if call.bias is not None:
+        op = call.bias
+        stride = 1 if op.host is not None else op.strides[1] // isz
+        align = 256 if op.host is not None else ptr_alignment(op.ptr)
+        bias = View.make("bias", 1, op.shape[1], op.shape[1] * stride, stride, align)
     return Problem(call.dtype, call.acc, view(call.a, "A", call.M, call.K, bsa), view(call.b, "B", call.K, call.N, bsb),
-                   view(call.c, "C", call.M, call.N, bsc), plain=(call.alpha == 1.0 and call.beta == 0.0),
-                   beta_zero=(call.beta == 0.0), batch=call.batch)
+                   view(call.c, "C", call.M, call.n_out, bsc), plain=(call.alpha == 1.0 and call.beta == 0.0),
+                   beta_zero=(call.beta == 0.0), batch=call.batch, epi=call.epi, bias=bias)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -467,7 +524,7 @@ class Bound:
         # byte ranges of A, B and out around their addresses: a repeat call with an out checks that
         # the new addresses do not make out overlap an input (the one check that reads addresses)
         self.extents = tuple(byte_extent(0, op.shape, op.strides, op.itemsize) if op is not None else None
-                             for op in call.operands)
+                             for op in (*call.operands, call.bias))
         # a loop on the same buffers launches without looking anything up, and after GRAPH_AFTER_REPEATS
         # repeats through one CUDA graph
         self.last = LastCall((None,), None, None, ())
@@ -499,8 +556,9 @@ class Bound:
                                   "inside the capture)")
         return DeviceArray.empty(c.result_shape, c.dtype, c.device)
 
-    def run(self, pa: int, pb: int, out: Any, pc: int) -> Any:
-        """Launch on A, B at pa, pb into `out` at pc (None: a new result). Returns the result."""
+    def run(self, pa: int, pb: int, out: Any, pc: int, pbias: int = 0) -> Any:
+        """Launch on A, B (and the bias) at pa, pb (pbias) into `out` at pc (None: a new result). Returns
+        the result."""
         fw = self.stream_fn
         s = self.fixed_stream if fw is None else ops.FRAMEWORK_STREAM[fw](self.device)
         if self.waits:
@@ -510,11 +568,12 @@ class Bound:
             pc = out.data_ptr() if self.result_like is not None and self.result_like.framework == "torch" \
                 else ops.result_ptr(out)
         else:
-            (alo, ahi), (blo, bhi), (clo, chi) = self.extents
-            if pc + clo < pa + ahi and pa + alo < pc + chi or pc + clo < pb + bhi and pb + blo < pc + chi:
+            (alo, ahi), (blo, bhi), (clo, chi), bias_ext = self.extents
+            if pc + clo < pa + ahi and pa + alo < pc + chi or pc + clo < pb + bhi and pb + blo < pc + chi or \
+                    bias_ext is not None and pc + clo < pbias + bias_ext[1] and pbias + bias_ext[0] < pc + chi:
                 raise ValidationError("matmul: out overlaps an input in memory; it must not alias an input")
         last = self.last
-        if last.key == (pa, pb, pc, s) and not last.execution.closed:
+        if last.key == (pa, pb, pc, pbias, s) and not last.execution.closed:
             last.repeats += 1
             if not _may_capture(s):  # (a graph launch may not be captured)
                 if last.graph is None and last.repeats >= GRAPH_AFTER_REPEATS:
@@ -532,9 +591,9 @@ class Bound:
             ex = self.executions.get(s)
             if ex is None or ex.closed:
                 ex = self.execution(s)
-            packed = ex.pack((pa, pb, pc), self.alpha, self.beta)
+            packed = ex.pack((pa, pb, pc, pbias), self.alpha, self.beta)
             launches = ex.bind(packed, s)
-            self.last = LastCall((pa, pb, pc, s), ex, packed, launches)
+            self.last = LastCall((pa, pb, pc, pbias, s), ex, packed, launches)
         for launch, kernel in launches:
             code = launch()
             if code:
@@ -561,12 +620,12 @@ class Bound:
         ops.order_after_producers(c.operands, s, c.device, c.explicit_stream)
         dev = self.dev
         dev.make_current()
+        # host operands (numpy) are uploaded dense; a bias of shape (N,), (1, N) or (M, 1) as its vector
         arrays = [DeviceArray.from_numpy(np.asarray(op.host).reshape(op.shape), c.device) if op.host is not None
-                  else None for op in (c.a, c.b)]
+                  else None for op in c.inputs]
         if any(x is not None for x in arrays):  # the pageable upload may still be in flight for another stream
             dev.synchronize()
-        pa = arrays[0].ptr if arrays[0] is not None else c.a.ptr
-        pb = arrays[1].ptr if arrays[1] is not None else c.b.ptr
+        pa, pb, pbias = [x.ptr if x is not None else op.ptr for x, op in zip(arrays, c.inputs)] + [0] * (3 - len(arrays))
         host_out = c.c is not None and c.c.host is not None
         if c.c is not None and not host_out:
             result, pc = c.c.obj, c.c.ptr
@@ -578,7 +637,7 @@ class Bound:
         else:
             result = self.new_result(s)
             pc = ops.result_ptr(result)
-        ex.launch(ex.pack((pa, pb, pc), c.alpha, c.beta), s)
+        ex.launch(ex.pack((pa, pb, pc, pbias), c.alpha, c.beta), s)
         if host_out or (c.c is None and c.a.host is not None and c.b.host is not None):
             check(driver().cuStreamSynchronize(driver().CUstream(s)), "cuStreamSynchronize")
             host = result.to_numpy()
@@ -597,16 +656,19 @@ class Bound:
 class Matmul:
     """C = alpha * A.B + beta * C, described once (validated, planned), run any number of times.
 
-    mm = Matmul(a, b, out=None, *, alpha=1.0, beta=0.0, accumulate=None, kernel="auto", stream=None)
-    mm.explain()   mm.autotune(...)   mm() or mm(a2, b2, out2, stream=...)
+    mm = Matmul(a, b, out=None, *, alpha=1.0, beta=0.0, bias=None, activation=None, scale=1.0,
+                accumulate=None, kernel="auto", stream=None)
+    mm.explain()   mm.autotune(...)   mm() or mm(a2, b2, out2, bias=bias2, stream=...)
     """
 
-    def __init__(self, a: Any, b: Any, out: Any = None, *, alpha: float = 1.0, beta: float = 0.0,
-                 accumulate: str | None = None, kernel: str = "auto", stream: Any = None):
-        self._args = (a, b, out)
+    def __init__(self, a: Any, b: Any, out: Any = None, *, alpha: float = 1.0, beta: float = 0.0, bias: Any = None,
+                 activation: str | None = None, scale: float = 1.0, accumulate: str | None = None,
+                 kernel: str = "auto", stream: Any = None):
+        self._args = (a, b, out, bias)
         self._stream = stream  # the stream a call without stream= runs on
-        self._options = dict(alpha=alpha, beta=beta, accumulate=accumulate, kernel=kernel)
-        self.call = validate_call(a, b, out, alpha, beta, accumulate, kernel, stream)
+        self._options = dict(alpha=alpha, beta=beta, accumulate=accumulate, kernel=kernel, activation=activation,
+                             scale=scale)
+        self.call = validate_call(a, b, out, alpha, beta, accumulate, kernel, stream, bias, activation, scale)
         self.problem = problem_of(self.call)
         self.recipe = plans.recipe(self.problem, self.call.device, self.call.kernel)
         self._bound: dict[tuple, Bound] = {}
@@ -627,24 +689,29 @@ class Matmul:
                                   f"{self.problem.key()}: make a new Matmul for them")
         return Bound(call, self.problem, self.recipe)
 
-    def __call__(self, a: Any = None, b: Any = None, out: Any = None, *, stream: Any = None) -> Any:
+    def __call__(self, a: Any = None, b: Any = None, out: Any = None, *, bias: Any = None, stream: Any = None) -> Any:
         """Run on new buffers of the same description (no arguments: the ones it was made with), on
         `stream`, else the stream it was made with."""
-        if a is None and b is None and out is None:
-            a, b, out = self._args
+        if a is None and b is None and out is None and bias is None:
+            a, b, out, bias = self._args
         if stream is None:
             stream = self._stream
         try:
             pa, pb, pc, key = call_identity(a, b, out, (stream,))
+            pbias = 0
+            if bias is not None:
+                pbias, dbias = ops.KEYERS[type(bias)](bias)
+                key = (key, dbias, pbias & 255)
             bound = self._bound[key]
         except (KeyError, TypeError):
             bound = None
         if bound is not None:
-            return bound.run(pa, pb, out, pc)
+            return bound.run(pa, pb, out, pc, pbias)
         o = self._options
-        bound = self.bind(validate_call(a, b, out, o["alpha"], o["beta"], o["accumulate"], o["kernel"], stream))
+        bound = self.bind(validate_call(a, b, out, o["alpha"], o["beta"], o["accumulate"], o["kernel"], stream, bias,
+                                        o["activation"], o["scale"]))
         result = bound.run_full()
-        key = call_cache_key(a, b, out, stream)
+        key = call_cache_key(a, b, out, stream, bias=bias)
         if key is not None:
             bound.forget_arrays()
             self._bound[key] = bound
@@ -704,23 +771,34 @@ def call_identity(a: Any, b: Any, out: Any, options: tuple) -> tuple:
     return pa, pb, pc, (da, pa & 255, db, pb & 255, dc, pc & 255, *options)
 
 
-def matmul(a: Any, b: Any, out: Any = None, *, alpha: float = 1.0, beta: float = 0.0,
-           accumulate: str | None = None, kernel: str = "auto", stream: Any = None) -> Any:
-    """C = alpha * a.b + beta * C (see the module docstring). Returns `out`, or the new result."""
+def matmul(a: Any, b: Any, out: Any = None, *, alpha: float = 1.0, beta: float = 0.0, bias: Any = None,
+           activation: str | None = None, scale: float = 1.0, accumulate: str | None = None, kernel: str = "auto",
+           stream: Any = None) -> Any:
+    """C = scale * activation(alpha * a.b + bias) + beta * C (see the module docstring and epilogue.py).
+    Returns `out`, or the new result."""
     try:  # a repeat call: the operands' descriptions and the options find the validated call
-        pa, pb, pc, key = call_identity(a, b, out, (alpha, beta, accumulate, kernel, stream))
-        bound = plans.calls[key]
+        pa, pb, pc, key = call_identity(a, b, out, (alpha, beta, activation, scale, accumulate, kernel, stream))
+        if bias is None:
+            pbias = 0
+            bound = plans.calls[key]
+        else:
+            pbias, dbias = ops.KEYERS[type(bias)](bias)
+            bound = plans.calls[key, dbias, pbias & 255]
     except (KeyError, TypeError):  # new, uncacheable or unhashable: validate in full
-        return _first_call(a, b, out, alpha, beta, accumulate, kernel, stream)
-    return bound.run(pa, pb, out, pc)
+        return _first_call(a, b, out, alpha, beta, accumulate, kernel, stream, bias, activation, scale)
+    return bound.run(pa, pb, out, pc, pbias)
 
 
-def call_cache_key(a: Any, b: Any, out: Any, *options: Any) -> tuple | None:
-    """The key a call with these operands and options is remembered by (call_identity), or None if it
-    has none (an operand without a cheap identity, an unhashable option)."""
-    if any(ops.call_key(x) is None for x in (a, b, out)):  # (call_key learns the operands' types)
+def call_cache_key(a: Any, b: Any, out: Any, *options: Any, bias: Any = None) -> tuple | None:
+    """The key a call with these operands and options is remembered by (call_identity, then the bias's
+    description and alignment where there is one), or None if it has none (an operand without a cheap
+    identity, an unhashable option)."""
+    if any(ops.call_key(x) is None for x in (a, b, out, bias)):  # (call_key learns the operands' types)
         return None
     key = call_identity(a, b, out, options)[3]
+    if bias is not None:
+        pbias, dbias = ops.KEYERS[type(bias)](bias)
+        key = (key, dbias, pbias & 255)
     try:
         hash(key)
     except TypeError:  # an unhashable stream object or scalar: every call takes the full path
@@ -729,21 +807,24 @@ def call_cache_key(a: Any, b: Any, out: Any, *options: Any) -> tuple | None:
 
 
 def _first_call(a: Any, b: Any, out: Any, alpha: Any, beta: Any, accumulate: str | None, kernel: str,
-                stream: Any) -> Any:
-    mm = Matmul(a, b, out, alpha=alpha, beta=beta, accumulate=accumulate, kernel=kernel, stream=stream)
+                stream: Any, bias: Any = None, activation: str | None = None, scale: Any = 1.0) -> Any:
+    mm = Matmul(a, b, out, alpha=alpha, beta=beta, bias=bias, activation=activation, scale=scale,
+                accumulate=accumulate, kernel=kernel, stream=stream)
     bound = Bound(mm.call, mm.problem, mm.recipe)
     result = bound.run_full()
-    key = call_cache_key(a, b, out, alpha, beta, accumulate, kernel, stream)
+    key = call_cache_key(a, b, out, alpha, beta, activation, scale, accumulate, kernel, stream, bias=bias)
     if key is not None:
         bound.forget_arrays()
         plans.remember(key, bound)
     return result
 
 
-def explain(a: Any, b: Any, out: Any = None, *, alpha: float = 1.0, beta: float = 0.0,
-            accumulate: str | None = None, kernel: str = "auto") -> str:
+def explain(a: Any, b: Any, out: Any = None, *, alpha: float = 1.0, beta: float = 0.0, bias: Any = None,
+            activation: str | None = None, scale: float = 1.0, accumulate: str | None = None,
+            kernel: str = "auto") -> str:
     """What matmul would run for these arguments, in one line (nothing is launched)."""
-    return Matmul(a, b, out, alpha=alpha, beta=beta, accumulate=accumulate, kernel=kernel).explain()
+    return Matmul(a, b, out, alpha=alpha, beta=beta, bias=bias, activation=activation, scale=scale,
+                  accumulate=accumulate, kernel=kernel).explain()
 
 
 def autotune(a: Any, b: Any, out: Any = None, *, alpha: float = 1.0, beta: float = 0.0,

@@ -38,15 +38,27 @@ def f32_bits(x: float) -> int:
 
 
 # tma_levels bits (cu/util_sm90.cu): which kernel batch levels A's and B's maps carry; rank-4 maps
-TMA_LEVEL_BITS = {("A", 0): 2, ("A", 1): 1, ("B", 0): 8, ("B", 1): 4}  # (operand, outer 0 | inner 1) -> bit
+TMA_LEVEL_BITS = {("A", 0): 2, ("A", 1): 1, ("B", 0): 8, ("B", 1): 4, ("C", 0): 64, ("C", 1): 32}  # (operand, outer 0
+# | inner 1) -> bit; C's map: the gemm_fused_wgmma kernels' TMA store
 TMA_RANK4 = 16
 
 
 def step_operands(step: Any) -> dict[str, View]:
-    """The views a step's pointer and tensor-map parameters name."""
-    if isinstance(step, Copy):
-        return {"src": step.src, "dst": step.dst}
-    return {"A": step.a, "B": step.b, "C": step.c}
+    """The views a step's pointer and tensor-map parameters name (`bias` where the step applies one)."""
+    views = {"src": step.src, "dst": step.dst} if isinstance(step, Copy) else {"A": step.a, "B": step.b, "C": step.c}
+    if step.epilogue and step.bias is not None:
+        views["bias"] = step.bias
+    return views
+
+
+OPERAND_SLOTS = {"A": 0, "B": 1, "C": 2, "bias": 3}  # the user's operands: their index in Execution.pack's ptrs
+
+
+def epilogue_scalars(step: Any) -> dict[str, int]:
+    """The fused-epilogue integers (cu/common/epilogue.cuh): what the step applies beyond alpha/beta."""
+    epi = step.epi if step.epilogue else None
+    return {"epi": epi.flags if epi else 0, "scale_bits": f32_bits(epi.scale if epi else 1.0),
+            "bias_stride": step.bias.cs if step.epilogue and step.bias is not None else 0}
 
 
 def kernel_levels(batch: tuple[int, ...]) -> tuple[int | None, int | None]:
@@ -67,23 +79,23 @@ def batched_launch(step: Any) -> bool:
 
 def step_scalars(step: Any) -> dict[str, int]:
     """Every integer a step's kernel may declare, by its parameter name (alpha/beta excluded)."""
-    inner = kernel_batch(step.batch)[1]
+    outer, inner = kernel_batch(step.batch)
     if isinstance(step, Copy):
         s, d = step.src, step.dst
         (sso, ssi), (sdo, sdi) = batch_strides(s, step.batch), batch_strides(d, step.batch)
         return {"M": d.rows, "N": d.cols, "src_rows": step.src_rows, "src_cols": step.src_cols,
-                "srs": s.rs, "scs": s.cs, "drs": d.rs, "dcs": d.cs,
+                "srs": s.rs, "scs": s.cs, "drs": d.rs, "dcs": d.cs, **epilogue_scalars(step),
                 "batch_inner": inner, "bss_o": sso, "bss_i": ssi, "bsd_o": sdo, "bsd_i": sdi}
     a, b, c = step.a, step.b, step.c
     b_row = dict(step.variant).get("b", "row") == "row"
     out = {"M": step.M, "N": step.N, "K": step.K, "lda": a.rs, "ldb": b.rs if b_row else b.cs,
            "ldc_r": c.rs, "ldc_c": c.cs, "ars": a.rs, "acs": a.cs, "brs": b.rs, "bcs": b.cs, "crs": c.rs,
-           "ccs": c.cs, "batch_inner": inner}
+           "ccs": c.cs, "batch_inner": inner, "batch_count": outer * inner, **epilogue_scalars(step)}
     levels = 0
     for name, v in (("A", a), ("B", b), ("C", c)):
         so, si = batch_strides(v, step.batch)
         out[f"bs{name.lower()}_o"], out[f"bs{name.lower()}_i"] = so, si
-        if name != "C" and batched_launch(step):
+        if batched_launch(step):
             levels |= TMA_RANK4 | (TMA_LEVEL_BITS[name, 0] if so else 0) | (TMA_LEVEL_BITS[name, 1] if si else 0)
     out["tma_levels"] = levels
     return out
@@ -122,11 +134,18 @@ class _Step:
             splits = 1
         else:
             variant = spec.resolve_variant(dict(step.variant))  # declared axis order: the symbol name
-            fn, cfg = prepare(manifest, spec, dev, GemmShape(step.M, step.N, step.K), variant, step.swizzle,
+            # SwiGLU: the kernel's N is C's width, its tiles span as many of B's 2N columns
+            n_tiles = 2 * step.N if step.epi is not None and step.epi.swiglu else step.N
+            fn, cfg = prepare(manifest, spec, dev, GemmShape(step.M, n_tiles, step.K), variant, step.swizzle,
                               step.swizzle_stride)
             splits = step.splits
             if splits > 1:  # split-K: one CTA per split of a tile, the splits of a tile in one cluster
                 cfg = replace(cfg, cluster=(1, 1, splits))
+            if spec.role == "gemm_fused_wgmma":  # persistent over every matrix's tiles: one CTA per SM at most
+                BM, BN, _ = spec.tile
+                tiles = -(-step.M // BM) * -(-n_tiles // BN) * outer * inner
+                cfg = replace(cfg, grid=(min(tiles, dev.info.sm_count), 1, 1))
+                outer = inner = 1  # (the batch is in the tile schedule, not on grid.z)
         if splits > 1 or outer * inner > 1:  # grid.z: the splits of each matrix of the batch, batch slowest
             if cfg.grid[2] != 1:
                 raise ValueError(f"{spec.name}: a batched or split launch needs grid.z, its grid is {cfg.grid}")
@@ -138,12 +157,14 @@ class _Step:
         tmaps = {p.partition(":")[2] for p in spec.params if p.startswith("tmap:")}
         self.refs = {}
         for name, v in step_operands(step).items():
-            where = "ABC".index(v.base) if v.base in ("A", "B", "C") else v.base
+            where = OPERAND_SLOTS.get(v.base, v.base)
             if name in tmaps and batched_launch(step):
                 shape, strides = tma_shape(v, step.batch, isz)
             else:
                 shape, strides = (v.rows, v.cols), (v.rs * isz, v.cs * isz)
             self.refs[name] = (where, shape, strides, [o * isz for o in loop_offsets(recipe, v)])
+        if "ptr:bias" in spec.params and "bias" not in self.refs:  # no bias: a null pointer the kernel never reads
+            self.refs["bias"] = (None, (1, 1), (isz, isz), [0] * max(1, math.prod(recipe.loop)))
         self.scalars = step_scalars(step)
         self.epilogue = step.epilogue  # applies the caller's alpha/beta (else alpha 1, beta 0)
 
@@ -183,9 +204,15 @@ class Execution:
                     del self._packers_by_scalars[next(iter(self._packers_by_scalars))]
         return packers
 
-    def pack(self, ptrs: tuple[int, int, int], alpha: float, beta: float) -> list[PackedParams]:
-        """The parameter arrays of every launch for these A, B, C addresses and scalars (cached): one per
-        step, repeated per index of the recipe's loop levels (`launches` says which step each is)."""
+    def _base(self, ptrs: tuple[int, ...], where: Any) -> int:
+        if isinstance(where, int):
+            return ptrs[where] if where < len(ptrs) else 0
+        return 0 if where is None else self.temps[where].ptr
+
+    def pack(self, ptrs: tuple[int, ...], alpha: float, beta: float) -> list[PackedParams]:
+        """The parameter arrays of every launch for these A, B, C (and bias) addresses and scalars
+        (cached): one per step, repeated per index of the recipe's loop levels (`launches` says which
+        step each is)."""
         key = (*ptrs, alpha, beta)
         packed = self._packed.get(key)
         if packed is not None:
@@ -195,8 +222,7 @@ class Execution:
         for part in range(self.parts):
             for st, packer in zip(self.steps, packers):
                 packed.append(packer.pack({
-                    name: ArrayRef((ptrs[where] if isinstance(where, int) else self.temps[where].ptr) + offsets[part],
-                                   shape, strides, self.dtype)
+                    name: ArrayRef(self._base(ptrs, where) + offsets[part], shape, strides, self.dtype)
                     for name, (where, shape, strides, offsets) in st.refs.items()}))
         with self._lock:
             self._packed[key] = packed

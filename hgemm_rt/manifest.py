@@ -31,7 +31,8 @@ LADDERS = ("cuda", "wmma", "mma", "cute", "hopper", "sgemm", "util")  # util: he
 #   gemm_strided_wgmma  wgmma GEMM on TMA maps of A/B, strided C, alpha/beta, split-K clusters (sm_90a)
 #   gemm_strided_simt   CUDA-core GEMM on any strides, alpha/beta: the fallback for every shape
 #   gemm_strided_stream the gemm_strided_mma ABI for a short A (decoding): B streamed once from HBM, priced by its bytes
-ROLES = ("gemm", "copy", "gemm_strided_mma", "gemm_strided_wgmma", "gemm_strided_simt", "gemm_strided_stream")
+ROLES = ("gemm", "copy", "gemm_strided_mma", "gemm_strided_wgmma", "gemm_strided_simt", "gemm_strided_stream",
+         "gemm_fused_wgmma")
 ARCHS = ("80", "86", "89", "90", "90a")
 DEFAULT_PARAMS = ("ptr:A", "ptr:B", "ptr:C", "i32:M", "i32:N", "i32:K")
 PTX_ARCH = "90"  # the build keeps the PTX of its sm_90 cubin: the newest non-"a" target, JIT-able by newer GPUs
@@ -116,6 +117,7 @@ class KernelSpec:
     default: Mapping[str, Any] = field(default_factory=dict)  # launch default per variant axis
     a_order: str = "row"  # "col": A is taken column-major (a transposed view), read through tmap:A
     role: str = "gemm"  # one of ROLES
+    swiglu: bool = False  # the kernel pairs gate/up columns itself (cu/common/epilogue.cuh, kSwiGLU)
     builds: Mapping[str, ArchBuild] = field(default_factory=dict)
     ptx: PtxBuild | None = None
 
@@ -187,7 +189,7 @@ def _choice(v: Any, allowed: tuple, what: str, name: str) -> str:
 # every field a kernel declaration may have (cu/*.toml), and what the manifest adds to it
 DECLARED_FIELDS = ("name", "family", "ladder", "step", "layout", "dtype", "acc", "out", "block", "tile", "grid",
                    "dsmem", "require", "align", "variants", "aliases", "archs", "params", "cluster", "technique",
-                   "sass", "tma", "default", "a_order", "role")
+                   "sass", "tma", "default", "a_order", "role", "swiglu")
 MANIFEST_FIELDS = ("builds", "ptx")
 TOP_FIELDS = ("schema", "nvcc", "build_hash", "created", "kernels")  # a manifest's top-level table
 SYMBOL_FIELDS = tuple(f.name for f in fields(SymbolInfo))
@@ -345,6 +347,7 @@ def kernel_spec_from_dict(d: Mapping[str, Any], with_builds: bool = True, comple
         default=dict(default),
         a_order=_choice(d.get("a_order", "row"), A_ORDERS, "a_order", name),
         role=_choice(d.get("role", "gemm"), ROLES, "role", name),
+        swiglu=_typed(d, "swiglu", (bool,), "true or false", name, False),
     )
     if (spec.ladder == "util") != (spec.role != "gemm"):
         raise ManifestError(f"{name}: a util kernel declares one of the helper roles {list(ROLES[1:])}, a catalogue "

@@ -18,6 +18,7 @@ the operand varies, a single one where it is broadcast.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from .costmodel import CostModel
@@ -136,6 +137,8 @@ class _Glue:
 
 def recipe_for(route: Route, prob: Problem, manifest: Manifest) -> Recipe | None:
     """What running `route` on `prob` takes, or None if the route cannot run it."""
+    if route.transpose and prob.swiglu:
+        return None  # the gate/up halves are column blocks of C
     p = prob.transposed() if route.transpose else prob
     spec = manifest.kernels.get(route.kernel)
     if spec is None or spec.dtype != p.dtype or spec.role == "copy":
@@ -144,9 +147,27 @@ def recipe_for(route: Route, prob: Problem, manifest: Manifest) -> Recipe | None
                       MAX_GRID_BATCH):
         return None  # the catalogue ABI has no batch; grid.z holds splits x the kernel's batch
     try:
+        if p.swiglu and not spec.swiglu:
+            return _swiglu_after(route, p, spec, _Glue(manifest, p.dtype, p.batch), manifest)
         return _recipe(route, p, spec, _Glue(manifest, p.dtype, p.batch))
     except _NoCopyKernel:
         return None
+
+
+def _swiglu_after(route: Route, p: Problem, spec: KernelSpec, glue: _Glue, manifest: Manifest) -> Recipe | None:
+    """SwiGLU with a kernel that cannot pair gate and up columns itself: the plain product, all 2F columns,
+    into a temporary, then the copy kernel's SwiGLU pass into C (unbatched problems)."""
+    copier = manifest.kernels.get(glue.copier) if glue.copier else None
+    if copier is None or not copier.swiglu or p.batched:
+        return None
+    full = replace(p, c=_dense("tS", p.M, p.N), plain=True, beta_zero=True, epi=None, bias=None)
+    inner = _recipe(route, full, spec, glue)
+    if inner is None:
+        return None
+    out = Copy(glue.copier, full.c, p.c, p.M, p.N, epilogue=True, epi=p.epi, bias=p.bias)
+    nbytes = (p.M * p.N + p.c.rows * p.c.cols * (1 if p.beta_zero else 2)) * glue.isz
+    return replace(inner, temps=inner.temps + (Temp("tS", p.M, p.N),), steps=inner.steps + (out,),
+                   copy_bytes=inner.copy_bytes + nbytes)
 
 
 def _recipe(route: Route, p: Problem, spec: KernelSpec, glue: _Glue) -> Recipe | None:
@@ -157,12 +178,12 @@ def _recipe(route: Route, p: Problem, spec: KernelSpec, glue: _Glue) -> Recipe |
     splits = int(opts.get("splits", 1))
     if spec.role != "gemm" and "splits" in opts and (spec.role not in SPLIT_K_ROLES or splits not in SPLITS):
         return None
+    fused = dict(epilogue=True, batch=p.batch, epi=p.epi, bias=p.bias)  # the kernel applies the whole epilogue
     if spec.role == "gemm_strided_simt":
         if route.transpose:
             return None  # strides are general: transposing buys nothing
-        return glue.recipe(route, Gemm(route.kernel, spec.role, p.a, p.b, p.c, M, N, K, epilogue=True,
-                                       batch=p.batch))
-    if spec.role == "gemm_strided_wgmma":
+        return glue.recipe(route, Gemm(route.kernel, spec.role, p.a, p.b, p.c, M, N, K, **fused))
+    if spec.role in ("gemm_strided_wgmma", "gemm_fused_wgmma"):
         # TMA maps of A and B as they are where their rows are contiguous with 16-byte-multiple
         # strides; otherwise a packed copy (B packed as N x K, which the TN kernel reads)
         a = p.a
@@ -176,7 +197,11 @@ def _recipe(route: Route, p: Problem, spec: KernelSpec, glue: _Glue) -> Recipe |
             b = p.b.T
             if not fits(b, N, K, tma=True, align=16, itemsize=isz):
                 b = pack("tB", b, N, _round_up(K, 8), tma=True)
-        g = Gemm(route.kernel, spec.role, a, b, p.c, M, N, K, splits=splits, epilogue=True, batch=p.batch)
+        if spec.role == "gemm_fused_wgmma":  # persistent, no split-K; C through a TMA store
+            if "splits" in opts or not fits(p.c, M, p.c.cols, tma=True, align=16, itemsize=isz):
+                return None
+        # (SwiGLU: the kernel's N is C's width, half of B's)
+        g = Gemm(route.kernel, spec.role, a, b, p.c, M, p.c.cols, K, splits=splits, **fused)
         return glue.recipe(route, g)
     if spec.role in LEADING_DIM_ROLES:
         a = p.a
@@ -192,8 +217,7 @@ def _recipe(route: Route, p: Problem, spec: KernelSpec, glue: _Glue) -> Recipe |
             b_layout = "col"
         if b_layout not in spec.variants.get("b", ()):
             return None  # a kernel of the other B layout takes it
-        g = Gemm(route.kernel, spec.role, a, b, p.c, M, N, K, variant=(("b", b_layout),), splits=splits,
-                 epilogue=True, batch=p.batch)
+        g = Gemm(route.kernel, spec.role, a, b, p.c, M, N, K, variant=(("b", b_layout),), splits=splits, **fused)
         return glue.recipe(route, g)
 
     # the "gemm" role: a catalogue kernel with the default ABI (dense operands implied by M, N, K) or TMA maps
@@ -215,7 +239,8 @@ def _recipe(route: Route, p: Problem, spec: KernelSpec, glue: _Glue) -> Recipe |
         if not fits(b, Nk, Kk, tma="B" in tm, align=spec.align, itemsize=isz):
             b = pack("tB", b, Nk, Kk, tma="B" in tm)
     c = p.c
-    direct = p.plain and fits(c, Mk, Nk, tma="C" in tm, align=spec.align, itemsize=isz) and spec.out == p.dtype
+    direct = p.plain and p.linear and fits(c, Mk, Nk, tma="C" in tm, align=spec.align, itemsize=isz) and \
+        spec.out == p.dtype
     if not direct:
         if glue.copier is None:
             return None
@@ -240,7 +265,7 @@ def _recipe(route: Route, p: Problem, spec: KernelSpec, glue: _Glue) -> Recipe |
                            swizzle=swz, swizzle_stride=stride))
     if not direct:
         src = View.make("tC", M, N, Nk, 1, 256)
-        glue.steps.append(Copy(glue.copier, src, p.c, M, N, epilogue=True))
+        glue.steps.append(Copy(glue.copier, src, p.c, M, N, epilogue=True, epi=p.epi, bias=p.bias))
         glue.copy_bytes += (2 * M * N + (0 if p.beta_zero else M * N)) * isz
     return glue.recipe(route)
 
@@ -269,6 +294,9 @@ def candidate_routes(prob: Problem, manifest: Manifest, cc: tuple[int, int], ker
             continue
         if spec.role == "gemm_strided_simt":
             out.append(Route(spec.name))
+            continue
+        if spec.role == "gemm_fused_wgmma":  # persistent: no split-K
+            out += [Route(spec.name, t) for t in (False, True)]
             continue
         if spec.role in SPLIT_K_ROLES:
             for t in (False, True):
@@ -320,13 +348,19 @@ def describe(recipe: Recipe) -> str:
         kb = [n for n in kernel_batch(s.batch) if n > 1]
         return "x".join(map(str, kb)) + "*" if kb else ""
 
+    def epi(s: Any) -> str:  # what the step's epilogue fuses
+        if not s.epilogue:
+            return ""
+        what = ", ".join(x for x in ("alpha/beta", str(s.epi) if s.epi else "") if x)
+        return f" ({what})" if isinstance(s, Copy) or s.epi else ""
+
     parts = []
     for s in recipe.steps:
         if isinstance(s, Copy):
-            parts.append(f"copy {batch(s)}{s.src.base}->{s.dst.base}" + (" (alpha/beta)" if s.epilogue else ""))
+            parts.append(f"copy {batch(s)}{s.src.base}->{s.dst.base}{epi(s)}")
         else:
             extra = f" splits={s.splits}" if s.splits > 1 else ""
             v = ",".join(f"{k}={v}" for k, v in s.variant)
-            parts.append(f"{s.kernel}{'[' + v + ']' if v else ''}{extra} {batch(s)}{s.M}x{s.N}x{s.K}")
+            parts.append(f"{s.kernel}{'[' + v + ']' if v else ''}{extra} {batch(s)}{s.M}x{s.N}x{s.K}{epi(s)}")
     loop = f" (x {'x'.join(map(str, recipe.loop))} launches)" if recipe.loop else ""
     return " ; ".join(parts) + loop + (" (solved as C^T = B^T A^T)" if recipe.route.transpose else "")

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 from .dtypes import ITEMSIZE
+from .epilogue import Epilogue
 
 KERNEL_LEVELS = 2  # batch levels a batched kernel takes (outer, inner: grid.z = splits x outer x inner)
 MAX_GRID_BATCH = 65535  # grid.z: splits x the kernel levels' batch must not exceed it
@@ -115,6 +116,8 @@ class Problem:
     # batch level counts, outermost first (() unbatched); every view has one stride per level. The last
     # KERNEL_LEVELS are the kernels' (grid.z), those before them a loop of launches (`loop`)
     batch: tuple[int, ...] = ()
+    epi: Epilogue | None = None  # bias / activation / scale beyond alpha, beta (epilogue.py)
+    bias: View | None = None  # the bias vector (1 x length, element stride cs) when epi has one
 
     @property
     def batched(self) -> bool:
@@ -154,12 +157,27 @@ class Problem:
         """The autotune-cache key: everything a route's validity and speed depend on."""
         mode = "plain" if self.plain else ("axpby" if not self.beta_zero else "alpha")
         batch = f"{'x'.join(map(str, self.batch))}*" if self.batch else ""
+        epi = ""
+        if self.epi is not None:
+            epi = f"/epi{self.epi.flags}" + (f",bias{self.bias.sig()}" if self.bias is not None else "")
         return (f"{self.dtype}/{self.acc}/{batch}{self.M}x{self.N}x{self.K}/A{self.a.sig()}/B{self.b.sig()}/"
-                f"C{self.c.sig()}/{mode}")
+                f"C{self.c.sig()}/{mode}{epi}")
+
+    @property
+    def linear(self) -> bool:
+        """Only alpha/beta: no bias, activation or scale (a kernel without the fused epilogue may store)."""
+        return self.epi is None
+
+    @property
+    def swiglu(self) -> bool:
+        return self.epi is not None and self.epi.swiglu
 
     def transposed(self) -> "Problem":
-        """C^T = B^T . A^T: the same product with the operands' roles swapped."""
-        return replace(self, a=self.b.T, b=self.a.T, c=self.c.T)
+        """C^T = B^T . A^T: the same product with the operands' roles swapped (not for SwiGLU, whose
+        gate/up halves are column blocks of C)."""
+        if self.swiglu:
+            raise ValueError("a SwiGLU problem has no transposed form")
+        return replace(self, a=self.b.T, b=self.a.T, c=self.c.T, epi=self.epi.transposed() if self.epi else None)
 
 
 @dataclass(frozen=True)
@@ -211,6 +229,8 @@ class Copy:
     src_cols: int
     epilogue: bool  # True: the user's alpha/beta; False: a plain copy (alpha 1, beta 0)
     batch: tuple[int, ...] = ()  # the problem's batch levels: one copy per matrix (views' `bs`)
+    epi: Epilogue | None = None  # with epilogue: the bias/activation/scale it applies too (SwiGLU:
+    bias: View | None = None  # src has 2 * dst.cols columns, gate | up)
 
 
 @dataclass(frozen=True)
@@ -229,6 +249,8 @@ class Gemm:
     splits: int = 1
     epilogue: bool = False  # the kernel applies the user's alpha/beta itself
     batch: tuple[int, ...] = ()  # the problem's batch levels: one product per matrix (views' `bs`)
+    epi: Epilogue | None = None  # with epilogue: the bias/activation/scale it applies too
+    bias: View | None = None
 
 
 @dataclass(frozen=True)

@@ -276,7 +276,7 @@ def test_step_scalars_carry_the_kernel_levels_strides():
     assert sc["batch_inner"] == 5
     assert (sc["bsa_o"], sc["bsa_i"], sc["bsb_o"], sc["bsb_i"], sc["bsc_o"], sc["bsc_i"]) == (40, 32, 0, 24, 240, 48)
     # rank-4 maps: A has both levels, B only the inner one
-    assert sc["tma_levels"] == executor.TMA_RANK4 | 1 | 2 | 4
+    assert sc["tma_levels"] == executor.TMA_RANK4 | 1 | 2 | 4 | 32 | 64  # C: both levels (the fused kernels)
     unbatched = problem.Gemm("k", "gemm_strided_simt", _vw("A", 8, 4, 4, 1, ()), _vw("B", 4, 6, 6, 1, ()),
                              _vw("C", 8, 6, 6, 1, ()), 8, 6, 4)
     sc = executor.step_scalars(unbatched)

@@ -334,7 +334,7 @@ def test_repeat_call_key_is_the_key_matmul_looks_up():
     ran = []
 
     class FakeBound:
-        def run(self, pa, pb, out, pc):
+        def run(self, pa, pb, out, pc, pbias=0):
             ran.append((pa, pb, pc))
             return out
 
