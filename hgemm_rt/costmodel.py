@@ -26,6 +26,7 @@ class ArchRates:
     tf32_tflops: float
     strided_mma_tflops: Mapping[int, float]  # gemm_strided_mma by BM
     strided_wgmma_tflops: Mapping[tuple[int, int], float]  # gemm_strided_wgmma by (BM, BN)
+    fused_wgmma_tflops: float  # gemm_fused_wgmma: the persistent Hopper kernel with the fused epilogue
     simt_tflops: Mapping[str, float]
     dram_bytes_per_s: float
     stream_bytes_per_s: float  # gemm_strided_stream: B read once, straight from HBM
@@ -66,6 +67,9 @@ HOPPER = ArchRates(
     strided_mma_tflops={16: 70.0, 32: 120.0, 64: 170.0, 128: 210.0},
     strided_wgmma_tflops={(64, 256): 520.0, (128, 256): 660.0, (64, 128): 400.0, (128, 128): 560.0,
                           (64, 64): 300.0, (128, 64): 450.0},
+    # the catalogue's persistent TMA-store kernel plus the epilogue's loads and math: a little below it, so
+    # that a plain product keeps the catalogue kernel and an epilogue saves its copy-out pass
+    fused_wgmma_tflops=740.0,
     simt_tflops={"f16": 15.0, "bf16": 15.0, "f32": 20.0},
     dram_bytes_per_s=2.6e12,  # achievable on H100 SXM / H200 (3.35 / 4.8 TB/s peak)
     stream_bytes_per_s=2.9e12,
@@ -99,6 +103,7 @@ AMPERE = ArchRates(
     tf32_tflops=120.0 * _AMPERE_SCALE,
     strided_mma_tflops={bm: v * _AMPERE_SCALE for bm, v in {16: 70.0, 32: 120.0, 64: 170.0, 128: 210.0}.items()},
     strided_wgmma_tflops={},
+    fused_wgmma_tflops=0.0,  # sm_90a only
     simt_tflops={"f16": 8.0, "bf16": 8.0, "f32": 12.0},
     dram_bytes_per_s=1.3e12,
     stream_bytes_per_s=1.45e12,
@@ -142,6 +147,8 @@ class CostModel:
             return r.strided_mma_tflops.get(BM, 100.0)
         if spec.role == "gemm_strided_wgmma":
             return r.strided_wgmma_tflops.get((BM, BN), 400.0)
+        if spec.role == "gemm_fused_wgmma":
+            return r.fused_wgmma_tflops
         if spec.role == "gemm_strided_simt":
             return r.simt_tflops.get(spec.dtype, 6.0)
         rate = r.tf32_tflops if spec.ladder == "sgemm" and spec.acc == "tf32" else r.ladder_tflops.get(spec.ladder, 10.0)

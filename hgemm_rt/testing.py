@@ -498,9 +498,11 @@ def download(array, like: np.ndarray) -> np.ndarray:
     return array.to_host(np.empty_like(like))
 
 
-def each_route(prob, dtype: str, a: GuardedArray, b: GuardedArray, c: GuardedArray, alpha: float, beta: float):
-    """Every recipe the planner ranks for `prob`, forced once on a, b, c (C set back to its initial values
-    before each): yields (recipe, C's view as float64) with the GPU idle, C's surroundings as left."""
+def each_route(prob, dtype: str, a: GuardedArray, b: GuardedArray, c: GuardedArray, alpha: float, beta: float,
+               bias: GuardedArray | None = None):
+    """Every recipe the planner ranks for `prob`, forced once on a, b, c (and the bias of a fused epilogue;
+    C set back to its initial values before each): yields (recipe, C's view as float64) with the GPU idle,
+    C's surroundings as left."""
     from . import planner
     from .device import get_device
     from .executor import Execution
@@ -512,7 +514,7 @@ def each_route(prob, dtype: str, a: GuardedArray, b: GuardedArray, c: GuardedArr
         c.buf.copy_from_host(c.host)
         ex = Execution(plan, dtype, 0, manifest)
         try:
-            ex.run((a.view.ptr, b.view.ptr, c.view.ptr), alpha, beta, 0)
+            ex.run((a.view.ptr, b.view.ptr, c.view.ptr, bias.view.ptr if bias is not None else 0), alpha, beta, 0)
             dev.synchronize()
         finally:
             ex.close()

@@ -1,0 +1,211 @@
+"""The fused epilogue of matmul: bias=, activation=, scale= (hgemm_rt/epilogue.py, cu/common/epilogue.cuh).
+
+CPU: argument errors before anything runs, the encoding shared with the CUDA header, and what the planner
+does with an epilogue (every recipe applies it exactly once, in its last step). GPU: every ranked route
+against a float64 reference of y = scale * act(alpha * A.B + bias) + beta * C (SwiGLU: silu(gate) * up),
+fresh N(0,1) inputs, the memory around C checked untouched.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import hgemm_rt as hg
+from hgemm_rt import DeviceArray, api, planner
+from hgemm_rt.dtypes import storage_to_f64
+from hgemm_rt.epilogue import ACT_SHIFT, ACTIVATIONS, BIAS_BITS, SWIGLU_BIT, Epilogue, reference
+from hgemm_rt.errors import ValidationError
+from hgemm_rt.problem import Copy, Gemm
+from hgemm_rt.testing import GuardedArray, each_route, error_floor
+from kernel_cases import load_manifest_or_none
+
+MANIFEST = load_manifest_or_none()
+needs_manifest = pytest.mark.skipif(MANIFEST is None, reason="no build manifest (python build_kernels.py)")
+HEADER = Path(__file__).resolve().parent.parent / "cu" / "common" / "epilogue.cuh"
+
+
+def _fake(ptr, shape, dtype="f16", **kw):
+    return DeviceArray(ptr, shape, dtype, **kw)  # never allocated: validation must refuse without the GPU
+
+
+# ---------------------------------------------------------------------------------------------------
+# CPU
+# ---------------------------------------------------------------------------------------------------
+
+def test_the_python_encoding_is_the_headers():
+    text = HEADER.read_text()
+    consts = {m[0]: int(m[1]) for m in re.findall(r"(k\w+) = (\d+)", text)}
+    assert consts["kBiasCol"] == BIAS_BITS["col"] and consts["kBiasRow"] == BIAS_BITS["row"]
+    assert consts["kActRelu"] == ACTIVATIONS["relu"] and consts["kActGelu"] == ACTIVATIONS["gelu"]
+    assert consts["kActGeluTanh"] == ACTIVATIONS["gelu_tanh"] and consts["kActSilu"] == ACTIVATIONS["silu"]
+    assert f"kActShift = {ACT_SHIFT};" in text and "kSwiGLU = 1 << 8;" in text and SWIGLU_BIT == 1 << 8
+    assert Epilogue("row", "gelu", 2.0).flags == 2 | (2 << 4)
+    assert Epilogue("col", "swiglu").flags == 1 | 256
+    assert Epilogue("row", "relu").transposed() == Epilogue("col", "relu")
+
+
+A, B = _fake(1 << 20, (64, 32)), _fake(2 << 20, (32, 48))
+ERRORS = [
+    ("is not one of", lambda: hg.matmul(A, B, activation="tanh")),
+    ("N must be even", lambda: hg.matmul(A, _fake(2 << 20, (32, 47)), activation="swiglu")),
+    ("bias has dtype", lambda: hg.matmul(A, B, bias=_fake(3 << 20, (48,), "bf16"))),
+    ("bias has shape", lambda: hg.matmul(A, B, bias=_fake(3 << 20, (47,)))),
+    ("bias has shape", lambda: hg.matmul(A, B, bias=_fake(3 << 20, (64, 48)))),
+    ("row bias is not supported", lambda: hg.matmul(_fake(1 << 20, (2, 64, 32)), _fake(2 << 20, (2, 32, 48)),
+                                                    bias=_fake(3 << 20, (64, 1)))),
+    ("scale=nan", lambda: hg.matmul(A, B, scale=float("nan"))),
+    ("out overlaps bias", lambda: hg.matmul(A, B, out=_fake(3 << 20, (64, 48)), bias=_fake(3 << 20, (48,)))),
+    ("product is (64, 24)", lambda: hg.matmul(A, B, out=_fake(3 << 20, (64, 48)), activation="swiglu")),
+]
+
+
+@pytest.mark.parametrize("needle,call", ERRORS, ids=[e[0] for e in ERRORS])
+def test_bad_epilogue_arguments_are_refused_before_the_gpu(needle, call):
+    with pytest.raises(ValidationError, match=re.escape(needle)):
+        call()
+
+
+def _problem(M, N, K, dtype="f16", bias=None, activation=None, scale=1.0, beta=0.0, batch=()):
+    a = _fake(1 << 36, (*batch, M, K), dtype)
+    b = _fake(2 << 36, (*batch, K, N), dtype)
+    n_out = N // 2 if activation == "swiglu" else N
+    c = _fake(3 << 36, (*batch, M, n_out), dtype)
+    bv = None if bias is None else _fake(4 << 36, (N,) if bias == "col" else (M, 1), dtype)
+    call = api.validate_call(a, b, c, 1.0, beta, None, "auto", None, bv, activation, scale)
+    return api.problem_of(call)
+
+
+def _last_applies_epilogue(recipe, epi):
+    """The recipe's steps apply the user's epilogue exactly once, in the last step."""
+    applying = [s for s in recipe.steps if s.epilogue]
+    return len(applying) == 1 and applying[0] is recipe.steps[-1] and applying[0].epi == epi
+
+
+@needs_manifest
+@pytest.mark.parametrize("cc", [(8, 0), (9, 0)])
+@pytest.mark.parametrize("kw", [dict(bias="col", activation="gelu"), dict(bias="row", activation="relu", beta=1.0),
+                                dict(activation="swiglu", bias="col"), dict(scale=0.5, activation="silu")])
+@pytest.mark.parametrize("shape", [(256, 512, 128), (77, 130, 61), (4, 4096, 512)])
+def test_every_recipe_applies_the_epilogue_once_at_the_end(cc, kw, shape):
+    prob = _problem(*shape, **kw)
+    ranked = planner.ranked_recipes(prob, MANIFEST, cc, 132)
+    assert ranked, f"no recipe for {prob.key()}"
+    for _us, recipe in ranked:
+        epi = prob.epi.transposed() if recipe.route.transpose else prob.epi
+        assert _last_applies_epilogue(recipe, epi), planner.describe(recipe)
+        if prob.swiglu:
+            assert not recipe.route.transpose
+            last = recipe.steps[-1]
+            spec = MANIFEST.kernels[last.kernel]
+            assert spec.swiglu, f"{spec.name} cannot pair gate and up columns"
+    described = planner.describe(ranked[0][1])
+    assert str(prob.epi.transposed() if ranked[0][1].route.transpose else prob.epi) in described
+
+
+@needs_manifest
+def test_hopper_fuses_the_epilogue_into_the_gemm():
+    """On sm_90 the cheapest recipe of a transformer-sized GEMM + bias + gelu is one kernel, no copy-out."""
+    prob = _problem(4096, 4096, 4096, bias="col", activation="gelu")
+    best = planner.heuristic_recipe(prob, MANIFEST, (9, 0), 132)
+    assert len(best.steps) == 1 and isinstance(best.steps[0], Gemm), planner.describe(best)
+    prob = _problem(4096, 2 * 4096, 4096, activation="swiglu")
+    best = planner.heuristic_recipe(prob, MANIFEST, (9, 0), 132)
+    assert [type(s) for s in best.steps] == [Gemm] and best.steps[0].N == 4096, planner.describe(best)
+
+
+@needs_manifest
+def test_swiglu_without_a_pairing_kernel_is_a_gemm_then_the_swiglu_copy():
+    prob = _problem(100, 64, 40, activation="swiglu")
+    for _us, recipe in planner.ranked_recipes(prob, MANIFEST, (8, 0), 108):
+        last = recipe.steps[-1]
+        if isinstance(last, Copy):
+            assert last.src.base == "tS" and last.src_cols == 64 and last.dst.cols == 32
+            gemm = next(s for s in recipe.steps if isinstance(s, Gemm))
+            assert gemm.epi is None and gemm.c.cols == 64
+
+
+# ---------------------------------------------------------------------------------------------------
+# GPU
+# ---------------------------------------------------------------------------------------------------
+
+CASES = [  # dtype, M, N, K, bias, activation, scale, alpha, beta, C order
+    ("f16", 200, 136, 120, "col", "gelu", 1.0, 1.0, 0.0, "row"),
+    ("f16", 131, 77, 261, "row", "relu", 0.5, 0.7, 1.5, "row"),
+    ("bf16", 150, 260, 70, "col", "silu", 1.0, 1.0, 1.0, "col"),
+    ("f16", 64, 256, 96, None, "gelu_tanh", 2.0, 1.0, 0.0, "row"),
+    ("f16", 5, 77, 261, "col", "relu", 1.0, 1.0, 0.0, "row"),  # decode shapes
+    ("f32", 97, 141, 100, "col", "gelu", 1.0, 1.0, 1.0, "row"),
+    ("f16", 300, 512, 136, "col", "swiglu", 1.0, 1.0, 0.0, "row"),
+    ("bf16", 129, 260, 72, "row", "swiglu", 0.5, 0.9, 1.0, "row"),
+    ("f16", 9, 1024, 1000, None, "swiglu", 1.0, 1.0, 0.0, "row"),
+    ("f16", 1, 2, 40, "col", "swiglu", 1.0, 1.0, 0.0, "row"),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,M,N,K,bias,act,scale,alpha,beta,c_order", CASES)
+def test_every_route_applies_the_epilogue(dtype, M, N, K, bias, act, scale, alpha, beta, c_order, rng):
+    n_out = N // 2 if act == "swiglu" else N
+    a = GuardedArray(rng.standard_normal((M, K)), dtype, "row", 1, 0)
+    b = GuardedArray(rng.standard_normal((K, N)), dtype, "row", 0, 0)
+    c = GuardedArray(rng.standard_normal((M, n_out)), dtype, c_order, 0, 0)
+    bv = None
+    if bias is not None:  # a strided bias: a column of a padded matrix, or a row with a gap
+        bv = GuardedArray(rng.standard_normal((1, N) if bias == "col" else (M, 1)), dtype, "row", 2, 3)
+    call = api.validate_call(a.view, b.view, c.view, alpha, beta, None, "auto", None,
+                             None if bv is None else bv.view, act, scale)
+    prob = api.problem_of(call)
+    want = reference(a.exact @ b.exact, prob.epi, alpha, beta, c.exact, None if bv is None else bv.exact)
+    floor = error_floor(dtype, "f32", dtype, K) * (2 if act == "swiglu" else 1)
+    tested, bad = 0, []
+    for plan, got in each_route(prob, dtype, a, b, c, alpha, beta, bias=bv):
+        err = float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30)) if np.isfinite(got).all() \
+            else float("inf")
+        tested += 1
+        if not err <= floor or not c.outside_untouched():
+            bad.append(f"{planner.describe(plan)}: {err:.2e} > {floor:.2e}")
+    assert tested >= 2 and not bad, "\n".join(bad)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("act", ["gelu", "swiglu"])
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_batched_epilogue_matches_float64(act, dtype, rng):
+    """(batch, M, K) @ (batch, K, N) with a shared column bias, through matmul itself."""
+    batch, M, N, K = 6, 130, 384, 72
+    a = GuardedArray(rng.standard_normal((batch, M, K)), dtype)
+    b = GuardedArray(rng.standard_normal((batch, K, N)), dtype)
+    bv = GuardedArray(rng.standard_normal((1, N)), dtype)
+    n_out = N // 2 if act == "swiglu" else N
+    out = hg.empty((batch, M, n_out), dtype)
+    hg.matmul(a.view, b.view, out, bias=bv.view, activation=act)
+    got = storage_to_f64(out.to_numpy(), dtype)
+    want = reference(a.exact @ b.exact, Epilogue("col", act), bias=bv.exact)
+    err = float(np.linalg.norm(got - want) / np.linalg.norm(want))
+    assert err <= 2 * error_floor(dtype, "f32", dtype, K), (err, hg.explain(a.view, b.view, out, bias=bv.view,
+                                                                             activation=act))
+
+
+@pytest.mark.gpu
+def test_torch_linear_gelu_and_swiglu_mlp_match_torch(rng):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch without CUDA")
+    x = torch.randn(1000, 512, device="cuda", dtype=torch.float16)
+    w1 = torch.randn(2 * 768, 512, device="cuda", dtype=torch.float16) / 512 ** 0.5
+    b1 = torch.randn(2 * 768, device="cuda", dtype=torch.float16)
+    w2 = torch.randn(512, 768, device="cuda", dtype=torch.float16) / 768 ** 0.5
+    h = hg.matmul(x, w1.t(), bias=b1, activation="swiglu")
+    y = x.clone()
+    hg.matmul(h, w2.t(), out=y, beta=1.0)  # the down projection adds the residual
+    x64, w1_64, b1_64, w2_64 = (t.double() for t in (x, w1, b1, w2))
+    g, u = (x64 @ w1_64.t() + b1_64).chunk(2, dim=-1)
+    want = x64 + (torch.nn.functional.silu(g) * u) @ w2_64.t()
+    err = float((y.double() - want).norm() / want.norm())
+    assert err < 2e-3, err
+    z = hg.matmul(x, w2[:, :512], bias=b1[:512], activation="gelu")
+    want = torch.nn.functional.gelu(x64 @ w2_64[:, :512] + b1_64[:512])
+    assert float((z.double() - want).norm() / want.norm()) < 2e-3
