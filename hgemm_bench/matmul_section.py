@@ -391,6 +391,63 @@ def measure_vs_torch(section: str, shape: Shape, run: Run) -> list[dict]:
              **verdict_of(err, error_bound(dtype, acc, dtype, K, torch_err))}]
 
 
+# -- fused epilogues against torch eager ------------------------------------------------------------------
+
+def fused_workload(torch: Any, shape: Shape, run: Run) -> tuple[Callable[[], Any], Callable[[], Any], Any, Any, str]:
+    """(ours, torch eager, our result, the float64 reference, our plans) of one row of an eager section."""
+    F = torch.nn.functional
+    M, N, K, dtype = shape.M, shape.N, shape.K, shape.dtype
+    x = torch_operand(torch, run.rng, M, K, "row", dtype)
+    if shape.epilogue == "bias_gelu":
+        w = torch_operand(torch, run.rng, N, K, "row", dtype) / K ** 0.5  # nn.Linear's weight, N x K
+        b = torch_operand(torch, run.rng, 1, N, "row", dtype).reshape(N)
+        ref = F.gelu(x.double() @ w.double().t() + b.double())
+        out = hg.matmul(x, w.t(), bias=b, activation="gelu")
+        return (lambda: hg.matmul(x, w.t(), bias=b, activation="gelu")), (lambda: F.gelu(F.linear(x, w, b))), out, \
+            ref, hg.explain(x, w.t(), bias=b, activation="gelu")
+    f = N // 2
+    w1 = torch_operand(torch, run.rng, N, K, "row", dtype) / K ** 0.5  # [gate; up] projections, 2F x H
+    w2 = torch_operand(torch, run.rng, K, f, "row", dtype) / f ** 0.5  # down projection, H x F
+    x64 = x.double()
+    g, u = (x64 @ w1.double().t()).chunk(2, dim=-1)
+    ref = x64 + (F.silu(g) * u) @ w2.double().t()
+    y = x.clone()  # the residual stream: the down GEMM adds into it (beta = 1)
+
+    def ours():
+        h = hg.matmul(x, w1.t(), activation="swiglu")
+        return hg.matmul(h, w2.t(), out=y, beta=1.0)
+
+    def eager():
+        gate, up = F.linear(x, w1).chunk(2, dim=-1)
+        return x + F.linear(F.silu(gate) * up, w2)
+
+    result = ours().clone()
+    y.copy_(x)  # timed calls keep adding into y: its values do not feed back into the work
+    h = hg.matmul(x, w1.t(), activation="swiglu")
+    plans = f"{hg.explain(x, w1.t(), activation='swiglu')} | {hg.explain(h, w2.t(), out=y, beta=1.0)}"
+    return ours, eager, result, ref, plans
+
+
+def measure_vs_eager(section: str, shape: Shape, run: Run) -> list[dict]:
+    torch = framework("torch")[0]
+    ours, eager, out, ref, plans = fused_workload(torch, shape, run)
+    err = torch_rel_error(out, ref)
+    torch_err = torch_rel_error(eager(), ref)
+    stream = torch.cuda.current_stream().cuda_stream
+    gpu = [run.gpu_us(fn, stream) for fn in (ours, eager)]
+    wall = [wall_us(fn, torch.cuda.synchronize) for fn in (ours, eager)]
+    M, N, K, dtype = shape.M, shape.N, shape.K, shape.dtype
+    flop = 2.0 * M * N * K + (2.0 * M * (N // 2) * K if shape.epilogue == "mlp" else 0.0)
+    bound = error_bound(dtype, "f32", dtype, K, torch_err) * (2 if shape.epilogue == "mlp" else 1)
+    gr = ratio(gpu[1], gpu[0])
+    return [{"section": section, "M": M, "N": N, "K": K, "batch": 1, "dtype": dtype, "a_order": "row",
+             "b_order": "col", "epilogue": shape.epilogue, "route": plans, "hg_gpu_us": gpu[0], "torch_gpu_us": gpu[1],
+             "gpu_ratio": gr,
+             "hg_tflops": flop / (gpu[0] * 1e-6) / 1e12, "torch_tflops": flop / (gpu[1] * 1e-6) / 1e12,
+             "hg_wall_us": wall[0], "torch_wall_us": wall[1], "wall_ratio": ratio(wall[1], wall[0]),
+             "ratio": gr, "torch_rel_error": torch_err, **verdict_of(err, bound)}]
+
+
 # -- host cost per call ---------------------------------------------------------------------------------
 
 def host_operands(kind: str, a: np.ndarray, b: np.ndarray) -> tuple[Any, Any, Any]:
@@ -627,6 +684,7 @@ KINDS: dict[str, Kind] = {
     "cublas": Kind(measure_vs_cublas, cublas_table),
     "torch": Kind(measure_vs_torch, torch_table, needs="torch"),
     "host": Kind(measure_host, host_table),
+    "eager": Kind(measure_vs_eager, torch_table, needs="torch"),
 }
 
 

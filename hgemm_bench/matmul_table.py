@@ -17,11 +17,15 @@ class Shape:
     a_order: str = "row"
     b_order: str = "row"
     batch: int = 1  # matrices of this shape, (batch, M, K) @ (batch, K, N) (the torch sections only)
+    # the eager section's workload: "bias_gelu" (gelu(x @ W^T + b), W: N x K) or "mlp" (a SwiGLU MLP with
+    # the residual: x + (silu(g) * u) @ W2^T with [g | u] = x @ W1^T; M tokens, hidden size K, N = 2F)
+    epilogue: str = ""
 
     @property
     def label(self) -> str:
         mnk = f"{self.M}x{self.N}x{self.K}"
-        return mnk if self.batch == 1 else f"{self.batch}x({mnk})"
+        mnk = mnk if self.batch == 1 else f"{self.batch}x({mnk})"
+        return f"{self.epilogue} {mnk}" if self.epilogue else mnk
 
 
 def cube(s: int, dtype: str = "f16", a_order: str = "row", b_order: str = "row") -> Shape:
@@ -44,6 +48,8 @@ BASELINES = {
               "(hgemm_rt.cublas.matmul) and the cuBLASLt heuristic's top LT_ALGOS candidates at each "
               "(hgemm_rt.cublaslt.matmul), every one checked against float64 before it is timed",
     "torch": "torch.matmul on the same torch tensors",
+    "eager": "the same work in torch eager mode: F.gelu(F.linear(x, W, b)); the SwiGLU MLP as "
+             "g, u = (x @ W1^T).chunk(2); x + (F.silu(g) * u) @ W2^T",
     "host": "each input kind's own matmul (HostCall.reference), wall time per call",
 }
 
@@ -105,6 +111,17 @@ SECTIONS: dict[str, Section] = {
                        tuple(Shape(s, s, d, "f16", b_order="col", batch=bh) for bh in (64, 256) for s, d in ((512, 64), (2048, 128)))
                        + tuple(Shape(s, d, s, "f16", batch=bh) for bh in (64, 256) for s, d in ((512, 64), (2048, 128)))
                        + (Shape(1024, 1024, 1024, "f16", batch=32), Shape(1024, 1024, 1024, "bf16", batch=32))),
+    "fused": Section("fused epilogue: GEMM + bias + gelu, hg.matmul(x, W.T, bias=b, activation='gelu') against torch "
+                     "eager F.gelu(F.linear(x, W, b)), M tokens x N features x K", "eager",
+                     tuple(Shape(m, n, k, dt, b_order="col", epilogue="bias_gelu") for dt in ("f16", "bf16")
+                           for m, n, k in ((1024, 8192, 2048), (4096, 8192, 2048), (16384, 4096, 4096))),
+                     target=1.1),
+    "mlp": Section("a SwiGLU MLP with the residual: the gate/up GEMM with the SwiGLU epilogue, then the down GEMM adding "
+                   "x as beta*C, against the same in torch eager; M tokens, N = 2 x the MLP width, K the hidden size",
+                   "eager", tuple(Shape(m, 2 * f, h, dt, b_order="col", epilogue="mlp") for dt in ("f16", "bf16")
+                                  for m, f, h in ((1024, 8192, 2048), (4096, 8192, 2048), (16384, 8192, 2048),
+                                                  (4096, 14336, 4096))),
+                   target=1.15),
     "host": Section("host cost per call of a 64^3 fp16 matmul, back to back, per input kind", "host", (cube(64),),
                     calls=HOST_CALLS),
 }
