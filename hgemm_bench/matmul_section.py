@@ -693,18 +693,35 @@ def judge_target(name: str, section: Section, ratios: list[float | None]) -> dic
     None for an informative section; value None where no row has a baseline to compare with."""
     if section.target is None:
         return None
-    value = None
+    value = worst = None
     if ratios and all(r is not None for r in ratios):
         value = min(ratios) if section.judge == "each" else geomean(ratios)
+        worst = min(ratios)
+    met = None if value is None else value >= section.target and (section.floor is None or worst >= section.floor)
     return {"section": name, "target": section.target, "judge": section.judge, "value": value,
-            "met": None if value is None else value >= section.target}
+            "floor": section.floor, "worst": worst, "met": met}
 
 
 def verdict_line(v: dict) -> str:
     what = "every row" if v["judge"] == "each" else "the geomean"
-    got = "not judged (no row with a baseline)" if v["value"] is None else \
-        f"{v['value']:.2f}x {'(met)' if v['met'] else '(NOT met)'}"
-    return f"target: {what} >= {v['target']:g}x the baseline -> {got}"
+    floor = f" and every row >= {v['floor']:g}x" if v.get("floor") is not None else ""
+    if v["value"] is None:
+        got = "not judged (no row with a baseline)"
+    else:
+        worst = f", worst {v['worst']:.2f}x" if floor else ""
+        got = f"{v['value']:.2f}x{worst} {'(met)' if v['met'] else '(NOT met)'}"
+    return f"target: {what} >= {v['target']:g}x the baseline{floor} -> {got}"
+
+
+WORST_ROWS = 10
+
+
+def worst_rows(rows: list[dict]) -> str:
+    """The rows furthest below the baseline, with their routes (the sweep's to-do list)."""
+    judged = sorted((r for r in rows if r.get("ratio") is not None), key=lambda r: r["ratio"])[:WORST_ROWS]
+    return f"the {len(judged)} worst shapes:\n" + tabulate(
+        [[shape_cell(r), fmt(r["ratio"], ".2f", "x"), r["route"]] for r in judged],
+        headers=["shape", "x baseline", "route"], disable_numparse=True)
 
 
 def run_section(name: str, run: Run) -> tuple[list[dict], dict | None]:
@@ -727,6 +744,8 @@ def run_section(name: str, run: Run) -> tuple[list[dict], dict | None]:
             print(f"  !! {shape_cell(failed[-1])}: {failed[-1]['error']}", flush=True)
     if rows:
         print(kind.table(rows), flush=True)
+        if section.judge == "geomean" and len(rows) > WORST_ROWS:
+            print(worst_rows(rows), flush=True)
     verdict = judge_target(name, section, [r.get("ratio") for r in rows])
     if verdict is not None:
         print(verdict_line(verdict))

@@ -64,6 +64,7 @@ class Section:
     calls: tuple[HostCall, ...] = ()  # the host section's call forms, each measured at every shape
     target: float | None = None  # ratio to the baseline to reach, None: informative
     judge: str = "each"  # the target holds for "each" row, or for the "geomean" of the rows
+    floor: float | None = None  # with judge "geomean": no row may fall below this ratio either
     bandwidth: bool = False  # memory-bound rows: show GB/s and the share of the measured HBM bandwidth
 
 
@@ -74,6 +75,31 @@ LINEAR = 4096  # N = K of the small-M and nn.Linear rows
 # layout only). Decoding multiplies a few token rows by each of them.
 DECODE_LAYERS = ((4096, 4096), (14336, 4096), (4096, 14336))
 VOCAB = (128256, 4096)
+
+
+# The public sweep (issue: every shape class at or above cuBLAS), as data: squares, token counts against the
+# (N, K) of real transformer layers, small K, small N, K much larger than M*N, and unaligned neighbours; fp16
+# and bf16, B as nn.Linear presents it (W.t(): column-major) and a row-major subset.
+PUBLIC_SQUARES = (256, 512, 1024, 2048, 4096, 8192, 16384)
+PUBLIC_TOKENS = (1, 4, 16, 64, 256, 1024, 4096, 16384)
+# Llama-3 8B attention out / MLP up / MLP down / fused QKV, Llama-3 70B attention
+PUBLIC_LAYERS = ((4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096), (8192, 8192))
+PUBLIC_SMALL_K = (16, 32, 64, 128, 256)
+PUBLIC_SMALL_N = (16, 64, 128, 256)
+PUBLIC_DEEP_K = ((64, 64, 65536), (128, 128, 131072), (256, 256, 65536))
+PUBLIC_UNALIGNED = ((1023, 1023, 1023), (2049, 2049, 2049), (4095, 4096, 4096), (4097, 4097, 4097))
+
+
+def public_sweep() -> tuple["Shape", ...]:
+    shapes = [cube(s, dt, b_order="col") for dt in ("f16", "bf16") for s in PUBLIC_SQUARES]
+    shapes += [Shape(m, n, k, dt, b_order="col") for dt in ("f16", "bf16") for n, k in PUBLIC_LAYERS
+               for m in PUBLIC_TOKENS]
+    shapes += [Shape(m, 4096, 4096, "f16") for m in (16, 1024, 16384)]  # B row-major
+    shapes += [Shape(8192, 8192, k, dt, b_order="col") for dt in ("f16", "bf16") for k in PUBLIC_SMALL_K]
+    shapes += [Shape(16384, n, 4096, dt, b_order="col") for dt in ("f16", "bf16") for n in PUBLIC_SMALL_N]
+    shapes += [Shape(m, n, k, "f16", b_order="col") for m, n, k in PUBLIC_DEEP_K]
+    shapes += [Shape(m, n, k, "f16") for m, n, k in PUBLIC_UNALIGNED]
+    return tuple(shapes)
 
 
 HOST_CALLS = (
@@ -90,6 +116,9 @@ SECTIONS: dict[str, Section] = {
                       (cube(4095), cube(4100)), target=2.0),
     "sweep": Section("squares, fp16 NN", "cublas", tuple(cube(s) for s in (1024, 2048, 4096, 8192)),
                      target=0.9, judge="geomean"),
+    "public": Section("the public shape sweep: squares 256-16384, token counts 1-16384 against transformer layers, "
+                      "small K, small N, deep K, unaligned neighbours; fp16 and bf16 (target: geomean >= 1.05x, "
+                      "no shape below 0.95x)", "cublas", public_sweep(), target=1.05, judge="geomean", floor=0.95),
     "smallm": Section(f"small M, N = K = {LINEAR}, B row-major (NN) and column-major (TN)", "cublas",
                       tuple(Shape(m, LINEAR, LINEAR, b_order=b) for m in (16, 128) for b in ("row", "col")),
                       target=0.9),
