@@ -146,23 +146,23 @@ mm.register_autograd(_mm_backward, setup_context=_mm_setup)
 @torch.library.custom_op("hgemm::linear", mutates_args=())
 def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, *, accumulate: Optional[str] = None) -> Tensor:
     """x @ weight.T + bias, as torch.nn.functional.linear: x (..., in_features), weight (out_features,
-    in_features), bias (out_features,) or None. Until the kernels have a fused bias epilogue, the bias
-    is copied into the output first and the GEMM adds onto it (beta=1): one extra pass over the output,
-    and one rounding of x @ weight.T + bias instead of two."""
+    in_features), bias (out_features,) or None. The bias is added in the GEMM's epilogue, to the fp32
+    accumulator before the one rounding of the result."""
     _check_linear(x, weight, bias, accumulate, fake=False)
     N, K = weight.shape
     out = torch.empty((*x.shape[:-1], N), dtype=x.dtype, device=x.device)  # the caching allocator, current stream
     rows = math.prod(x.shape[:-1])
     if out.numel() == 0:
         return out
-    if bias is not None:
-        out.copy_(bias)  # broadcast along the rows; the GEMM adds onto it
-    elif K == 0:
-        out.zero_()
-    if K:
-        # reshape: a view when x's batch dimensions fold into rows, else one copy (matmul refuses those)
-        matmul(_readable(x.reshape(rows, K)), _readable(weight).t(), out=out.view(rows, N),
-               beta=0.0 if bias is None else 1.0, accumulate=accumulate)
+    if K == 0:  # an empty sum: the bias alone
+        if bias is None:
+            out.zero_()
+        else:
+            out.copy_(bias)
+        return out
+    # reshape: a view when x's batch dimensions fold into rows, else one copy (matmul refuses those)
+    matmul(_readable(x.reshape(rows, K)), _readable(weight).t(), out=out.view(rows, N),
+           bias=None if bias is None else _readable(bias), accumulate=accumulate)
     return out
 
 
