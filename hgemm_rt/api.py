@@ -180,8 +180,8 @@ def validate_call(a: Any, b: Any, out: Any, alpha: Any, beta: Any, accumulate: s
                                   f"{op.itemsize}-byte elements (below 2^31 for the last two dimensions)")
     bias_axis = _validate_bias(Bias, dtype, M, N, bool(batch_shape)) if Bias is not None else None
     if C is not None:
-        _validate_out(C, (A, B) if Bias is None else (A, B, Bias))
-    alpha_f, beta_f, scale_f = (_fp32_scalar(name, x) for name, x in (("alpha", alpha), ("beta", beta),
+        validate_out(C, (A, B) if Bias is None else (A, B, Bias))
+    alpha_f, beta_f, scale_f = (fp32_scalar(name, x) for name, x in (("alpha", alpha), ("beta", beta),
                                                                        ("scale", scale)))
     epi = Epilogue(bias_axis, activation, scale_f)
     epi = None if epi == Epilogue() else epi
@@ -297,7 +297,7 @@ def _fold_rows(op: Operand) -> None:
 FP32_MAX = 3.4028234663852886e38
 
 
-def _fp32_scalar(name: str, x: Any) -> float:
+def fp32_scalar(name: str, x: Any) -> float:
     """alpha or beta as the kernels take it: a finite real number representable as an fp32."""
     if isinstance(x, (bool, str, bytes)) or not hasattr(x, "__float__"):
         raise ValidationError(f"matmul: {name} must be a real number, got {x!r}")
@@ -338,7 +338,7 @@ def _validate_bias(bias: Operand, dtype: str, M: int, N: int, batched: bool) -> 
     return axis
 
 
-def _validate_out(C: Operand, inputs: tuple) -> None:
+def validate_out(C: Operand, inputs: tuple) -> None:
     if _self_overlapping(C):
         raise ValidationError(f"matmul: out's strides {C.strides} make distinct elements share memory")
     if C.readonly:

@@ -51,7 +51,9 @@ def step_operands(step: Any) -> dict[str, View]:
     return views
 
 
-OPERAND_SLOTS = {"A": 0, "B": 1, "C": 2, "bias": 3}  # the user's operands: their index in Execution.pack's ptrs
+# the user's operands: their index in Execution.pack's ptrs (group: grouped_matmul's int32 ends or counts)
+OPERAND_SLOTS = {"A": 0, "B": 1, "C": 2, "bias": 3, "group": 4}
+OPTIONAL_POINTERS = ("bias", "group")  # a kernel parameter for these gets a null pointer where the step has none
 
 
 def epilogue_scalars(step: Any) -> dict[str, int]:
@@ -90,7 +92,8 @@ def step_scalars(step: Any) -> dict[str, int]:
     b_row = dict(step.variant).get("b", "row") == "row"
     out = {"M": step.M, "N": step.N, "K": step.K, "lda": a.rs, "ldb": b.rs if b_row else b.cs,
            "ldc_r": c.rs, "ldc_c": c.cs, "ars": a.rs, "acs": a.cs, "brs": b.rs, "bcs": b.cs, "crs": c.rs,
-           "ccs": c.cs, "batch_inner": inner, "batch_count": outer * inner, **epilogue_scalars(step)}
+           "ccs": c.cs, "batch_inner": inner, "batch_count": outer * inner, **epilogue_scalars(step),
+           "group_mode": step.group, "groups": step.groups}
     levels = 0
     for name, v in (("A", a), ("B", b), ("C", c)):
         so, si = batch_strides(v, step.batch)
@@ -163,8 +166,11 @@ class _Step:
             else:
                 shape, strides = (v.rows, v.cols), (v.rs * isz, v.cs * isz)
             self.refs[name] = (where, shape, strides, [o * isz for o in loop_offsets(recipe, v)])
-        if "ptr:bias" in spec.params and "bias" not in self.refs:  # no bias: a null pointer the kernel never reads
-            self.refs["bias"] = (None, (1, 1), (isz, isz), [0] * max(1, math.prod(recipe.loop)))
+        if getattr(step, "group", 0):  # the int32 vector: only its address is passed
+            self.refs["group"] = (OPERAND_SLOTS["group"], (1, 1), (4, 4), [0] * max(1, math.prod(recipe.loop)))
+        for name in OPTIONAL_POINTERS:  # absent: a null pointer the kernel never reads
+            if f"ptr:{name}" in spec.params and name not in self.refs:
+                self.refs[name] = (None, (1, 1), (isz, isz), [0] * max(1, math.prod(recipe.loop)))
         self.scalars = step_scalars(step)
         self.epilogue = step.epilogue  # applies the caller's alpha/beta (else alpha 1, beta 0)
 

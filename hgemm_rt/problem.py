@@ -118,6 +118,7 @@ class Problem:
     batch: tuple[int, ...] = ()
     epi: Epilogue | None = None  # bias / activation / scale beyond alpha, beta (epilogue.py)
     bias: View | None = None  # the bias vector (1 x length, element stride cs) when epi has one
+    group: str = ""  # grouped_matmul: "contiguous" | "masked" (the batch is the experts)
 
     @property
     def batched(self) -> bool:
@@ -160,8 +161,9 @@ class Problem:
         epi = ""
         if self.epi is not None:
             epi = f"/epi{self.epi.flags}" + (f",bias{self.bias.sig()}" if self.bias is not None else "")
+        group = f"/grouped-{self.group}" if self.group else ""
         return (f"{self.dtype}/{self.acc}/{batch}{self.M}x{self.N}x{self.K}/A{self.a.sig()}/B{self.b.sig()}/"
-                f"C{self.c.sig()}/{mode}{epi}")
+                f"C{self.c.sig()}/{mode}{epi}{group}")
 
     @property
     def linear(self) -> bool:
@@ -251,6 +253,8 @@ class Gemm:
     batch: tuple[int, ...] = ()  # the problem's batch levels: one product per matrix (views' `bs`)
     epi: Epilogue | None = None  # with epilogue: the bias/activation/scale it applies too
     bias: View | None = None
+    group: int = 0  # grouped_matmul's i32:group_mode (grouped.GROUP_MODES; the batch is the experts)
+    groups: int = 0
 
 
 @dataclass(frozen=True)

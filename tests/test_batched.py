@@ -342,7 +342,7 @@ def test_attention_shapes_plan_one_launch_without_copies():
             q, k = _fake((bh, s, d)), _fake((bh, d, s), slot=1)
             recipe = planner.heuristic_recipe(api.problem_of(_call(q, k)), MANIFEST, cc, 132)
             assert len(recipe.steps) == 1 and not recipe.loop, planner.describe(recipe)
-            assert MANIFEST.kernels[recipe.route.kernel].role in ("gemm_strided_mma", "gemm_strided_wgmma")
+            assert MANIFEST.kernels[recipe.route.kernel].role in ("gemm_strided_mma", "gemm_strided_wgmma", "gemm_fused_wgmma")
         B, S, H, D = 4, 512, 16, 64
         q = _fake((B, H, S, D), strides=(S * H * D * 2, D * 2, H * D * 2, 2))
         k = _fake((B, H, D, S), strides=(S * H * D * 2, D * 2, 2, H * D * 2), slot=1)
@@ -686,6 +686,8 @@ def _simulate(heap, recipe, ptrs, alpha, beta, manifest):
                 else:
                     shape, strides = (v.rows, v.cols), (v.rs * isz, v.cs * isz)
                 refs[name] = ArrayRef(base + executor.loop_offsets(recipe, v)[part] * isz, shape, strides, spec.dtype)
+            for name in executor.OPTIONAL_POINTERS:  # (a plain product: null pointers)
+                refs.setdefault(name, ArrayRef(0, (1, 1), (isz, isz), spec.dtype))
             scalars = dict(executor.step_scalars(step), alpha_bits=ab if step.epilogue else executor.f32_bits(1.0),
                            beta_bits=bb if step.epilogue else 0)
             p = _params(spec, scalars, refs)
@@ -711,7 +713,7 @@ def _kernel(heap, spec, p, o, i, b_row):
         return
     K = p["K"]
     m, n, k = np.meshgrid(np.arange(M), np.arange(N), np.arange(K), indexing="ij")
-    if spec.role == "gemm_strided_wgmma":  # rank-4 maps: coordinates (k, m, inner, outer) where a level is mapped
+    if spec.role in ("gemm_strided_wgmma", "gemm_fused_wgmma"):  # rank-4 maps: (k, m, inner, outer) where mapped
         lv = p["tma_levels"]
         assert bool(lv & executor.TMA_RANK4) == (len(p["A"].shape) == 4) == (len(p["B"].shape) == 4)
 
@@ -736,7 +738,7 @@ def _kernel(heap, spec, p, o, i, b_row):
         a = tmap(p["A"], m, k, (2, 1), 1)
         b = tmap(p["B"], n, k, (8, 4), 1) if spec.layout == "TN" else tmap(p["B"], k, n, (8, 4), 0)
         cbase = heap.index(p["C"]) + o * p["bsc_o"] + i * p["bsc_i"]
-        cidx = cbase + r * p["ldc_r"] + c * p["ldc_c"]
+        cidx = cbase + r * p["ldc_r"] + c * p.get("ldc_c", 1)  # (the fused kernels' C rows are contiguous)
     else:
         A = heap.index(p["A"]) + o * p["bsa_o"] + i * p["bsa_i"]
         B = heap.index(p["B"]) + o * p["bsb_o"] + i * p["bsb_i"]

@@ -1,0 +1,207 @@
+"""Grouped GEMM for mixture-of-experts: one persistent launch over every expert's rows, with the group
+sizes read on the GPU only (nothing waits for them on the host, so a CUDA graph can replay the call while
+the routing changes).
+
+    out = hg.grouped_matmul(x, w, offsets=offs)   # contiguous: x (T, K) rows grouped by expert,
+                                                  #   offs (E,) int32 cumulative row ends (torch._grouped_mm's
+                                                  #   convention: expert e owns rows [offs[e-1], offs[e]), offs[-1] = 0)
+                                                  #   w (E, K, N), any per-expert M including 0; out (T, N)
+    out = hg.grouped_matmul(x, w, counts=cnt)     # masked: x (E, max_M, K), cnt (E,) int32 valid rows per
+                                                  #   expert; out (E, max_M, N)
+
+`w` is (E, K, N): row-major per expert, or column-major (the transposed view of an (E, N, K) weight,
+as `w.transpose(-1, -2)`). The epilogue options of matmul apply (alpha, beta, activation incl. SwiGLU,
+scale; no bias). Rows of `out` outside every group (past offs[-1], or past an expert's count) are not
+written. The group sizes are clamped on the GPU to the rows that exist (a count above max_M, offsets
+past T or decreasing), so a bad routing table cannot make the kernel read or write outside the arrays.
+
+Hopper (sm_90a) only: the kernels are the persistent `gemm_fused_wgmma` ones (cu/util_sm90_fused.cu).
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+from . import operands as ops
+from .device import get_device, stream_handle
+from .epilogue import ACTIVATIONS, SWIGLU, Epilogue
+from .errors import NotBuiltForDeviceError, ValidationError
+from .executor import Execution
+from .memory import DeviceArray
+from .problem import ACCUMULATE, Gemm, Problem, Recipe, Route, View, batch_align, ptr_alignment
+from .registry import get_registry
+
+__all__ = ["grouped_matmul", "GROUP_MODES"]
+
+GROUP_MODES = {"contiguous": 1, "masked": 2}  # the kernels' i32:group_mode (0: not grouped)
+ROLE = "gemm_fused_wgmma"
+_I32 = 2**31 - 1
+
+
+class GroupIndex:
+    """The device int32 vector of group ends or counts: pointer, length, device, its owner."""
+
+    def __init__(self, ptr: int, length: int, device: int | None, owner: Any, framework: str | None,
+                 producer_stream: int | None = None):
+        self.ptr, self.length, self.device, self.owner = ptr, length, device, owner
+        self.framework, self.producer_stream = framework, producer_stream
+
+
+def _index(x: Any, what: str) -> GroupIndex:
+    """An int32 vector on the GPU (torch, CuPy, anything with __cuda_array_interface__) or numpy (uploaded)."""
+    if isinstance(x, np.ndarray):
+        if x.dtype != np.int32 or x.ndim != 1:
+            raise ValidationError(f"grouped_matmul: {what} must be a 1-D int32 array, got {x.dtype} {x.shape}")
+        dev = DeviceArray.from_numpy(np.ascontiguousarray(x).view(np.float32), 0)  # the bytes, as they are
+        get_device(0).synchronize()  # (a pageable upload)
+        return GroupIndex(dev.ptr, x.shape[0], None, dev, None)
+    mod = type(x).__module__.split(".")[0]
+    if mod == "torch":
+        if str(x.dtype) != "torch.int32" or x.dim() != 1 or not x.is_cuda:
+            raise ValidationError(f"grouped_matmul: {what} must be a 1-D int32 CUDA tensor, got {x.dtype} "
+                                  f"{tuple(x.shape)} on {x.device}")
+        if x.shape[0] > 1 and x.stride(0) != 1:
+            raise ValidationError(f"grouped_matmul: {what} must be contiguous")
+        return GroupIndex(x.data_ptr(), x.shape[0], x.get_device(), x, "torch")
+    cai = getattr(x, "__cuda_array_interface__", None)
+    if cai is None:
+        raise ValidationError(f"grouped_matmul: {what} of type {type(x).__name__} is not an int32 GPU or numpy array")
+    if cai.get("typestr") != "<i4" or len(cai["shape"]) != 1:
+        raise ValidationError(f"grouped_matmul: {what} must be a 1-D int32 array, got {cai.get('typestr')} "
+                              f"{tuple(cai['shape'])}")
+    if cai.get("strides") not in (None, (4,)) and cai["shape"][0] > 1:
+        raise ValidationError(f"grouped_matmul: {what} must be contiguous")
+    stream = cai.get("stream")
+    device = x.device.id if mod == "cupy" else None  # (CAI does not say: the call's device is assumed)
+    return GroupIndex(cai["data"][0], cai["shape"][0], device, x, "cupy" if mod == "cupy" else None,
+                      stream if isinstance(stream, int) and stream > 1 else None)
+
+
+def _kernel(manifest: Any, dtype: str, layout: str) -> str:
+    for spec in manifest.kernels.values():
+        if spec.role == ROLE and spec.dtype == dtype and spec.layout == layout:
+            return spec.name
+    raise NotBuiltForDeviceError(f"grouped_matmul: this build has no {ROLE} kernel for {dtype} {layout} "
+                                 "(Hopper sm_90a only; rebuild with build_kernels.py)")
+
+
+_lock = threading.Lock()
+_executions: dict = {}  # (device, stream, problem key, kernel) -> Execution
+MAX_EXECUTIONS = 16
+
+
+def grouped_matmul(a: Any, b: Any, out: Any = None, *, offsets: Any = None, counts: Any = None, alpha: float = 1.0,
+                   beta: float = 0.0, activation: str | None = None, scale: float = 1.0,
+                   accumulate: str | None = None, stream: Any = None) -> Any:
+    """Every expert's GEMM in one launch (see the module docstring). Returns `out`, or the new result."""
+    from .api import fp32_scalar, validate_out  # (the scalar and out rules are matmul's)
+
+    if (offsets is None) == (counts is None):
+        raise ValidationError("grouped_matmul: pass exactly one of offsets= (contiguous rows) or counts= (masked)")
+    mode = "contiguous" if offsets is not None else "masked"
+    explicit = stream is not None
+    given = stream_handle(stream) if explicit else ops.implied_stream((a, b, out))
+    A, B = ops.describe(a, "A", given), ops.describe(b, "B", given)
+    C = ops.describe(out, "out", given) if out is not None else None
+    G = _index(offsets if offsets is not None else counts, "offsets" if offsets is not None else "counts")
+    if activation is not None and activation != SWIGLU and activation not in ACTIVATIONS:
+        raise ValidationError(f"grouped_matmul: activation={activation!r} is not one of {[None, *ACTIVATIONS, SWIGLU]}")
+    if len(B.shape) != 3:
+        raise ValidationError(f"grouped_matmul: B must be (experts, K, N), got shape {B.shape}")
+    E, K, N = B.shape
+    want_a = 2 if mode == "contiguous" else 3
+    if len(A.shape) != want_a:
+        raise ValidationError(f"grouped_matmul: {mode} A must be {'(rows, K)' if want_a == 2 else '(experts, max_M, K)'}, "
+                              f"got shape {A.shape}")
+    if A.shape[-1] != K:
+        raise ValidationError(f"grouped_matmul: A has K = {A.shape[-1]}, B is (experts, K, N) = {B.shape}")
+    if mode == "masked" and A.shape[0] != E:
+        raise ValidationError(f"grouped_matmul: masked A has {A.shape[0]} experts, B has {E}")
+    if G.length != E:
+        raise ValidationError(f"grouped_matmul: {'offsets' if mode == 'contiguous' else 'counts'} has {G.length} "
+                              f"entries for {E} experts")
+    if A.dtype != B.dtype or A.dtype not in ("f16", "bf16"):
+        raise ValidationError(f"grouped_matmul: A and B must both be fp16 or bf16, got {A.dtype} and {B.dtype}")
+    dtype = A.dtype
+    acc = ACCUMULATE[dtype][0] if accumulate is None else accumulate
+    if acc != "f32":
+        raise ValidationError(f"grouped_matmul: accumulate={accumulate!r}: the grouped kernels accumulate in fp32")
+    if activation == SWIGLU and N % 2:
+        raise ValidationError(f"grouped_matmul: activation='swiglu' needs an even N, got {N}")
+    n_out = N // 2 if activation == SWIGLU else N
+    M = A.shape[-2]
+    shape_c = (M, n_out) if mode == "contiguous" else (E, M, n_out)
+    if C is not None:
+        if C.shape != shape_c or C.dtype != dtype:
+            raise ValidationError(f"grouped_matmul: out is {C.dtype} {C.shape}, the result is {dtype} {shape_c}")
+        validate_out(C, (A, B))
+    if min(M, N, K, E) < 1 or max(M, N, K, E) > _I32:
+        raise ValidationError(f"grouped_matmul: sizes must be 1 .. 2^31-1, got experts={E}, M={M}, N={N}, K={K}")
+    if any(op.host is not None for op in (A, B)) or (C is not None and C.host is not None):
+        raise ValidationError("grouped_matmul: A, B and out must be GPU arrays")
+    devices = {op.device for op in (A, B, C) if op is not None} | ({G.device} if G.device is not None else set())
+    if len(devices) > 1:
+        raise ValidationError(f"grouped_matmul: the arrays are on different GPUs {sorted(devices)}")
+    device = devices.pop()
+    alpha_f, beta_f, scale_f = (fp32_scalar(n, x) for n, x in (("alpha", alpha), ("beta", beta), ("scale", scale)))
+    epi = Epilogue(None, activation, scale_f)
+    epi = None if epi == Epilogue() else epi
+    if beta_f != 0.0 and C is None:
+        raise ValidationError("grouped_matmul: beta != 0 needs out= (its values take part)")
+
+    isz = A.itemsize
+    b_strides = tuple(s // isz for s in B.strides)
+    if b_strides[2] == 1:
+        layout, bview = "NN", View.make("B", K, N, b_strides[1], 1, 0, (b_strides[0],))
+    elif b_strides[1] == 1:
+        layout, bview = "TN", View.make("B", N, K, b_strides[2], 1, 0, (b_strides[0],))  # the (E, N, K) weight
+    else:
+        raise ValidationError(f"grouped_matmul: B's matrices must be row- or column-major, got strides {B.strides}")
+    bview = View.make("B", bview.rows, bview.cols, bview.rs, 1, batch_align(ptr_alignment(B.ptr), bview.bs, isz), bview.bs)
+    manifest = get_registry().manifest
+    dev = get_device(device)
+    if dev.info.cc < (9, 0):
+        raise NotBuiltForDeviceError(f"grouped_matmul runs on Hopper (sm_90a) GPUs; {dev.info.name} is "
+                                     f"sm_{dev.info.cc[0]}{dev.info.cc[1]}")
+    kernel = _kernel(manifest, dtype, layout)
+
+    s = given if explicit else ops.framework_stream(tuple(f for f in (A.framework, B.framework) if f), device)
+    framework_obj = next((op for op in (A, B) if op.framework), None)
+    if C is None:
+        result = ops.new_result(framework_obj, shape_c, device, s, explicit) if framework_obj else None
+        result = result if result is not None else DeviceArray.empty(shape_c, dtype, device)
+        C = ops.describe(result, "out", s)
+    else:
+        result = C.obj
+
+    def view(op: Any, base: str, rows: int, cols: int) -> View:
+        st = tuple(x // isz for x in op.strides)
+        bs = (st[0],) if len(op.shape) == 3 else (0,)
+        if st[-1] != 1:
+            raise ValidationError(f"grouped_matmul: {op.what} must have contiguous rows (strides {op.strides})")
+        return View.make(base, rows, cols, st[-2], 1, batch_align(ptr_alignment(op.ptr), bs, isz), bs)
+
+    av, cv = view(A, "A", M, K), view(C, "C", M, n_out)
+    for v, name in ((av, "A"), (bview, "B"), (cv, "out")):
+        if v.align < 16 or (v.rows > 1 and v.rs * isz % 16) or any(x * isz % 16 for x in v.bs):
+            raise ValidationError(f"grouped_matmul: {name} must be 16-byte aligned with 16-byte-multiple row and "
+                                  "expert strides (the kernels read and write it through TMA)")
+    prob = Problem(dtype, acc, av, bview if layout == "NN" else bview.T, cv, plain=alpha_f == 1.0 and beta_f == 0.0,
+                   beta_zero=beta_f == 0.0, batch=(E,), epi=epi, group=mode)
+    g = Gemm(kernel, ROLE, av, bview, cv, M, n_out, K, epilogue=True, batch=(E,), epi=epi,
+             group=GROUP_MODES[mode], groups=E)
+    key = (device, s, prob.key_str, kernel)
+    with _lock:
+        ex = _executions.get(key)
+        if ex is None or ex.closed:
+            ex = _executions[key] = Execution(Recipe(Route(kernel), (), (g,)), dtype, device, manifest)
+            while len(_executions) > MAX_EXECUTIONS:
+                _executions.pop(next(iter(_executions))).close()
+    ops.order_after_producers((A, B, C), s, device, explicit)
+    if G.producer_stream is not None:
+        ops.order_after_producers((ops.Operand("group", G.ptr, (G.length,), (4,), "f32", device,
+                                               producer_stream=G.producer_stream),), s, device, True)
+    ex.run((A.ptr, B.ptr, C.ptr, 0, G.ptr), alpha_f, beta_f, s)
+    return result
