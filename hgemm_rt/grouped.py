@@ -44,9 +44,16 @@ class GroupIndex:
     """The device int32 vector of group ends or counts: pointer, length, device, its owner."""
 
     def __init__(self, ptr: int, length: int, device: int | None, owner: Any, framework: str | None,
-                 producer_stream: int | None = None):
+                 producer_stream: int | None = None, host: np.ndarray | None = None):
         self.ptr, self.length, self.device, self.owner = ptr, length, device, owner
-        self.framework, self.producer_stream = framework, producer_stream
+        self.framework, self.producer_stream, self.host = framework, producer_stream, host
+
+    def upload(self, device: int) -> None:
+        """A numpy vector's bytes on the GPU (once every argument has been checked)."""
+        if self.host is not None:
+            self.owner = DeviceArray.from_numpy(np.ascontiguousarray(self.host).view(np.float32), device)
+            get_device(device).synchronize()  # (a pageable upload)
+            self.ptr, self.host = self.owner.ptr, None
 
 
 def _index(x: Any, what: str) -> GroupIndex:
@@ -54,9 +61,7 @@ def _index(x: Any, what: str) -> GroupIndex:
     if isinstance(x, np.ndarray):
         if x.dtype != np.int32 or x.ndim != 1:
             raise ValidationError(f"grouped_matmul: {what} must be a 1-D int32 array, got {x.dtype} {x.shape}")
-        dev = DeviceArray.from_numpy(np.ascontiguousarray(x).view(np.float32), 0)  # the bytes, as they are
-        get_device(0).synchronize()  # (a pageable upload)
-        return GroupIndex(dev.ptr, x.shape[0], None, dev, None)
+        return GroupIndex(0, x.shape[0], None, None, None, host=x)  # uploaded by upload()
     mod = type(x).__module__.split(".")[0]
     if mod == "torch":
         if str(x.dtype) != "torch.int32" or x.dim() != 1 or not x.is_cuda:
@@ -148,8 +153,6 @@ def grouped_matmul(a: Any, b: Any, out: Any = None, *, offsets: Any = None, coun
     alpha_f, beta_f, scale_f = (fp32_scalar(n, x) for n, x in (("alpha", alpha), ("beta", beta), ("scale", scale)))
     epi = Epilogue(None, activation, scale_f)
     epi = None if epi == Epilogue() else epi
-    if beta_f != 0.0 and C is None:
-        raise ValidationError("grouped_matmul: beta != 0 needs out= (its values take part)")
 
     isz = A.itemsize
     b_strides = tuple(s // isz for s in B.strides)
@@ -160,6 +163,8 @@ def grouped_matmul(a: Any, b: Any, out: Any = None, *, offsets: Any = None, coun
     else:
         raise ValidationError(f"grouped_matmul: B's matrices must be row- or column-major, got strides {B.strides}")
     bview = View.make("B", bview.rows, bview.cols, bview.rs, 1, batch_align(ptr_alignment(B.ptr), bview.bs, isz), bview.bs)
+    if beta_f != 0.0 and C is None:
+        raise ValidationError("grouped_matmul: beta != 0 needs out= (its values take part)")
     manifest = get_registry().manifest
     dev = get_device(device)
     if dev.info.cc < (9, 0):
@@ -199,6 +204,7 @@ def grouped_matmul(a: Any, b: Any, out: Any = None, *, offsets: Any = None, coun
             ex = _executions[key] = Execution(Recipe(Route(kernel), (), (g,)), dtype, device, manifest)
             while len(_executions) > MAX_EXECUTIONS:
                 _executions.pop(next(iter(_executions))).close()
+    G.upload(device)
     ops.order_after_producers((A, B, C), s, device, explicit)
     if G.producer_stream is not None:
         ops.order_after_producers((ops.Operand("group", G.ptr, (G.length,), (4,), "f32", device,
