@@ -448,6 +448,76 @@ def measure_vs_eager(section: str, shape: Shape, run: Run) -> list[dict]:
              "ratio": gr, "torch_rel_error": torch_err, **verdict_of(err, bound)}]
 
 
+# -- grouped GEMM against a loop of cuBLAS calls and torch._grouped_mm -------------------------------------
+
+def expert_sizes(rng: np.random.Generator, tokens: int, experts: int, routing: str) -> np.ndarray:
+    """Tokens per expert: an even split, or Dirichlet(0.3) shares (a few hot experts, many cold or empty)."""
+    if routing == "uniform":
+        return np.full(experts, tokens // experts) + (np.arange(experts) < tokens % experts)
+    return rng.multinomial(tokens, rng.dirichlet(np.full(experts, 0.3)))
+
+
+def measure_grouped(section: str, shape: Shape, run: Run) -> list[dict]:
+    torch = framework("torch")[0]
+    T, N, K, E, dtype = shape.M, shape.N, shape.K, shape.batch, shape.dtype
+    sizes = expert_sizes(run.rng, T, E, shape.routing)
+    ends_host = np.cumsum(sizes)
+    ends = torch.tensor(ends_host, dtype=torch.int32, device="cuda")
+    x = torch_operand(torch, run.rng, T, K, "row", dtype)
+    w = torch_operand(torch, run.rng, E * N, K, "row", dtype).reshape(E, N, K) / K ** 0.5  # nn.Linear stacks
+    wt = w.transpose(-1, -2)  # (E, K, N), column-major per expert
+    out = torch.full((T, N), float("nan"), dtype=x.dtype, device="cuda")
+    bounds = list(zip([0, *ends_host[:-1]], ends_host))
+    hg.grouped_matmul(x, wt, out, offsets=ends)
+    ref = torch.empty((T, N), dtype=torch.float64, device="cuda")
+    for e, (s, t) in enumerate(bounds):
+        ref[s:t] = x[s:t].double() @ wt[e].double()
+    err = torch_rel_error(out, ref)
+
+    def loop():
+        for e, (s, t) in enumerate(bounds):
+            if t > s:
+                torch.mm(x[s:t], wt[e], out=out[s:t])
+
+    loop()
+    loop_err = torch_rel_error(out, ref)
+    ours = lambda: hg.grouped_matmul(x, wt, out, offsets=ends)  # noqa: E731
+    stream = torch.cuda.current_stream().cuda_stream
+    gpu = {"hg": run.gpu_us(ours, stream), "loop": run.gpu_us(loop, stream)}
+    wall = {"hg": wall_us(ours, torch.cuda.synchronize), "loop": wall_us(loop, torch.cuda.synchronize)}
+    grouped_mm = getattr(torch, "_grouped_mm", None)
+    gm_err = None
+    if grouped_mm is not None:
+        try:
+            gm_err = torch_rel_error(grouped_mm(x, wt, offs=ends), ref)
+            gpu["grouped_mm"] = run.gpu_us(lambda: grouped_mm(x, wt, offs=ends), stream)
+            wall["grouped_mm"] = wall_us(lambda: grouped_mm(x, wt, offs=ends), torch.cuda.synchronize)
+        except RuntimeError as exc:  # (a build or GPU without it)
+            run.skip(section, f"torch._grouped_mm at {shape.label}", str(exc).splitlines()[0])
+    flop = 2.0 * T * N * K
+    row = {"section": section, "M": T, "N": N, "K": K, "batch": E, "dtype": dtype, "a_order": "row", "b_order": "col",
+           "routing": shape.routing, "experts_empty": int((sizes == 0).sum()), "largest_expert": int(sizes.max()),
+           "route": "grouped_matmul: persistent gemm_fused_wgmma, contiguous groups",
+           "hg_gpu_us": gpu["hg"], "loop_gpu_us": gpu["loop"], "grouped_mm_gpu_us": gpu.get("grouped_mm"),
+           "hg_wall_us": wall["hg"], "loop_wall_us": wall["loop"], "grouped_mm_wall_us": wall.get("grouped_mm"),
+           "hg_tflops": flop / (gpu["hg"] * 1e-6) / 1e12, "ratio": ratio(gpu["loop"], gpu["hg"]),
+           "grouped_mm_ratio": ratio(gpu.get("grouped_mm"), gpu["hg"]), "loop_rel_error": loop_err,
+           "grouped_mm_rel_error": gm_err, **verdict_of(err, error_bound(dtype, "f32", dtype, K, loop_err))}
+    return [row]
+
+
+def grouped_table(rows: list[dict]) -> str:
+    table = tabulate([[shape_cell(r), f"{r['experts_empty']} / {r['largest_expert']}", fmt(r["hg_gpu_us"]),
+                       fmt(r["hg_tflops"]), fmt(r["loop_gpu_us"]), fmt(r["ratio"], ".2f", "x"),
+                       fmt(r["grouped_mm_gpu_us"]), fmt(r["grouped_mm_ratio"], ".2f", "x"), fmt(r["hg_wall_us"]),
+                       fmt(r["loop_wall_us"]), fmt(r["grouped_mm_wall_us"]), fmt_err(r)] for r in rows],
+                     headers=["shape", "empty / largest expert", "GPU us hg", "TFLOPS", "cuBLAS loop", "x loop",
+                              "_grouped_mm", "x _grouped_mm", "wall us hg", "loop", "_grouped_mm", "rel err"],
+                     disable_numparse=True)
+    return (f"{table}\ngeomean: x loop {fmt(geomean([r['ratio'] for r in rows]), '.3f', 'x')}, x torch._grouped_mm "
+            f"{fmt(geomean([r['grouped_mm_ratio'] for r in rows if r['grouped_mm_ratio']]), '.3f', 'x')} (GPU time)")
+
+
 # -- host cost per call ---------------------------------------------------------------------------------
 
 def host_operands(kind: str, a: np.ndarray, b: np.ndarray) -> tuple[Any, Any, Any]:
@@ -610,7 +680,10 @@ def fmt_err(r: dict) -> str:
 def shape_cell(r: dict) -> str:
     mnk = f"{r['M']}x{r['N']}x{r['K']}"
     batch = r.get("batch", 1)
-    return f"{mnk if batch == 1 else f'{batch}x({mnk})'} {r['dtype']} A {r['a_order']} B {r['b_order']}"
+    if r.get("routing"):  # the moe section: M tokens over `batch` experts
+        return f"{batch} experts {r['routing']}, {mnk} {r['dtype']}"
+    what = f"{r['epilogue']} " if r.get("epilogue") else ""
+    return f"{what}{mnk if batch == 1 else f'{batch}x({mnk})'} {r['dtype']} A {r['a_order']} B {r['b_order']}"
 
 
 def tried_cell(r: dict) -> str:
@@ -685,6 +758,7 @@ KINDS: dict[str, Kind] = {
     "torch": Kind(measure_vs_torch, torch_table, needs="torch"),
     "host": Kind(measure_host, host_table),
     "eager": Kind(measure_vs_eager, torch_table, needs="torch"),
+    "grouped": Kind(measure_grouped, grouped_table, needs="torch"),
 }
 
 

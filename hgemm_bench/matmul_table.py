@@ -20,11 +20,14 @@ class Shape:
     # the eager section's workload: "bias_gelu" (gelu(x @ W^T + b), W: N x K) or "mlp" (a SwiGLU MLP with
     # the residual: x + (silu(g) * u) @ W2^T with [g | u] = x @ W1^T; M tokens, hidden size K, N = 2F)
     epilogue: str = ""
+    routing: str = ""  # the moe section: "uniform" or "skewed" tokens per expert (batch = experts, M = tokens)
 
     @property
     def label(self) -> str:
         mnk = f"{self.M}x{self.N}x{self.K}"
         mnk = mnk if self.batch == 1 else f"{self.batch}x({mnk})"
+        if self.routing:
+            return f"{self.batch} experts {self.routing}, {self.M} tokens x {self.N} x {self.K}"
         return f"{self.epilogue} {mnk}" if self.epilogue else mnk
 
 
@@ -48,6 +51,8 @@ BASELINES = {
               "(hgemm_rt.cublas.matmul) and the cuBLASLt heuristic's top LT_ALGOS candidates at each "
               "(hgemm_rt.cublaslt.matmul), every one checked against float64 before it is timed",
     "torch": "torch.matmul on the same torch tensors",
+    "grouped": "a loop of cuBLAS GEMMs, one torch.mm per expert into its rows of the output (GPU time: the "
+               "launches queued ahead); torch._grouped_mm beside it where the installed torch has it",
     "eager": "the same work in torch eager mode: F.gelu(F.linear(x, W, b)); the SwiGLU MLP as "
              "g, u = (x @ W1^T).chunk(2); x + (F.silu(g) * u) @ W2^T",
     "host": "each input kind's own matmul (HostCall.reference), wall time per call",
@@ -102,6 +107,11 @@ def public_sweep() -> tuple["Shape", ...]:
     return tuple(shapes)
 
 
+# (experts, tokens, N, K): Mixtral-like 8 x 4096, Qwen-MoE-like 64 small experts, DeepSeek-V3-like 256 experts
+# of hidden size 7168, and a small-batch decode-like step (tokens per expert ~ 32)
+MOE_SHAPES = ((8, 16384, 4096, 4096), (64, 32768, 1408, 2048), (256, 65536, 2048, 7168), (128, 4096, 768, 2048))
+
+
 HOST_CALLS = (
     HostCall("DeviceArray, out given", "DeviceArray", "out"),
     HostCall("torch, out given", "torch", "out", "out"),
@@ -151,6 +161,11 @@ SECTIONS: dict[str, Section] = {
                                   for m, f, h in ((1024, 8192, 2048), (4096, 8192, 2048), (16384, 8192, 2048),
                                                   (4096, 14336, 4096))),
                    target=1.15),
+    "moe": Section("grouped GEMM (mixture of experts, contiguous rows, weights as (E, N, K) nn.Linear stacks): "
+                   "hg.grouped_matmul against a loop of cuBLAS GEMMs (torch.mm per expert) and torch._grouped_mm "
+                   "where torch has it; uniform and skewed (Dirichlet 0.3) routing", "grouped",
+                   tuple(Shape(t, n, k, "bf16", b_order="col", batch=e, routing=r) for e, t, n, k in MOE_SHAPES
+                         for r in ("uniform", "skewed")), target=1.2),
     "host": Section("host cost per call of a 64^3 fp16 matmul, back to back, per input kind", "host", (cube(64),),
                     calls=HOST_CALLS),
 }
