@@ -29,7 +29,7 @@
 //   *_ws_persistent_acol_{tn,nn}[_bf16] the persistent kernels with A column-major
 //
 // The code (knobs, rungs, Config, TileSched, epilogues, sm90_gemm) is in cu/common/sm90_gemm.cuh, shared
-// so that other families can instantiate it; this file declares the catalogue's symbols.
+// with util_sm90_fused.cu (its kFused rung); this file declares the catalogue's symbols.
 #include "common/dsmem.cuh"
 #include "common/sm90_gemm.cuh"
 

@@ -70,13 +70,21 @@ struct Epilogue {
   // scale * act(alpha * acc + bias): the value before beta * C_old is added.
   __device__ __forceinline__ float value(float acc, int row, int col) const {
     if (linear()) return alpha * acc;
-    const float x = alpha * acc + bias_at(row, col);
-    return scale * activate((flags & kActMask) >> kActShift, x);
+    return value_b(acc, bias_at(row, col));
   }
   // SwiGLU output column `col` of `n_out`: gate accumulator g (GEMM column col), up u (column n_out + col).
   __device__ __forceinline__ float value_swiglu(float g, float u, int row, int col, int n_out) const {
-    const float x = alpha * g + bias_at(row, col);
-    const float y = alpha * u + bias_at(row, n_out + col);
+    return value_swiglu_b(g, u, bias_at(row, col), bias_at(row, n_out + col));
+  }
+  // The same with the bias values already read (b = bias_at(row, col); bg, bu those of the gate and up
+  // columns), for kernels that read each once per row or column block rather than once per element.
+  __device__ __forceinline__ float value_b(float acc, float b) const {
+    const float x = alpha * acc + b;
+    return scale * activate((flags & kActMask) >> kActShift, x);
+  }
+  __device__ __forceinline__ float value_swiglu_b(float g, float u, float bg, float bu) const {
+    const float x = alpha * g + bg;
+    const float y = alpha * u + bu;
     return scale * silu(x) * y;
   }
 };

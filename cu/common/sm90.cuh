@@ -1,5 +1,5 @@
 // Hopper (sm_90 / sm_90a) PTX wrappers: mbarrier, TMA (cp.async.bulk.tensor), cluster, wgmma,
-// stmatrix, setmaxnreg. Used by the hgemm_sm90_* family.
+// stmatrix, setmaxnreg. Used by the hgemm_sm90, util_sm90 and util_sm90_fused families.
 //
 // Every wrapper is __forceinline__ on purpose: a wgmma wrapper that ends up as a real call makes
 // ptxas serialise the whole warpgroup-MMA pipeline (warning C7510), and the accumulator array would be
@@ -104,6 +104,21 @@ __device__ __forceinline__ void tma_store_2d(const void* tmap, const void* src, 
   asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
                    reinterpret_cast<uint64_t>(tmap)),
                "r"(smem_u32(src)), "r"(c0), "r"(c1)
+               : "memory");
+}
+// Rank-4 forms for batched launches: maps of (cols, rows, inner batch, outer batch).
+__device__ __forceinline__ void tma_load_4d(void* dst, const void* tmap, uint64_t* bar, int c0, int c1, int c2,
+                                            int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], "
+      "[%2];\n" ::"r"(smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(tmap)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+}
+__device__ __forceinline__ void tma_store_4d(const void* tmap, const void* src, int c0, int c1, int c2, int c3) {
+  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(tmap)),
+               "r"(smem_u32(src)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
                : "memory");
 }
 __device__ __forceinline__ void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }

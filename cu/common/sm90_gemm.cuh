@@ -2,9 +2,13 @@
 // and its reasons), shared so that other families can instantiate it: the knobs and the rungs of the
 // ladder, Config (shared-memory layout), TileSched (tile order), the epilogues and sm90_gemm (producer +
 // consumer warpgroups). A family declares its symbols with a rung: sm90_gemm<Config<Rung>>(...).
+// The kFused knob (rung Fused, cu/util_sm90_fused.cu) adds the fused epilogue (cu/common/epilogue.cuh), a
+// batch of matrices in the persistent tile order over rank-4 tensor maps, and SwiGLU tiles; with it off,
+// every catalogue kernel compiles to the SASS it had before the knob existed.
 #pragma once
 #include <cuda.h>  // CUtensorMap (128-byte, 64-byte aligned opaque struct)
 #include <type_traits>
+#include "epilogue.cuh"
 #include "sm90.cuh"
 
 namespace hg90g {
@@ -49,6 +53,10 @@ struct Knobs {
   static constexpr int kClusterM = 1;    // CTAs per cluster along M, sharing (multicasting) B
   static constexpr bool kPersistent = false;  // persistent grid walking tiles, else one tile per CTA
   static constexpr bool kTmaStore = false;    // stmatrix + TMA-store epilogue, else direct stores
+  // The util family's fused GEMM (cu/util_sm90_fused.cu; persistent, TMA store, half-tile staging, no
+  // cluster, A row-major): hge::Epilogue applied to the accumulators (bias, activation, scale,
+  // beta * C_old read through a pointer), batch_count matrices over rank-4 tensor maps, SwiGLU tiles.
+  static constexpr bool kFused = false;
 };
 template <class Rung>
 struct Nn : Rung {
@@ -85,14 +93,51 @@ struct Config : Rung {
   static_assert(kStages >= 2, "the TMA ring needs at least two stages");
   static_assert(kClusterM == 1 || kClusterM == 2, "cluster of 1 or 2 CTAs along M");
   static_assert(!(kClusterM > 1 && !kPersistent), "clusters only with the persistent schedule");
+  static_assert(!Rung::kFused || (kPersistent && kTmaStore && kClusterM == 1 && !Rung::kAT && kCStageCols == BN / 2),
+                "the fused GEMM: persistent, TMA store with half-tile staging (one SwiGLU tile), no cluster, A row-major");
 };
+
+// ---- the fused GEMM's run-time parameters (kFused; cu/CONTRACT.md, role gemm_fused_wgmma) ----
+// tma_levels bits: which batch levels each rank-4 map has (a level a map lacks takes coordinate 0).
+constexpr int kLevelAInner = 1, kLevelAOuter = 2, kLevelBInner = 4, kLevelBOuter = 8;
+constexpr int kRank4Maps = 16;  // batched launch: A, B and C are rank-4 maps (cols, rows, inner, outer)
+constexpr int kLevelCInner = 32, kLevelCOuter = 64;
+// SwiGLU: a tile covers this many output columns, its B stage holding their gate and up rows/columns.
+constexpr int kSwiGLUCols = BN / 2;
+
+template <typename T>
+struct FusedArgs {
+  const T* C;  // C_old (read where beta != 0): row stride ldc_r, column stride 1, batch strides bsc_o/bsc_i
+  int ldc_r;
+  int alpha_bits, beta_bits;
+  const T* bias;
+  int bias_stride, epi, scale_bits;
+  int batch_count, batch_inner, tma_levels;
+  long long bsc_o, bsc_i;
+};
+struct NoFused {};  // the catalogue kernels' (none)
 
 // Tile order. Persistent: cluster-tile t = clusterId + i * numClusters, grouped along M.
 // Non-persistent ("tiles" grid): one tile, blockIdx.x walks N and blockIdx.y walks M.
-template <int kClusterM, bool kPersistent>
+// kBatched (the fused GEMM): the tiles of batch_count matrices, tile t in matrix t / (tiles per matrix),
+// each matrix in the grouped order; a tile covers `cols` output columns (BN, or kSwiGLUCols).
+template <int kClusterM, bool kPersistent, bool kBatched = false>
 struct TileSched {
   int tiles_m, tiles_n, total, next_t, stride;
   uint32_t rank;
+  int cols, per_matrix, batch_inner;  // kBatched only
+  __device__ TileSched(int M, int N, int cols_, int batch_count, int batch_inner_) {
+    static_assert(kBatched && kPersistent && kClusterM == 1, "batched tile order: persistent, no cluster");
+    cols = cols_;
+    batch_inner = batch_inner_;
+    tiles_m = (M + BM - 1) / BM;
+    tiles_n = (N + cols - 1) / cols;
+    per_matrix = tiles_m * tiles_n;
+    total = per_matrix * batch_count;
+    rank = 0;
+    next_t = static_cast<int>(blockIdx.x);
+    stride = static_cast<int>(gridDim.x);
+  }
   __device__ TileSched(int M, int N) {
     tiles_m = (M + BM * kClusterM - 1) / (BM * kClusterM);
     tiles_n = (N + BN - 1) / BN;
@@ -103,17 +148,29 @@ struct TileSched {
     if (!kPersistent) total = 1;
   }
   __device__ bool next(int& m0, int& n0) {
+    int outer, inner;
+    return next(m0, n0, outer, inner);
+  }
+  // + the tile's matrix (outer, inner) = (b / batch_inner, b % batch_inner); 0 unless kBatched.
+  __device__ bool next(int& m0, int& n0, int& outer, int& inner) {
+    outer = inner = 0;
     if (next_t >= total) return false;
     if (kPersistent) {
       constexpr int group = kGroupRows / (BM * kClusterM);
-      const int t = next_t;
+      int t = next_t;
+      if constexpr (kBatched) {
+        const int b = t / per_matrix;
+        t -= b * per_matrix;
+        outer = b / batch_inner;
+        inner = b - outer * batch_inner;
+      }
       const int per_group = group * tiles_n;
       const int first_m = (t / per_group) * group;
       const int gsz = min(tiles_m - first_m, group);
       const int tm = first_m + (t % per_group) % gsz;
       const int tn = (t % per_group) / gsz;
       m0 = (tm * kClusterM + static_cast<int>(rank)) * BM;
-      n0 = tn * BN;
+      n0 = tn * (kBatched ? cols : BN);
     } else {
       m0 = blockIdx.y * BM;
       n0 = blockIdx.x * BN;
@@ -161,9 +218,12 @@ __device__ __forceinline__ void epilogue_direct(const float (&d)[128], T* C, int
 // groups: conflict-free), then one thread issues the bulk tensor stores. The store runs
 // asynchronously while this warpgroup starts the next tile; the buffer is reused only after the
 // previous store has finished reading it. kCols < BN stages the tile in BN / kCols passes.
-template <typename T, int kCols>
-__device__ __forceinline__ void epilogue_tma(const float (&d)[128], const CUtensorMap* tmC, uint8_t* sCw, int wg,
-                                             int row0, int n0) {
+// The general form: only the first `passes` passes (the fused SwiGLU tile: 1); prep(pass) runs first in
+// each pass (the fused epilogue's math on that pass's accumulators, before the wait for the previous
+// store, so that it overlaps it) and store(smem, col) issues the bulk store of each 64 x 64 box (its rows at row0).
+template <typename T, int kCols, class Prep, class Store>
+__device__ __forceinline__ void epilogue_tma_with(const float (&d)[128], uint8_t* sCw, int wg, int n0, int passes,
+                                                  Prep&& prep, Store&& store) {
   static_assert(BN % kCols == 0 && kCols % 64 == 0, "passes of whole 64-column boxes");
   const int tid = threadIdx.x % 128;
   const int lane = threadIdx.x % 32;
@@ -173,6 +233,8 @@ __device__ __forceinline__ void epilogue_tma(const float (&d)[128], const CUtens
   const int row = warp * 16 + (mat & 1) * 8 + lane % 8;  // 0..63; row % 8 == lane % 8
 #pragma unroll
   for (int pass = 0; pass < BN / kCols; ++pass) {
+    if (pass >= passes) break;
+    prep(pass);
     if (tid == 0) hg90::tma_store_wait_read<0>();
     hg90::named_bar_sync(1 + wg, 128);
 #pragma unroll
@@ -188,21 +250,132 @@ __device__ __forceinline__ void epilogue_tma(const float (&d)[128], const CUtens
     hg90::named_bar_sync(1 + wg, 128);
     if (tid == 0) {
 #pragma unroll
-      for (int c = 0; c < kCols / 64; ++c)
-        hg90::tma_store_2d(tmC, sCw + c * (64 * 128), n0 + pass * kCols + 64 * c, row0);
+      for (int c = 0; c < kCols / 64; ++c) store(sCw + c * (64 * 128), n0 + pass * kCols + 64 * c);
       hg90::tma_store_commit();
     }
   }
 }
+template <typename T, int kCols>
+__device__ __forceinline__ void epilogue_tma(const float (&d)[128], const CUtensorMap* tmC, uint8_t* sCw, int wg,
+                                             int row0, int n0) {
+  epilogue_tma_with<T, kCols>(
+      d, sCw, wg, n0, BN / kCols, [](int) {},
+      [&](const uint8_t* src, int col) { hg90::tma_store_2d(tmC, src, col, row0); });
+}
 
-template <class K, typename CArg>
+// The fused epilogue (kFused): each accumulator becomes y = e.value(acc, row, col) (+ beta * C_old, read
+// through x.C), then the TMA-store epilogue above stores the tile (half-tile staging: two passes of 128
+// columns). SwiGLU: d[4j + i] holds the gate of column block j < 16 and d[4(j + 16) + i] the matching up
+// value (the B stage holds gate then up), so the output is 64 x 128 per consumer, stored in one pass.
+// linear() && beta == 0: the catalogue's epilogue (alpha only, skipped at 1; no loads). The math of each
+// pass runs before the wait for the previous store's read of the staging buffer, overlapping it.
+// Rows and columns past M and N are computed (their stores are clipped) with clamped bias indices.
+template <typename T>
+__device__ __forceinline__ void epilogue_fused(float (&d)[128], const CUtensorMap* tmC, uint8_t* sCw, int wg,
+                                               int row0, int n0, int M, int N, int outer, int inner,
+                                               const FusedArgs<T>& x) {
+  constexpr int kCols = BN / 2, kBlocks = kCols / 8;  // per pass: 16 blocks of 8 columns
+  const hge::Epilogue<T> e(x.alpha_bits, x.beta_bits, x.bias, x.bias_stride, x.epi, x.scale_bits);
+  const bool swiglu = e.swiglu();
+  const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
+  const int r = row0 + warp * 16 + lane / 4;  // this thread's rows r and r + 8 ...
+  const int c = n0 + 2 * (lane % 4);          // ... and columns c + 8j, c + 8j + 1
+  const int rr[2] = {min(r, M - 1), min(r + 8, M - 1)};  // clamped: bias reads stay inside bias[]
+  // Bias values, read once (e.bias_at, which takes a mode other than none and per column as per row): per
+  // row (2 per thread and tile) or per column (2 per 8-column block).
+  const int bias_mode = e.flags & hge::kBiasMask;
+  const bool bias_col = bias_mode == hge::kBiasCol, bias_row = bias_mode != 0 && !bias_col;
+  const float brow[2] = {bias_row ? e.bias_at(rr[0], 0) : 0.f, bias_row ? e.bias_at(rr[1], 0) : 0.f};
+  auto bcol = [&](int col) { return bias_col ? e.bias_at(0, min(col, N - 1)) : 0.f; };
+  auto prep = [&](int pass) {
+    const int j0 = pass * kBlocks;
+    if (swiglu) {  // one pass (j0 = 0): gate d[4j + i], up d[4(j + 16) + i]; a column bias has 2N entries
+#pragma unroll
+      for (int j = 0; j < kBlocks; ++j)
+#pragma unroll
+        for (int i0 = 0; i0 < 2; ++i0) {
+          const int col = c + 8 * j + i0;
+          const float bg = bcol(col), bu = bias_col ? e.bias_at(0, N + min(col, N - 1)) : 0.f;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int i = 2 * h + i0;
+            d[4 * j + i] = e.value_swiglu_b(d[4 * j + i], d[4 * (j + kBlocks) + i], bias_col ? bg : brow[h],
+                                            bias_col ? bu : brow[h]);
+          }
+        }
+    } else if (e.linear()) {
+      if (e.alpha != 1.f) {
+#pragma unroll
+        for (int j = j0; j < j0 + kBlocks; ++j)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) d[4 * j + i] *= e.alpha;
+      }
+    } else {
+      // One copy of the pass per activation, so that each element's activation is not a switch.
+      auto apply = [&](auto act) {
+        hge::Epilogue<T> ea = e;
+        ea.flags = (e.flags & ~hge::kActMask) | (decltype(act)::value << hge::kActShift);
+#pragma unroll
+        for (int j = j0; j < j0 + kBlocks; ++j)
+#pragma unroll
+          for (int i0 = 0; i0 < 2; ++i0) {
+            const float bc = bcol(c + 8 * j + i0);
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+              d[4 * j + 2 * h + i0] = ea.value_b(d[4 * j + 2 * h + i0], bias_col ? bc : brow[h]);
+          }
+      };
+      switch ((e.flags & hge::kActMask) >> hge::kActShift) {
+        case hge::kActRelu: apply(std::integral_constant<int, hge::kActRelu>{}); break;
+        case hge::kActGelu: apply(std::integral_constant<int, hge::kActGelu>{}); break;
+        case hge::kActGeluTanh: apply(std::integral_constant<int, hge::kActGeluTanh>{}); break;
+        case hge::kActSilu: apply(std::integral_constant<int, hge::kActSilu>{}); break;
+        default: apply(std::integral_constant<int, hge::kActNone>{}); break;
+      }
+    }
+    if (e.beta != 0.f) {  // + beta * C_old, pairs of columns (C rows are 16-byte aligned: 4-byte pairs)
+      const T* cb = x.C + outer * x.bsc_o + inner * x.bsc_i;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (r + 8 * h >= M) continue;
+        const T* p = cb + static_cast<long long>(r + 8 * h) * x.ldc_r + c;
+#pragma unroll
+        for (int j = j0; j < j0 + kBlocks; ++j) {
+          const int col = c + 8 * j;
+          float c0 = 0.f, c1 = 0.f;
+          if (col + 1 < N) {
+            const uint32_t v = *reinterpret_cast<const uint32_t*>(p + 8 * j);
+            c0 = hg::to_f32(reinterpret_cast<const T*>(&v)[0]);
+            c1 = hg::to_f32(reinterpret_cast<const T*>(&v)[1]);
+          } else if (col < N) {
+            c0 = hg::to_f32(p[8 * j]);
+          }
+          d[4 * j + 2 * h] = fmaf(e.beta, c0, d[4 * j + 2 * h]);
+          d[4 * j + 2 * h + 1] = fmaf(e.beta, c1, d[4 * j + 2 * h + 1]);
+        }
+      }
+    }
+  };
+  const bool rank4 = (x.tma_levels & kRank4Maps) != 0;
+  const int ci = (x.tma_levels & kLevelCInner) ? inner : 0, co = (x.tma_levels & kLevelCOuter) ? outer : 0;
+  epilogue_tma_with<T, kCols>(d, sCw, wg, n0, swiglu ? 1 : BN / kCols, prep, [&](const uint8_t* src, int col) {
+    if (rank4)
+      hg90::tma_store_4d(tmC, src, col, row0, ci, co);
+    else
+      hg90::tma_store_2d(tmC, src, col, row0);
+  });
+}
+
+template <class K, typename CArg, class X = NoFused>
 __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensorMap& tmB, const CArg& cArg, int M,
-                                          int N, int K_) {
+                                          int N, int K_, const X& x = X{}) {
   using T = typename K::T;
   constexpr int kStages = K::kStages;
   constexpr int kClusterM = K::kClusterM;
   static_assert(std::is_same_v<CArg, std::conditional_t<K::kTmaStore, CUtensorMap, T*>>,
                 "C is a tensor map for the TMA-store epilogue, a pointer for direct stores");
+  static_assert(std::is_same_v<X, std::conditional_t<K::kFused, FusedArgs<T>, NoFused>>,
+                "the fused GEMM's run-time parameters (FusedArgs), none for the catalogue's");
   extern __shared__ uint8_t smem_raw[];
   // 128B-swizzled TMA boxes and wgmma descriptors assume 1024-byte aligned tiles.
   uint8_t* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
@@ -228,8 +401,14 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
     __syncthreads();
 
   const int nk = (K_ + BK - 1) / BK;
-  TileSched<kClusterM, K::kPersistent> sched(M, N);
-  int m0, n0;
+  using Sched = TileSched<kClusterM, K::kPersistent, K::kFused>;
+  Sched sched = [&] {
+    if constexpr (K::kFused)
+      return Sched(M, N, (x.epi & hge::kSwiGLU) ? kSwiGLUCols : BN, x.batch_count, x.batch_inner);
+    else
+      return Sched(M, N);
+  }();
+  int m0, n0, outer, inner;
 
   if (wg == 0) {
     // ---------------- producer ----------------
@@ -238,14 +417,43 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
       const uint32_t rank = sched.rank;
       int stage = 0;
       uint32_t phase = 0;
-      while (sched.next(m0, n0)) {
+      while (sched.next(m0, n0, outer, inner)) {
+        // kFused: the tile's batch coordinates in each map, and where B's second half starts: the
+        // up rows/columns of the tile's output columns (SwiGLU, B has 2N rows/columns) or n0 + BN/2.
+        [[maybe_unused]] int ai = 0, ao = 0, bi = 0, bo = 0, nb1 = 0;
+        [[maybe_unused]] bool rank4 = false;
+        if constexpr (K::kFused) {
+          rank4 = (x.tma_levels & kRank4Maps) != 0;
+          ai = (x.tma_levels & kLevelAInner) ? inner : 0;
+          ao = (x.tma_levels & kLevelAOuter) ? outer : 0;
+          bi = (x.tma_levels & kLevelBInner) ? inner : 0;
+          bo = (x.tma_levels & kLevelBOuter) ? outer : 0;
+          nb1 = (x.epi & hge::kSwiGLU) ? N + n0 : n0 + BN / 2;
+        }
         for (int kb = 0; kb < nk; ++kb) {
           // A fresh barrier counts as having completed the phase before phase 0, so the first pass
           // over the ring does not block.
           hg90::mbar_wait(&empty[stage], phase ^ 1);
           hg90::mbar_arrive_expect_tx(&full[stage], K::kStageBytes);
           const int k0 = kb * BK;
-          if (!K::kAT) {
+          if constexpr (K::kFused) {
+            auto load = [&](uint8_t* dst, const CUtensorMap* map, int c0, int c1, int c2, int c3) {
+              if (rank4)
+                hg90::tma_load_4d(dst, map, &full[stage], c0, c1, c2, c3);
+              else
+                hg90::tma_load_2d(dst, map, &full[stage], c0, c1);
+            };
+            load(sA + stage * K::kABytes, &tmA, k0, m0, ai, ao);
+            uint8_t* b = sB + stage * K::kBBytes;
+            if (!K::kNN) {  // TN: two boxes of BN/2 rows (n0, nb1) of 64 K
+              load(b, &tmB, k0, n0, bi, bo);
+              load(b + (BN / 2) * 128, &tmB, k0, nb1, bi, bo);
+            } else {  // NN: 64-column chunks, the first BN/128 from n0, the rest from nb1
+#pragma unroll
+              for (int c = 0; c < BN / 64; ++c)
+                load(b + c * (64 * 128), &tmB, (c < BN / 128 ? n0 : nb1) + 64 * (c % (BN / 128)), k0, bi, bo);
+            }
+          } else if (!K::kAT) {
             hg90::tma_load_2d(sA + stage * K::kABytes, &tmA, &full[stage], k0, m0);
           } else {
             // A^T is K x M row-major: one 64-column (M) panel per consumer warpgroup, 64 K rows each
@@ -297,7 +505,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
         hg90::mbar_arrive(&empty[s]);
       }
     };
-    while (sched.next(m0, n0)) {
+    while (sched.next(m0, n0, outer, inner)) {
       int prev = -1;
       for (int kb = 0; kb < nk; ++kb) {
         hg90::mbar_wait(&full[stage], phase);
@@ -321,7 +529,9 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
       for (int i = 0; i < 128; ++i) hg90::fence_regs(d[i]);
       if (prev >= 0) release(prev);
       const int row0 = m0 + cw * kWgRows;
-      if constexpr (K::kTmaStore) {
+      if constexpr (K::kFused) {
+        epilogue_fused<T>(d, &cArg, sC + cw * (kWgRows * K::kCStageCols * 2), cw, row0, n0, M, N, outer, inner, x);
+      } else if constexpr (K::kTmaStore) {
         epilogue_tma<T, K::kCStageCols>(d, &cArg, sC + cw * (kWgRows * K::kCStageCols * 2), cw, row0, n0);
       } else {
         epilogue_direct<T>(d, cArg, M, N, row0, n0);
@@ -351,6 +561,11 @@ struct Cluster2Direct : Cluster2 {
 };
 struct Acol : Persistent {  // A column-major
   static constexpr bool kAT = true;
+};
+// The util family's fused GEMM (cu/util_sm90_fused.cu): the persistent kernel with 4 stages and half-tile
+// staging + the fused epilogue, batch and SwiGLU.
+struct Fused : Stages<Persistent, 4> {
+  static constexpr bool kFused = true;
 };
 
 }  // namespace hg90g
