@@ -77,6 +77,11 @@ def acc_variant(spec: KernelSpec, dtype: str, acc: str) -> str | None | bool:
     return None if spec.acc in allowed else False
 
 
+def applies_epilogue(spec: KernelSpec) -> bool:
+    """Whether a kernel takes the fused epilogue's parameters (cu/common/epilogue.cuh): bias, activation, scale."""
+    return "i32:epi" in spec.params
+
+
 def copy_kernel(manifest: Manifest, dtype: str) -> str | None:
     """The kernel with the "copy" role for `dtype`, or None if the build has none."""
     for spec in manifest.kernels.values():
@@ -146,12 +151,25 @@ def recipe_for(route: Route, prob: Problem, manifest: Manifest) -> Recipe | None
     if p.batched and (spec.role == "gemm" or int(route.opts().get("splits", 1)) * _prod(p.kernel_batch) >
                       MAX_GRID_BATCH):
         return None  # the catalogue ABI has no batch; grid.z holds splits x the kernel's batch
+    if p.epi is not None:  # a build whose kernels predate the fused epilogue: never a silently dropped epilogue
+        applier = _epilogue_kernel(p, spec, manifest)
+        if applier is None or not applies_epilogue(applier):
+            return None
     try:
         if p.swiglu and not spec.swiglu:
             return _swiglu_after(route, p, spec, _Glue(manifest, p.dtype, p.batch), manifest)
         return _recipe(route, p, spec, _Glue(manifest, p.dtype, p.batch))
     except _NoCopyKernel:
         return None
+
+
+def _epilogue_kernel(p: Problem, spec: KernelSpec, manifest: Manifest) -> KernelSpec | None:
+    """The kernel that applies p's epilogue on a route of `spec`: the GEMM itself (the strided and fused
+    roles), else the copy that follows it (catalogue kernels, SwiGLU where the GEMM cannot pair columns)."""
+    if spec.role != "gemm" and not (p.swiglu and not spec.swiglu):
+        return spec
+    copier = copy_kernel(manifest, p.dtype)
+    return manifest.kernels[copier] if copier else None
 
 
 def _swiglu_after(route: Route, p: Problem, spec: KernelSpec, glue: _Glue, manifest: Manifest) -> Recipe | None:
