@@ -462,7 +462,9 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
               hg90::tma_load_2d(sA + stage * K::kABytes + c * (64 * 128), &tmA, &full[stage], m0 + 64 * c, k0);
           }
           uint8_t* b = sB + stage * K::kBBytes;
-          if (!K::kNN) {
+          if constexpr (K::kFused) {
+            // (the fused GEMM loaded its B boxes above)
+          } else if (!K::kNN) {
             // TN: B tile = BN rows of N, each 64 K elements (128 B); this CTA's slice of rows.
             const int r0 = static_cast<int>(rank) * K::kBSlice;
             if (kClusterM > 1)
