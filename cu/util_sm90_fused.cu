@@ -20,9 +20,23 @@
 //     128 output columns at n0, its B stage holding gate [n0, n0 + 128) then up [F + n0, F + n0 + 128),
 //     so each thread holds the gate and the up value of an output element in d[4j + i] and
 //     d[4(j + 16) + i]; the 128 x 128 output tile is stored in one staging pass.
+//   - grouped GEMM (mixture of experts; group_mode != 0, `groups` = E <= 496 = kMaxGroups experts, the
+//     batch being the experts): matrix e has only the rows of its group, read on the GPU from the int32
+//     vector `group`: group_mode 1 (contiguous) ends[E], expert e owning rows [ends[e-1], ends[e]) of A
+//     and C (rank-4 maps with size-1 batch levels; B's inner level is the expert), M their total;
+//     group_mode 2 (masked) counts[E], rows [0, counts[e]) of matrix e of the batched A, B and C. Both
+//     clamped to [0, M) on the GPU. At kernel start all 384 threads scan the groups' m-tile counts
+//     (ceil(rows / 128)) into a shared table of inclusive prefix sums; the tiles (sum of m-tiles x
+//     tiles_n) are the groups' m-tiles laid end to end in the grouped order, each tile's group found by a
+//     binary search of the table (producer and consumers alike, so they agree). TMA loads rows past a
+//     group's end (the next expert's rows or zero fill, never stored); a warpgroup's 64 rows that cross
+//     the end are stored straight from the registers, guarded (the rest keep the TMA store), and beta *
+//     C_old reads stop there too. More groups than the table holds: the kernel traps (the runtime refuses
+//     them). group_mode 0: none of this runs (the k-loops' SASS is the ungrouped one).
 //   Grid: min(tiles over the batch, SMs) x 1 x 1 (tiles = ceil(M/128) * ceil(N/256), SwiGLU
-//   ceil(M/128) * ceil(F/128), times batch_count).
-//   Smem: 4 * (128 + 256) * 64 * 2 ring + 128 * 128 * 2 staging + barriers + 1 KB alignment slack.
+//   ceil(M/128) * ceil(F/128), times batch_count; grouped: CTAs beyond the groups' tiles exit at once).
+//   Smem: 4 * (128 + 256) * 64 * 2 ring + 128 * 128 * 2 staging + barriers + 496 * 4 group table + 1 KB
+//   alignment slack = 232448, the 227 KB per block.
 //   Shapes: any M, N, K >= 1 (TMA zero-fills loads and clips stores); the runtime passes 16-byte aligned
 //   operands with 16-byte-multiple row strides (TMA's rule; C_old's pairs are read as 4-byte words).
 #include "common/dsmem.cuh"
@@ -30,17 +44,20 @@
 
 using namespace hg90g;  // the knobs, rungs and sm90_gemm (cu/common/sm90_gemm.cuh)
 
-// Parameters in the toml's order: the three maps, then C_old's pointer, the shape, C's row stride, the
-// epilogue (cu/common/epilogue.cuh) and the batch. RUNG is a knobs type without commas.
+// Parameters in the toml's order: the three maps, then C's pointer (C_old, and the grouped GEMM's partial
+// tiles), the shape, C's row stride, the epilogue (cu/common/epilogue.cuh), the batch and the groups. RUNG
+// is a knobs type without commas.
 #define UTIL_FUSED(NAME, RUNG)                                                                                   \
   extern "C" __global__ void __launch_bounds__(kThreads, 1)                                                      \
       NAME(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,                     \
-           const __grid_constant__ CUtensorMap tmC, const RUNG::T* C, int M, int N, int K, int ldc_r,             \
-           int alpha_bits, int beta_bits, const RUNG::T* bias, int bias_stride, int epi, int scale_bits,         \
-           int batch_count, int batch_inner, int tma_levels, long long bsc_o, long long bsc_i) {                 \
+           const __grid_constant__ CUtensorMap tmC, RUNG::T* C, int M, int N, int K, int ldc_r, int alpha_bits,  \
+           int beta_bits, const RUNG::T* bias, int bias_stride, int epi, int scale_bits, int batch_count,        \
+           int batch_inner, int tma_levels, long long bsc_o, long long bsc_i, const int* group, int group_mode,  \
+           int groups) {                                                                                         \
     sm90_gemm<Config<RUNG>>(tmA, tmB, tmC, M, N, K,                                                              \
                             FusedArgs<RUNG::T>{C, ldc_r, alpha_bits, beta_bits, bias, bias_stride, epi,          \
-                                               scale_bits, batch_count, batch_inner, tma_levels, bsc_o, bsc_i}); \
+                                               scale_bits, batch_count, batch_inner, tma_levels, bsc_o, bsc_i,   \
+                                               group, group_mode, groups});                                      \
   }                                                                                                              \
   HG_EXPORT_DSMEM(NAME, Config<RUNG>::kSmemBytes)
 

@@ -3,8 +3,9 @@
 // ladder, Config (shared-memory layout), TileSched (tile order), the epilogues and sm90_gemm (producer +
 // consumer warpgroups). A family declares its symbols with a rung: sm90_gemm<Config<Rung>>(...).
 // The kFused knob (rung Fused, cu/util_sm90_fused.cu) adds the fused epilogue (cu/common/epilogue.cuh), a
-// batch of matrices in the persistent tile order over rank-4 tensor maps, and SwiGLU tiles; with it off,
-// every catalogue kernel compiles to the SASS it had before the knob existed.
+// batch of matrices in the persistent tile order over rank-4 tensor maps, SwiGLU tiles and grouped GEMM
+// (mixture of experts: ragged row groups read from a device vector); with it off, every catalogue kernel
+// compiles to the SASS it had before the knob existed.
 #pragma once
 #include <cuda.h>  // CUtensorMap (128-byte, 64-byte aligned opaque struct)
 #include <type_traits>
@@ -32,6 +33,12 @@ static_assert(kThreads == 128 * (1 + kConsumers), "one producer warpgroup and kC
 // walk down a 2048-row strip before moving to the next 256-column strip, so the ~132 tiles in
 // flight share A rows and B columns in L2.
 constexpr int kGroupRows = 2048;
+
+// The grouped GEMM (kFused, group_mode != 0; see kGroupContiguous below): the most groups its shared-memory
+// table holds, one int32 inclusive prefix sum per group in the dynamic shared memory the fused kernel has
+// left under the 227 KB per block (232448 - 230464 bytes). The kernel traps on a launch with more; the
+// runtime refuses them before.
+constexpr int kMaxGroups = 496;
 
 // One kernel's compile-time shape. Both consumers work on the same 128 x 256 tile (rows 0-63 and
 // 64-127, "cooperative") and read the same B stage, so a stage is 128 + 256 rows of 64 K: 48 KB of
@@ -84,7 +91,10 @@ struct Config : Rung {
   static constexpr int kCStageCols = kStages >= 4 ? BN / 2 : BN;
   static constexpr int kCBytes = kTmaStore ? BM * kCStageCols * 2 : 0;
   static constexpr int kBarOffset = kStages * kStageBytes + kCBytes;
-  static constexpr int kSmemBytes = kBarOffset + 2 * kStages * 8 + 1024;  // + full[], empty[], slack
+  // kFused: the grouped GEMM's table of per-group tile prefix sums (kMaxGroups ints) after the barriers.
+  static constexpr int kGroupOffset = kBarOffset + 2 * kStages * 8;
+  static constexpr int kGroupBytes = Rung::kFused ? kMaxGroups * 4 : 0;
+  static constexpr int kSmemBytes = kGroupOffset + kGroupBytes + 1024;  // + full[], empty[], (table), slack
   // Arrivals that free a stage: every consumer that reads it, in every CTA that it is multicast to.
   static constexpr int kEmptyArrivals = kConsumers * kClusterM;
   // B rows (TN: N rows of 64 K; NN: 64-column chunks) loaded by this CTA; the peer loads the rest.
@@ -104,29 +114,105 @@ constexpr int kRank4Maps = 16;  // batched launch: A, B and C are rank-4 maps (c
 constexpr int kLevelCInner = 32, kLevelCOuter = 64;
 // SwiGLU: a tile covers this many output columns, its B stage holding their gate and up rows/columns.
 constexpr int kSwiGLUCols = BN / 2;
+// Grouped GEMM (i32:group_mode, mixture of experts): the matrices are the `groups` experts, matrix e having
+// only the rows of its group (a device int32 vector `group`, read at kernel start and per tile):
+//  kGroupContiguous: group = ends[groups] (torch._grouped_mm's offsets): expert e owns rows
+//    [clamp(ends[e-1], 0, M), clamp(ends[e], that, M)) of A and C (ends[-1] = 0), B is the expert's matrix;
+//  kGroupMasked (any other non-zero mode): group = counts[groups]: rows [0, clamp(counts[e], 0, M)) of
+//    matrix e of the batched A, B and C.
+// Tiles: ceil(rows / BM) x tiles_n per group, walked in the grouped order over the groups' m-tiles laid end
+// to end (one "virtual" M of sum ceil(rows_e / BM) tiles); rows at or past a group's end are never stored.
+constexpr int kGroupContiguous = 1, kGroupMasked = 2;
 
 template <typename T>
 struct FusedArgs {
-  const T* C;  // C_old (read where beta != 0): row stride ldc_r, column stride 1, batch strides bsc_o/bsc_i
+  // C (the matrix tmap:C stores): read for beta * C_old where beta != 0, and written directly for a
+  // grouped tile whose rows cross its group's end. Row stride ldc_r, column stride 1, batch strides
+  // bsc_o/bsc_i.
+  T* C;
   int ldc_r;
   int alpha_bits, beta_bits;
   const T* bias;
   int bias_stride, epi, scale_bits;
   int batch_count, batch_inner, tma_levels;
   long long bsc_o, bsc_i;
+  const int* group;  // grouped GEMM: ends or counts, `groups` of them (group_mode 0: not grouped, unread)
+  int group_mode, groups;
 };
 struct NoFused {};  // the catalogue kernels' (none)
+
+// Rows [start, end) of group e (grouped GEMM), clamped so that no table makes them leave [0, M): contiguous
+// [clamp(ends[e-1], 0, M), clamp(ends[e], start, M)) of A and C, masked [0, clamp(counts[e], 0, M)) of
+// matrix e. Read-only loads of the (L2-resident) group vector.
+__device__ __forceinline__ void group_rows(const int* group, int mode, int e, int M, int& start, int& end) {
+  if (mode == kGroupContiguous) {
+    start = e > 0 ? min(max(__ldg(group + e - 1), 0), M) : 0;
+    end = min(max(__ldg(group + e), start), M);
+  } else {
+    start = 0;
+    end = min(max(__ldg(group + e), 0), M);
+  }
+}
+
+// The grouped GEMM's table, once per CTA at kernel start by all kThreads threads: tab[e] = the m-tiles
+// (ceil(rows / BM)) of groups 0..e, an inclusive block-wide scan of E <= kMaxGroups counts in chunks of
+// kThreads (a warp scan by shuffles, then one over the warps' sums in `scratch`, kThreads / 32 ints), each
+// thread loading its group's bounds: E independent loads, not a chain. Ends with __syncthreads (the table
+// is visible to every thread).
+__device__ __forceinline__ void group_scan(int* tab, int* scratch, const int* group, int mode, int E, int M) {
+  constexpr int kWarps = kThreads / 32;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  int carry = 0;
+  for (int base = 0; base < E; base += kThreads) {
+    const int e = base + tid;
+    int v = 0;
+    if (e < E) {
+      int start, end;
+      group_rows(group, mode, e, M, start, end);
+      v = (end - start) / BM + ((end - start) % BM != 0);  // (no overflow at M near 2^31)
+    }
+#pragma unroll
+    for (int o = 1; o < 32; o *= 2) {
+      const int y = __shfl_up_sync(0xffffffffu, v, o);
+      if (lane >= o) v += y;
+    }
+    if (lane == 31) scratch[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+      int w = lane < kWarps ? scratch[lane] : 0;
+#pragma unroll
+      for (int o = 1; o < kWarps; o *= 2) {
+        const int y = __shfl_up_sync(0xffffffffu, w, o);
+        if (lane >= o) w += y;
+      }
+      if (lane < kWarps) scratch[lane] = w;
+    }
+    __syncthreads();
+    if (e < E) tab[e] = carry + v + (warp > 0 ? scratch[warp - 1] : 0);
+    carry += scratch[kWarps - 1];
+    __syncthreads();  // scratch is rewritten by the next chunk; the last one publishes tab
+  }
+}
 
 // Tile order. Persistent: cluster-tile t = clusterId + i * numClusters, grouped along M.
 // Non-persistent ("tiles" grid): one tile, blockIdx.x walks N and blockIdx.y walks M.
 // kBatched (the fused GEMM): the tiles of batch_count matrices, tile t in matrix t / (tiles per matrix),
 // each matrix in the grouped order; a tile covers `cols` output columns (BN, or kSwiGLUCols).
+// Grouped GEMM (group_mode != 0): the groups' m-tiles laid end to end are one matrix of tab[E-1] m-tiles in
+// the grouped order; a tile's virtual m-tile v lies in group e = the first with tab[e] > v (a binary search
+// of the shared table, empty groups never matching), m-tile v - tab[e-1] of it. next() then gives the
+// tile's first row (contiguous: in A and C; masked: in matrix e), the batch coordinates of matrix e and
+// row_end, the group's end (rows at or past it are not stored); without groups row_end = M.
 template <int kClusterM, bool kPersistent, bool kBatched = false>
 struct TileSched {
   int tiles_m, tiles_n, total, next_t, stride;
   uint32_t rank;
   int cols, per_matrix, batch_inner;  // kBatched only
-  __device__ TileSched(int M, int N, int cols_, int batch_count, int batch_inner_) {
+  int row_end, M_, group_mode, groups;  // kBatched only: grouped GEMM
+  const int* tab;                       // (shared memory)
+  const int* group_vec;                 // the group vector (FusedArgs::group)
+  __device__ TileSched(int M, int N, int cols_, int batch_count, int batch_inner_, int group_mode_ = 0,
+                       const int* group_ = nullptr, int groups_ = 0, const int* tab_ = nullptr) {
     static_assert(kBatched && kPersistent && kClusterM == 1, "batched tile order: persistent, no cluster");
     cols = cols_;
     batch_inner = batch_inner_;
@@ -134,6 +220,15 @@ struct TileSched {
     tiles_n = (N + cols - 1) / cols;
     per_matrix = tiles_m * tiles_n;
     total = per_matrix * batch_count;
+    M_ = row_end = M;
+    group_mode = group_mode_;
+    group_vec = group_;
+    groups = groups_;
+    tab = tab_;
+    if (group_mode != 0) {  // one matrix of virtual m-tiles (so t / per_matrix is 0)
+      tiles_m = groups > 0 ? tab[groups - 1] : 0;
+      per_matrix = total = tiles_m * tiles_n;
+    }
     rank = 0;
     next_t = static_cast<int>(blockIdx.x);
     stride = static_cast<int>(gridDim.x);
@@ -158,18 +253,35 @@ struct TileSched {
     if (kPersistent) {
       constexpr int group = kGroupRows / (BM * kClusterM);
       int t = next_t;
+      int b = 0;
       if constexpr (kBatched) {
-        const int b = t / per_matrix;
+        b = t / per_matrix;
         t -= b * per_matrix;
-        outer = b / batch_inner;
-        inner = b - outer * batch_inner;
       }
       const int per_group = group * tiles_n;
       const int first_m = (t / per_group) * group;
       const int gsz = min(tiles_m - first_m, group);
-      const int tm = first_m + (t % per_group) % gsz;
+      int tm = first_m + (t % per_group) % gsz;
       const int tn = (t % per_group) / gsz;
-      m0 = (tm * kClusterM + static_cast<int>(rank)) * BM;
+      int row = 0;  // grouped: the group's first row
+      if constexpr (kBatched) {
+        if (group_mode != 0) {  // tm is a virtual m-tile: find its group b, then its m-tile there
+          int lo = 0, hi = groups - 1;
+          while (lo < hi) {
+            const int mid = (lo + hi) / 2;
+            if (tab[mid] > tm)
+              hi = mid;
+            else
+              lo = mid + 1;
+          }
+          b = lo;
+          tm -= b > 0 ? tab[b - 1] : 0;
+          group_rows(group_vec, group_mode, b, M_, row, row_end);
+        }
+        outer = b / batch_inner;
+        inner = b - outer * batch_inner;
+      }
+      m0 = row + (tm * kClusterM + static_cast<int>(rank)) * BM;
       n0 = tn * (kBatched ? cols : BN);
     } else {
       m0 = blockIdx.y * BM;
@@ -221,9 +333,11 @@ __device__ __forceinline__ void epilogue_direct(const float (&d)[128], T* C, int
 // The general form: only the first `passes` passes (the fused SwiGLU tile: 1); prep(pass) runs first in
 // each pass (the fused epilogue's math on that pass's accumulators, before the wait for the previous
 // store, so that it overlaps it) and store(smem, col) issues the bulk store of each 64 x 64 box (its rows at row0).
-template <typename T, int kCols, class Prep, class Store>
+// direct(pass) after prep: true when it has stored the pass itself (the fused grouped GEMM's tiles that
+// cross their group's end), skipping the staging and the bulk store; the catalogue's is constant false.
+template <typename T, int kCols, class Prep, class Store, class Direct>
 __device__ __forceinline__ void epilogue_tma_with(const float (&d)[128], uint8_t* sCw, int wg, int n0, int passes,
-                                                  Prep&& prep, Store&& store) {
+                                                  Prep&& prep, Store&& store, Direct&& direct) {
   static_assert(BN % kCols == 0 && kCols % 64 == 0, "passes of whole 64-column boxes");
   const int tid = threadIdx.x % 128;
   const int lane = threadIdx.x % 32;
@@ -235,6 +349,7 @@ __device__ __forceinline__ void epilogue_tma_with(const float (&d)[128], uint8_t
   for (int pass = 0; pass < BN / kCols; ++pass) {
     if (pass >= passes) break;
     prep(pass);
+    if (direct(pass)) continue;
     if (tid == 0) hg90::tma_store_wait_read<0>();
     hg90::named_bar_sync(1 + wg, 128);
 #pragma unroll
@@ -260,7 +375,7 @@ __device__ __forceinline__ void epilogue_tma(const float (&d)[128], const CUtens
                                              int row0, int n0) {
   epilogue_tma_with<T, kCols>(
       d, sCw, wg, n0, BN / kCols, [](int) {},
-      [&](const uint8_t* src, int col) { hg90::tma_store_2d(tmC, src, col, row0); });
+      [&](const uint8_t* src, int col) { hg90::tma_store_2d(tmC, src, col, row0); }, [](int) { return false; });
 }
 
 // The fused epilogue (kFused): each accumulator becomes y = e.value(acc, row, col) (+ beta * C_old, read
@@ -270,11 +385,21 @@ __device__ __forceinline__ void epilogue_tma(const float (&d)[128], const CUtens
 // linear() && beta == 0: the catalogue's epilogue (alpha only, skipped at 1; no loads). The math of each
 // pass runs before the wait for the previous store's read of the staging buffer, overlapping it.
 // Rows and columns past M and N are computed (their stores are clipped) with clamped bias indices.
+// Grouped GEMM: row_end is the tile's group end (else M). This warpgroup's 64 rows at row0 all before it:
+// the TMA store as above; none: nothing to do; some: the rows before row_end stored straight from the
+// registers through x.C (guarded pairs, as epilogue_direct), since a bulk store would write them all.
+// beta * C_old reads only rows before row_end.
 template <typename T>
 __device__ __forceinline__ void epilogue_fused(float (&d)[128], const CUtensorMap* tmC, uint8_t* sCw, int wg,
-                                               int row0, int n0, int M, int N, int outer, int inner,
+                                               int row0, int n0, int M, int N, int row_end, int outer, int inner,
                                                const FusedArgs<T>& x) {
   constexpr int kCols = BN / 2, kBlocks = kCols / 8;  // per pass: 16 blocks of 8 columns
+  // (Both the same in every thread of the warpgroup. Decided by warp votes, since ptxas cannot tell that
+  // row_end, loaded from memory, is warp-uniform: a branch on it otherwise takes the tile loop's stage
+  // and phase out of the uniform datapath, adding 9 instructions per k-block.)
+  const bool grouped = x.group_mode != 0;
+  if (__all_sync(0xffffffffu, grouped && row_end <= row0)) return;
+  const bool partial = __any_sync(0xffffffffu, grouped && row_end < row0 + kWgRows);
   const hge::Epilogue<T> e(x.alpha_bits, x.beta_bits, x.bias, x.bias_stride, x.epi, x.scale_bits);
   const bool swiglu = e.swiglu();
   const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
@@ -337,7 +462,7 @@ __device__ __forceinline__ void epilogue_fused(float (&d)[128], const CUtensorMa
       const T* cb = x.C + outer * x.bsc_o + inner * x.bsc_i;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        if (r + 8 * h >= M) continue;
+        if (r + 8 * h >= row_end) continue;
         const T* p = cb + static_cast<long long>(r + 8 * h) * x.ldc_r + c;
 #pragma unroll
         for (int j = j0; j < j0 + kBlocks; ++j) {
@@ -356,14 +481,38 @@ __device__ __forceinline__ void epilogue_fused(float (&d)[128], const CUtensorMa
       }
     }
   };
+  // A partial tile's pass: rows r, r + 8 before row_end, column pairs c + 8j (4-byte words: C's rows are
+  // 16-byte aligned, c even), a lone last column where N is odd.
+  auto direct = [&](int pass) {
+    if (!partial) return false;
+    T* cb = x.C + outer * x.bsc_o + inner * x.bsc_i;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (r + 8 * h >= row_end) continue;
+      T* p = cb + static_cast<long long>(r + 8 * h) * x.ldc_r + c;
+#pragma unroll
+      for (int j = pass * kBlocks; j < (pass + 1) * kBlocks; ++j) {
+        const int col = c + 8 * j;
+        const uint32_t v = hg90::pack2<T>(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+        if (col + 1 < N)
+          *reinterpret_cast<uint32_t*>(p + 8 * j) = v;
+        else if (col < N)
+          p[8 * j] = reinterpret_cast<const T*>(&v)[0];
+      }
+    }
+    return true;
+  };
   const bool rank4 = (x.tma_levels & kRank4Maps) != 0;
   const int ci = (x.tma_levels & kLevelCInner) ? inner : 0, co = (x.tma_levels & kLevelCOuter) ? outer : 0;
-  epilogue_tma_with<T, kCols>(d, sCw, wg, n0, swiglu ? 1 : BN / kCols, prep, [&](const uint8_t* src, int col) {
-    if (rank4)
-      hg90::tma_store_4d(tmC, src, col, row0, ci, co);
-    else
-      hg90::tma_store_2d(tmC, src, col, row0);
-  });
+  epilogue_tma_with<T, kCols>(
+      d, sCw, wg, n0, swiglu ? 1 : BN / kCols, prep,
+      [&](const uint8_t* src, int col) {
+        if (rank4)
+          hg90::tma_store_4d(tmC, src, col, row0, ci, co);
+        else
+          hg90::tma_store_2d(tmC, src, col, row0);
+      },
+      direct);
 }
 
 template <class K, typename CArg, class X = NoFused>
@@ -403,10 +552,20 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
   const int nk = (K_ + BK - 1) / BK;
   using Sched = TileSched<kClusterM, K::kPersistent, K::kFused>;
   Sched sched = [&] {
-    if constexpr (K::kFused)
-      return Sched(M, N, (x.epi & hge::kSwiGLU) ? kSwiGLUCols : BN, x.batch_count, x.batch_inner);
-    else
+    if constexpr (K::kFused) {
+      const int cols = (x.epi & hge::kSwiGLU) ? kSwiGLUCols : BN;
+      if (x.group_mode == 0) return Sched(M, N, cols, x.batch_count, x.batch_inner);
+      // Grouped GEMM: the table of the groups' m-tile prefix sums, built by the whole CTA (the staging
+      // buffer, unused before the first epilogue, holds the scan's warp sums). More groups than the table
+      // holds: trap (the runtime refuses them); more than there are matrices: those have no tiles.
+      if (x.groups > kMaxGroups) __trap();
+      const int E = min(x.groups, x.batch_count);
+      int* tab = reinterpret_cast<int*>(smem + K::kGroupOffset);
+      group_scan(tab, reinterpret_cast<int*>(sC), x.group, x.group_mode, E, M);
+      return Sched(M, N, cols, x.batch_count, x.batch_inner, x.group_mode, x.group, E, tab);
+    } else {
       return Sched(M, N);
+    }
   }();
   int m0, n0, outer, inner;
 
@@ -532,7 +691,8 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
       if (prev >= 0) release(prev);
       const int row0 = m0 + cw * kWgRows;
       if constexpr (K::kFused) {
-        epilogue_fused<T>(d, &cArg, sC + cw * (kWgRows * K::kCStageCols * 2), cw, row0, n0, M, N, outer, inner, x);
+        epilogue_fused<T>(d, &cArg, sC + cw * (kWgRows * K::kCStageCols * 2), cw, row0, n0, M, N, sched.row_end,
+                          outer, inner, x);
       } else if constexpr (K::kTmaStore) {
         epilogue_tma<T, K::kCStageCols>(d, &cArg, sC + cw * (kWgRows * K::kCStageCols * 2), cw, row0, n0);
       } else {
