@@ -44,7 +44,9 @@ __device__ __forceinline__ float gelu_tanh(float x) {
   const float u2 = 1.5957691216057308f * fmaf(0.044715f * x, x * x, x);  // 2u
   return __fdividef(x, 1.f + __expf(-u2));
 }
-__device__ __forceinline__ float silu(float x) { return x / (1.f + __expf(-x)); }
+// x / (1 + e^-x) by the fast division (reciprocal and multiply, not the IEEE division's subroutine): where
+// e^-x overflows to inf (x below about -88) or the denominator passes 2^126, it gives (-)0, silu's limit.
+__device__ __forceinline__ float silu(float x) { return __fdividef(x, 1.f + __expf(-x)); }
 
 __device__ __forceinline__ float activate(int act, float x) {
   switch (act) {
