@@ -36,6 +36,7 @@ from .registry import get_registry
 __all__ = ["grouped_matmul", "GROUP_MODES"]
 
 GROUP_MODES = {"contiguous": 1, "masked": 2}  # the kernels' i32:group_mode (0: not grouped)
+MAX_GROUPS = 496  # the kernels' shared-memory table of per-group tile prefix sums (cu/util_sm90_fused.cu)
 ROLE = "gemm_fused_wgmma"
 _I32 = 2**31 - 1
 
@@ -124,6 +125,8 @@ def grouped_matmul(a: Any, b: Any, out: Any = None, *, offsets: Any = None, coun
         raise ValidationError(f"grouped_matmul: A has K = {A.shape[-1]}, B is (experts, K, N) = {B.shape}")
     if mode == "masked" and A.shape[0] != E:
         raise ValidationError(f"grouped_matmul: masked A has {A.shape[0]} experts, B has {E}")
+    if E > MAX_GROUPS:
+        raise ValidationError(f"grouped_matmul: {E} experts; the grouped kernels take at most {MAX_GROUPS} per launch")
     if G.length != E:
         raise ValidationError(f"grouped_matmul: {'offsets' if mode == 'contiguous' else 'counts'} has {G.length} "
                               f"entries for {E} experts")
