@@ -182,7 +182,7 @@ def test_batched_epilogue_matches_float64(act, dtype, rng):
     n_out = N // 2 if act == "swiglu" else N
     out = hg.empty((batch, M, n_out), dtype)
     hg.matmul(a.view, b.view, out, bias=bv.view, activation=act)
-    got = storage_to_f64(out.to_numpy(), dtype)
+    got = storage_to_f64(out.to_host(), dtype)
     want = reference(a.exact @ b.exact, Epilogue("col", act), bias=bv.exact)
     err = float(np.linalg.norm(got - want) / np.linalg.norm(want))
     assert err <= 2 * error_floor(dtype, "f32", dtype, K), (err, hg.explain(a.view, b.view, out, bias=bv.view,

@@ -81,7 +81,7 @@ def test_contiguous_groups_match_float64(dtype, layout, sizes, rng):
     out.fill_bytes(0xFF)  # NaN: a row the kernel should not write stays NaN
     ends = np.cumsum(sizes).astype(np.int32)
     hg.grouped_matmul(x.view, w.view, out, offsets=ends)
-    got = storage_to_f64(out.to_numpy(), dtype)
+    got = storage_to_f64(out.to_host(), dtype)
     start = 0
     for e, n in enumerate(sizes):
         want = x.exact[start:start + n] @ w.exact[e]
@@ -105,7 +105,7 @@ def test_masked_groups_match_float64_and_clamp_counts(dtype, act, rng):
     out = hg.empty((E, max_m, n_out), dtype)
     out.fill_bytes(0xFF)
     hg.grouped_matmul(x.view, w.view, out, counts=counts, activation=act)
-    got = storage_to_f64(out.to_numpy(), dtype)
+    got = storage_to_f64(out.to_host(), dtype)
     for e in range(E):
         n = min(int(counts[e]), max_m)
         if n:

@@ -33,7 +33,7 @@ constexpr int kSwiGLU = 1 << 8;    // bit 8: gate/up pairs (only kernels that de
 // the fused epilogue's gelu cost a quarter of a 4096 x 8192 x 2048 GEMM on the H100.
 __device__ __forceinline__ float gelu_erf(float x) {
   const float z = fabsf(x) * 0.70710678118654752f;
-  const float t = __frcp_rn(fmaf(0.3275911f, z, 1.f));
+  const float t = __fdividef(1.f, fmaf(0.3275911f, z, 1.f));  // (the IEEE __frcp_rn is a subroutine)
   const float poly = t * fmaf(t, fmaf(t, fmaf(t, fmaf(t, 1.061405429f, -1.453152027f), 1.421413741f), -0.284496736f),
                               0.254829592f);
   const float q = poly * __expf(-z * z);  // 1 - erf(z)
