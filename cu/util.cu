@@ -2,20 +2,28 @@
 // the generic GEMM tests and bench.py skip them; tests/test_matmul.py checks them through matmul).
 // Every stride is in elements and may be any value (transposing views included); alpha and beta
 // arrive as the bit patterns of fp32 values in i32 parameters.
+// Epilogue: every kernel here stores y = scale * act(alpha * x + bias) + beta * C_old (cu/common/
+// epilogue.cuh; x the sum, or the source element of a copy), in fp32 before the final rounding, with
+// the parameters ptr:bias, i32:bias_stride, i32:epi, i32:scale_bits right after i32:beta_bits; the bias
+// is indexed by the output's (destination's) row or column and shared by every matrix of a batch.
+// Without bias, activation or scale (Epilogue::linear(), the common case) a kernel runs its alpha/beta
+// code as before; the general epilogue is a __noinline__ function of its own, so that its code (an
+// activation per element) takes no registers from the main loops.
 // Batched: every kernel here takes a batch on grid.z (cu/CONTRACT.md): matrix z of the launch is
 // (z / batch_inner, z % batch_inner), each operand offset by its 64-bit batch strides (0: broadcast);
 // an unbatched launch has batch_inner = 1 and zero strides.
 //
 // util_copy2d_{f16,bf16,f32}: the memory-bound glue of the padding path.
-//   dst[r*drs + c*dcs] = alpha * S(r, c) (+ beta * dst[...] when beta != 0), r < M, c < N, where
+//   dst[r*drs + c*dcs] = epilogue(S(r, c)) (+ beta * dst[...] when beta != 0), r < M, c < N, where
 //   S(r, c) = src[r*srs + c*scs] inside src_rows x src_cols and 0 outside (zero padding).
 //   256 threads, 64 x 64 tile through shared memory: the read walks the source's contiguous
 //   dimension and the write the destination's (so a transposing copy is as coalesced as a plain
-//   one), in 16-byte vectors wherever the run is contiguous and aligned.
+//   one), in 16-byte vectors wherever the run is contiguous and aligned. With bias, activation or
+//   scale the copy is element by element straight from global memory (copy2d_general).
 //   Any M, N >= 1, any alignment; sm_80+.
 //
 // util_gemm_mma_{f16,bf16}_m{16,32,64,128} (variants b = row | col):
-//   C = alpha * A.B + beta * C. A: M x K row-major with leading dimension lda. B: K x N row-major
+//   C = epilogue(A.B) (+ beta * C). A: M x K row-major with leading dimension lda. B: K x N row-major
 //   (b=row, "NN") or N x K row-major (b=col, "TN") with ldb. C: any strides, any alignment.
 //   fp32 accumulation with mma.sync m16n8k16 fed by ldmatrix from XOR-swizzled shared memory,
 //   multi-stage cp.async pipeline, BN = 128, BK = 64, BM = 16..128 (the small-M / decode shapes
@@ -29,7 +37,7 @@
 //   sm_80..89) the CTA reads back its own tile.
 //   Smem: stages * (BM + BN) * BK * 2 bytes (the fp32 tile reuses the pipeline buffers).
 //
-// util_gemm_simt_{f16,bf16,f32}: C = alpha * A.B + beta * C with any strides for A, B and C and any
+// util_gemm_simt_{f16,bf16,f32}: C = epilogue(A.B) (+ beta * C) with any strides for A, B and C and any
 //   alignment, fp32 FMA, 256 threads, 64 x 64 tile, 4 x 4 outputs per thread. The correctness fallback
 //   (dtypes/arches without a tensor-core kernel) and the one-launch path for tiny problems.
 #include "common/dsmem.cuh"
@@ -75,12 +83,13 @@ __device__ __forceinline__ void tile_slot(int e, bool cfast, int& r, int& c) {
 // along it is read with 16-byte loads wherever the run is inside the matrix and contiguous (aligned
 // or not, see load16_any) and written with one 16-byte store where it is also aligned; V guarded
 // element accesses otherwise (ragged edges, misaligned destinations, general strides).
-// alpha == 1, beta == 0 is a pure bit copy; otherwise the store side computes in fp32.
+// alpha == 1, beta == 0 is a pure bit copy; otherwise the store side computes alpha * x + beta * dst in
+// fp32. Only for a linear epilogue (no bias, activation or scale): copy2d_general does the others.
 template <typename T>
-__device__ __forceinline__ void copy2d(const T* __restrict__ src, T* __restrict__ dst, int M, int N,
-                                       int src_rows, int src_cols, int srs, int scs, int drs, int dcs,
-                                       int alpha_bits, int beta_bits, int batch_inner, long long bss_o,
-                                       long long bss_i, long long bsd_o, long long bsd_i) {
+__device__ __forceinline__ void copy2d_vec(const T* __restrict__ src, T* __restrict__ dst, int M, int N,
+                                           int src_rows, int src_cols, int srs, int scs, int drs, int dcs,
+                                           int alpha_bits, int beta_bits, int batch_inner, long long bss_o,
+                                           long long bss_i, long long bsd_o, long long bsd_i) {
   constexpr int V = 16 / sizeof(T);
   // grid.z is the batch (no clusters here): this CTA's source matrix, and below its destination
   // (each applied where it is used: a pointer live across both phases costs the occupancy of a
@@ -166,6 +175,51 @@ __device__ __forceinline__ void copy2d(const T* __restrict__ src, T* __restrict_
       }
     }
   }
+}
+
+// The copy with the general epilogue (bias, activation, scale): dst(r, c) = the epilogue of S(r, c) at
+// the destination's (row, column), one element at a time straight from global memory (no tile: a rare
+// path, which this keeps small), as a function of its own so that its code takes no registers from
+// copy2d_vec (which every plain and alpha/beta copy runs, 8 CTAs of 32 registers per SM).
+template <typename T>
+__device__ __noinline__ void copy2d_general(const T* __restrict__ src, T* __restrict__ dst, int M, int N,
+                                            int src_rows, int src_cols, int srs, int scs, int drs, int dcs,
+                                            const hge::Epilogue<T> ep, int batch_inner, long long bss_o,
+                                            long long bss_i, long long bsd_o, long long bsd_i) {
+  src += batch_offset(batch_inner, bss_o, bss_i);
+  dst += batch_offset(batch_inner, bsd_o, bsd_i);
+  const int r0 = blockIdx.y * kCopyTile, c0 = blockIdx.x * kCopyTile;
+  const bool dst_cfast = iabs(dcs) <= iabs(drs);  // consecutive threads along dst's contiguous dimension
+  auto S = [&](int r, int c) {  // the source with its zero padding
+    return r < src_rows && c < src_cols ? to_f32(src[static_cast<long long>(r) * srs + static_cast<long long>(c) * scs])
+                                        : 0.f;
+  };
+#pragma unroll 1
+  for (int e = threadIdx.x; e < kCopyTile * kCopyTile; e += kCopyThreads) {
+    const int gr = r0 + (dst_cfast ? e / kCopyTile : e % kCopyTile);
+    const int gc = c0 + (dst_cfast ? e % kCopyTile : e / kCopyTile);
+    if (gr < M && gc < N) {
+      T* q = dst + static_cast<long long>(gr) * drs + static_cast<long long>(gc) * dcs;
+      float v = ep.value(S(gr, gc), gr, gc);
+      if (ep.beta != 0.f) v += ep.beta * to_f32(*q);  // BLAS convention: beta == 0 never reads C
+      *q = from_f32<T>(v);
+    }
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void copy2d(const T* __restrict__ src, T* __restrict__ dst, int M, int N,
+                                       int src_rows, int src_cols, int srs, int scs, int drs, int dcs,
+                                       int alpha_bits, int beta_bits, const T* bias, int bias_stride, int epi,
+                                       int scale_bits, int batch_inner, long long bss_o, long long bss_i,
+                                       long long bsd_o, long long bsd_i) {
+  const hge::Epilogue<T> ep(alpha_bits, beta_bits, bias, bias_stride, epi, scale_bits);
+  if (ep.linear())
+    copy2d_vec<T>(src, dst, M, N, src_rows, src_cols, srs, scs, drs, dcs, alpha_bits, beta_bits, batch_inner, bss_o,
+                  bss_i, bsd_o, bsd_i);
+  else
+    copy2d_general<T>(src, dst, M, N, src_rows, src_cols, srs, scs, drs, dcs, ep, batch_inner, bss_o, bss_i, bsd_o,
+                      bsd_i);
 }
 
 // ================================================================================================
@@ -305,6 +359,7 @@ __device__ __forceinline__ void gemm_mma_body(const typename C::Elem* __restrict
                                               const typename C::Elem* __restrict__ B,
                                               typename C::Elem* __restrict__ Cout, int M, int N, int K, int lda,
                                               int ldb, int ldc_r, int ldc_c, int alpha_bits, int beta_bits,
+                                              const typename C::Elem* bias, int bias_stride, int epi, int scale_bits,
                                               int batch_inner, long long bsa_o, long long bsa_i, long long bsb_o,
                                               long long bsb_i, long long bsc_o, long long bsc_i) {
   using T = typename C::Elem;
@@ -377,9 +432,9 @@ __device__ __forceinline__ void gemm_mma_body(const typename C::Elem* __restrict
   }
   // C's batch offset is taken here: a pointer held across the main loop costs registers there
   if constexpr (kBatched) Cout += hgu::batch_offset(hgu::grid_z(batch_inner), bsc_o, bsc_i);
+  const hge::Epilogue<T> ep(alpha_bits, beta_bits, bias, bias_stride, epi, scale_bits);
   hgu::cluster_reduce_store<T, C::BM, C::BN, C::kRedStride>(smem, splits, tid, C::kThreads, Cout, M, N, m0, n0, ldc_r,
-                                                            ldc_c, __int_as_float(alpha_bits),
-                                                            __int_as_float(beta_bits));
+                                                            ldc_c, ep);
 }
 
 // An unbatched launch (grid.z = the cluster's size: splits only) runs gemm_mma_body<C, false>, the same
@@ -387,14 +442,15 @@ __device__ __forceinline__ void gemm_mma_body(const typename C::Elem* __restrict
 template <class C>
 __device__ __forceinline__ void gemm_mma(const typename C::Elem* A, const typename C::Elem* B, typename C::Elem* Cout,
                                          int M, int N, int K, int lda, int ldb, int ldc_r, int ldc_c, int alpha_bits,
-                                         int beta_bits, int batch_inner, long long bsa_o, long long bsa_i,
+                                         int beta_bits, const typename C::Elem* bias, int bias_stride, int epi,
+                                         int scale_bits, int batch_inner, long long bsa_o, long long bsa_i,
                                          long long bsb_o, long long bsb_i, long long bsc_o, long long bsc_i) {
   if (gridDim.z == static_cast<unsigned>(hgu::grid_z(batch_inner).splits))
-    gemm_mma_body<C, false>(A, B, Cout, M, N, K, lda, ldb, ldc_r, ldc_c, alpha_bits, beta_bits, batch_inner, bsa_o,
-                            bsa_i, bsb_o, bsb_i, bsc_o, bsc_i);
+    gemm_mma_body<C, false>(A, B, Cout, M, N, K, lda, ldb, ldc_r, ldc_c, alpha_bits, beta_bits, bias, bias_stride,
+                            epi, scale_bits, batch_inner, bsa_o, bsa_i, bsb_o, bsb_i, bsc_o, bsc_i);
   else
-    gemm_mma_body<C, true>(A, B, Cout, M, N, K, lda, ldb, ldc_r, ldc_c, alpha_bits, beta_bits, batch_inner, bsa_o,
-                           bsa_i, bsb_o, bsb_i, bsc_o, bsc_i);
+    gemm_mma_body<C, true>(A, B, Cout, M, N, K, lda, ldb, ldc_r, ldc_c, alpha_bits, beta_bits, bias, bias_stride,
+                           epi, scale_bits, batch_inner, bsa_o, bsa_i, bsb_o, bsb_i, bsc_o, bsc_i);
 }
 
 // ================================================================================================
@@ -402,12 +458,51 @@ __device__ __forceinline__ void gemm_mma(const typename C::Elem* A, const typena
 // ================================================================================================
 constexpr int kSimtTile = 64, kSimtBK = 16, kSimtThreads = 256;
 
+// A thread's 4 x 4 outputs, rows m + 16i and columns n + 16j, through the epilogue. kLinear: alpha and
+// beta only (the common case); the general one (bias, activation, scale) is a function of its own so
+// that its code takes no registers from the main loop.
+struct SimtAcc {
+  float v[4][4];
+};
+template <typename T, bool kLinear>
+__device__ __forceinline__ void simt_store(const SimtAcc& a, T* C, int M, int N, int crs, int ccs, int m, int n,
+                                           const hge::Epilogue<T>& ep) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int gm = m + 16 * i, gn = n + 16 * j;
+      if (gm < M && gn < N) {
+        T* p = C + (long long)gm * crs + (long long)gn * ccs;
+        float v = kLinear ? ep.alpha * a.v[i][j] : ep.value(a.v[i][j], gm, gn);
+        if (ep.beta != 0.f) v += ep.beta * to_f32(*p);
+        *p = from_f32<T>(v);
+      }
+    }
+}
+template <typename T>
+__device__ __noinline__ void simt_store_general(const SimtAcc a, T* C, int M, int N, int crs, int ccs, int m, int n,
+                                                const hge::Epilogue<T> ep) {
+  simt_store<T, false>(a, C, M, N, crs, ccs, m, n, ep);
+}
+
+// An element of A or B through the read-only path. The compiler infers it by itself for fp32, but not
+// for the 16-bit types once the kernel calls simt_store_general (which writes through C); __ldg on fp32
+// would turn its predicated loads into branches.
+template <typename T>
+__device__ __forceinline__ T simt_ld(const T* p) {
+  if constexpr (sizeof(T) == 2)
+    return __ldg(p);
+  else
+    return *p;
+}
+
 template <typename T>
 __device__ __forceinline__ void gemm_simt(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
                                           int M, int N, int K, int ars, int acs, int brs, int bcs, int crs,
-                                          int ccs, int alpha_bits, int beta_bits, int batch_inner, long long bsa_o,
-                                          long long bsa_i, long long bsb_o, long long bsb_i, long long bsc_o,
-                                          long long bsc_i) {
+                                          int ccs, int alpha_bits, int beta_bits, const T* bias, int bias_stride,
+                                          int epi, int scale_bits, int batch_inner, long long bsa_o, long long bsa_i,
+                                          long long bsb_o, long long bsb_i, long long bsc_o, long long bsc_i) {
   __shared__ float As[kSimtBK][kSimtTile + 4];  // As[k][m]
   A += batch_offset(batch_inner, bsa_o, bsa_i);  // grid.z is the batch (no clusters here)
   B += batch_offset(batch_inner, bsb_o, bsb_i);
@@ -424,10 +519,10 @@ __device__ __forceinline__ void gemm_simt(const T* __restrict__ A, const T* __re
       const int e = tid + i * kSimtThreads;
       const int m = a_kfast ? e / kSimtBK : e % kSimtTile, k = a_kfast ? e % kSimtBK : e / kSimtTile;
       const int gm = m0 + m, gk = k0 + k;
-      As[k][m] = (gm < M && gk < K) ? to_f32(A[(long long)gm * ars + (long long)gk * acs]) : 0.f;
+      As[k][m] = (gm < M && gk < K) ? to_f32(simt_ld(A + (long long)gm * ars + (long long)gk * acs)) : 0.f;
       const int n = b_nfast ? e % kSimtTile : e / kSimtBK, kb = b_nfast ? e / kSimtTile : e % kSimtBK;
       const int gn = n0 + n, gkb = k0 + kb;
-      Bs[kb][n] = (gn < N && gkb < K) ? to_f32(B[(long long)gkb * brs + (long long)gn * bcs]) : 0.f;
+      Bs[kb][n] = (gn < N && gkb < K) ? to_f32(simt_ld(B + (long long)gkb * brs + (long long)gn * bcs)) : 0.f;
     }
     __syncthreads();
 #pragma unroll
@@ -444,20 +539,17 @@ __device__ __forceinline__ void gemm_simt(const T* __restrict__ A, const T* __re
     }
     __syncthreads();
   }
-  const float alpha = __int_as_float(alpha_bits), beta = __int_as_float(beta_bits);
+  const hge::Epilogue<T> ep(alpha_bits, beta_bits, bias, bias_stride, epi, scale_bits);
   C += batch_offset(batch_inner, bsc_o, bsc_i);
+  SimtAcc a;
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int gm = m0 + ty + 16 * i, gn = n0 + tx + 16 * j;
-      if (gm < M && gn < N) {
-        T* p = C + (long long)gm * crs + (long long)gn * ccs;
-        float v = alpha * acc[i][j];
-        if (beta != 0.f) v += beta * to_f32(*p);
-        *p = from_f32<T>(v);
-      }
-    }
+    for (int j = 0; j < 4; ++j) a.v[i][j] = acc[i][j];
+  if (ep.linear())
+    simt_store<T, true>(a, C, M, N, crs, ccs, m0 + ty, n0 + tx, ep);
+  else
+    simt_store_general<T>(a, C, M, N, crs, ccs, m0 + ty, n0 + tx, ep);
 }
 
 }  // namespace
@@ -466,10 +558,10 @@ __device__ __forceinline__ void gemm_simt(const T* __restrict__ A, const T* __re
 #define UTIL_COPY2D(NAME, T)                                                                             \
   extern "C" __global__ void __launch_bounds__(kCopyThreads)                                              \
       NAME(const T* src, T* dst, int M, int N, int src_rows, int src_cols, int srs, int scs, int drs,    \
-           int dcs, int alpha_bits, int beta_bits, int batch_inner, long long bss_o, long long bss_i,    \
-           long long bsd_o, long long bsd_i) {                                                           \
-    copy2d<T>(src, dst, M, N, src_rows, src_cols, srs, scs, drs, dcs, alpha_bits, beta_bits, batch_inner, \
-              bss_o, bss_i, bsd_o, bsd_i);                                                               \
+           int dcs, int alpha_bits, int beta_bits, const T* bias, int bias_stride, int epi, int scale_bits, \
+           int batch_inner, long long bss_o, long long bss_i, long long bsd_o, long long bsd_i) {           \
+    copy2d<T>(src, dst, M, N, src_rows, src_cols, srs, scs, drs, dcs, alpha_bits, beta_bits, bias, bias_stride, \
+              epi, scale_bits, batch_inner, bss_o, bss_i, bsd_o, bsd_i);                                    \
   }
 UTIL_COPY2D(util_copy2d_f16, __half)
 UTIL_COPY2D(util_copy2d_bf16, __nv_bfloat16)
@@ -478,11 +570,12 @@ UTIL_COPY2D(util_copy2d_f32, float)
 #define UTIL_MMA_ONE(NAME, SUFFIX, T, BM, WMW, WNW, ST, BROW)                                             \
   extern "C" __global__ void __launch_bounds__(WMW * WNW * 32, 1)                                        \
       NAME##SUFFIX(const T* A, const T* B, T* C, int M, int N, int K, int lda, int ldb, int ldc_r,       \
-                   int ldc_c, int alpha_bits, int beta_bits, int batch_inner, long long bsa_o,           \
-                   long long bsa_i, long long bsb_o, long long bsb_i, long long bsc_o, long long bsc_i) { \
+                   int ldc_c, int alpha_bits, int beta_bits, const T* bias, int bias_stride, int epi,  \
+                   int scale_bits, int batch_inner, long long bsa_o, long long bsa_i, long long bsb_o,  \
+                   long long bsb_i, long long bsc_o, long long bsc_i) {                                 \
     gemm_mma<MmaCfg<T, BM, WMW, WNW, ST, BROW>>(A, B, C, M, N, K, lda, ldb, ldc_r, ldc_c, alpha_bits,    \
-                                                beta_bits, batch_inner, bsa_o, bsa_i, bsb_o, bsb_i,      \
-                                                bsc_o, bsc_i);                                           \
+                                                beta_bits, bias, bias_stride, epi, scale_bits,           \
+                                                batch_inner, bsa_o, bsa_i, bsb_o, bsb_i, bsc_o, bsc_i);  \
   }                                                                                                      \
   HG_EXPORT_DSMEM(NAME##SUFFIX, MmaCfg<T, BM, WMW, WNW, ST, BROW>::kSmemBytes)
 // BM, warps along M x N, stages: 16 and 32 rows keep every warp on the full tile height (4 warps
@@ -503,10 +596,11 @@ UTIL_MMA(util_gemm_mma_bf16_m128, __nv_bfloat16, 128, 2, 4, 4)
 #define UTIL_SIMT(NAME, T)                                                                                \
   extern "C" __global__ void __launch_bounds__(kSimtThreads)                                              \
       NAME(const T* A, const T* B, T* C, int M, int N, int K, int ars, int acs, int brs, int bcs, int crs, \
-           int ccs, int alpha_bits, int beta_bits, int batch_inner, long long bsa_o, long long bsa_i,     \
-           long long bsb_o, long long bsb_i, long long bsc_o, long long bsc_i) {                          \
-    gemm_simt<T>(A, B, C, M, N, K, ars, acs, brs, bcs, crs, ccs, alpha_bits, beta_bits, batch_inner,      \
-                 bsa_o, bsa_i, bsb_o, bsb_i, bsc_o, bsc_i);                                               \
+           int ccs, int alpha_bits, int beta_bits, const T* bias, int bias_stride, int epi,               \
+           int scale_bits, int batch_inner, long long bsa_o, long long bsa_i, long long bsb_o,             \
+           long long bsb_i, long long bsc_o, long long bsc_i) {                                           \
+    gemm_simt<T>(A, B, C, M, N, K, ars, acs, brs, bcs, crs, ccs, alpha_bits, beta_bits, bias, bias_stride, \
+                 epi, scale_bits, batch_inner, bsa_o, bsa_i, bsb_o, bsb_i, bsc_o, bsc_i);                  \
   }
 UTIL_SIMT(util_gemm_simt_f16, __half)
 UTIL_SIMT(util_gemm_simt_bf16, __nv_bfloat16)

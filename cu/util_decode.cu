@@ -7,7 +7,9 @@
 // needs no barrier at all.
 //
 // util_gemm_decode_tn_{f16,bf16} (variant b = col), the ABI of the gemm_strided_mma kernels:
-//   C = alpha * A.B + beta * C. A: M x K row-major with leading dimension lda. B: N x K row-major with
+//   C = epilogue(A.B) (+ beta * C), cu/common/epilogue.cuh (bias, activation, scale: the parameters after
+//   beta_bits, as in util.cu; the general epilogue runs in hgu::reduce_store_general, a function of its
+//   own). A: M x K row-major with leading dimension lda. B: N x K row-major with
 //   ldb (b=col: the nn.Linear weight, the layout of decoding). C: any strides, any alignment.
 //   A warp owns 16 rows x 32 columns of C for its share of K, in 32-wide chunks: one m16n8k16 pair per
 //   8 columns, fp32 accumulation. A CTA is 8 warps along K (warp w takes chunks w, w + 8, ...), so
@@ -121,9 +123,9 @@ __device__ __forceinline__ void compute_chunk(const Chunk& ch, float (&acc)[kTil
 template <typename T, int kStages>
 __device__ __forceinline__ void gemm_decode(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
                                             int M, int N, int K, int lda, int ldb, int ldc_r, int ldc_c,
-                                            int alpha_bits, int beta_bits, int batch_inner, long long bsa_o,
-                                            long long bsa_i, long long bsb_o, long long bsb_i, long long bsc_o,
-                                            long long bsc_i) {
+                                            int alpha_bits, int beta_bits, const T* bias, int bias_stride, int epi,
+                                            int scale_bits, int batch_inner, long long bsa_o, long long bsa_i,
+                                            long long bsb_o, long long bsb_i, long long bsc_o, long long bsc_i) {
   static_assert(kWarps * kBM * kRedStride * 4 <= ring_bytes<kStages>(), "the partial tiles reuse the ring");
   extern __shared__ __align__(128) unsigned char smem[];
   const hgu::GridZ gz = hgu::grid_z(batch_inner);
@@ -198,9 +200,9 @@ __device__ __forceinline__ void gemm_decode(const T* __restrict__ A, const T* __
   }
   // C's batch offset is taken here, not with A's and B's: held across the main loop it spilled (sm_80)
   C += hgu::batch_offset(hgu::grid_z(batch_inner), bsc_o, bsc_i);
+  const hge::Epilogue<T> ep(alpha_bits, beta_bits, bias, bias_stride, epi, scale_bits);
   hgu::cluster_reduce_store<T, kBM, kBN, kRedStride>(reinterpret_cast<const unsigned char*>(&red[0][0][0]), splits,
-                                                     threadIdx.x, kThreads, C, M, N, m0, n0, ldc_r, ldc_c,
-                                                     __int_as_float(alpha_bits), __int_as_float(beta_bits));
+                                                     threadIdx.x, kThreads, C, M, N, m0, n0, ldc_r, ldc_c, ep);
 }
 
 }  // namespace
@@ -217,10 +219,11 @@ __device__ __forceinline__ void gemm_decode(const T* __restrict__ A, const T* __
 #define UTIL_DECODE(NAME, T)                                                                            \
   extern "C" __global__ void HG_DECODE_BOUNDS                                                          \
       NAME##__bcol(const T* A, const T* B, T* C, int M, int N, int K, int lda, int ldb, int ldc_r,       \
-                   int ldc_c, int alpha_bits, int beta_bits, int batch_inner, long long bsa_o,           \
-                   long long bsa_i, long long bsb_o, long long bsb_i, long long bsc_o, long long bsc_i) { \
-    gemm_decode<T, 4>(A, B, C, M, N, K, lda, ldb, ldc_r, ldc_c, alpha_bits, beta_bits, batch_inner, bsa_o, \
-                      bsa_i, bsb_o, bsb_i, bsc_o, bsc_i);                                                \
+                   int ldc_c, int alpha_bits, int beta_bits, const T* bias, int bias_stride, int epi,  \
+                   int scale_bits, int batch_inner, long long bsa_o, long long bsa_i, long long bsb_o,  \
+                   long long bsb_i, long long bsc_o, long long bsc_i) {                                 \
+    gemm_decode<T, 4>(A, B, C, M, N, K, lda, ldb, ldc_r, ldc_c, alpha_bits, beta_bits, bias, bias_stride, epi, \
+                      scale_bits, batch_inner, bsa_o, bsa_i, bsb_o, bsb_i, bsc_o, bsc_i);                 \
   }                                                                                                     \
   HG_EXPORT_DSMEM(NAME##__bcol, ring_bytes<4>())
 UTIL_DECODE(util_gemm_decode_tn_f16, __half)

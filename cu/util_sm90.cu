@@ -1,7 +1,10 @@
 // Family "util_sm90": the Hopper split-K GEMM behind hgemm_rt.matmul (ladder "util", sm_90a).
 //
 // util_gemm_wgmma_{f16,bf16}_m{64,128}_{tn,nn} (BN = 256), util_gemm_wgmma_f16_m{64,128}n{128,64}_{tn,nn}:
-//   C = alpha * A.B + beta * C with fp32 accumulation. A: M x K through a TMA map (any 16-byte-
+//   C = scale * act(alpha * A.B + bias) + beta * C (cu/common/epilogue.cuh: ptr:bias, i32:bias_stride,
+//   i32:epi, i32:scale_bits after i32:beta_bits, the bias indexed by C's row or column) with fp32
+//   accumulation; the general epilogue's stores are a function of their own (store_pass_general), the
+//   linear one's (alpha/beta only) are inline as before. A: M x K through a TMA map (any 16-byte-
 //   multiple row stride), B: N x K (tn) or K x N (nn) through a TMA map, C: any strides and alignment.
 //   Any M, N, K >= 1: TMA zero-fills out-of-bounds boxes.
 //   Why: the catalogue's Hopper kernels use 128 x 256 tiles and the whole K per tile, so shapes with
@@ -112,8 +115,35 @@ struct WCfg {
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536, "register file");
 };
 
+// The stores of reduce_store_wide: this CTA's rows [row0, row0 + rows) of its (summed) partial tile, quad
+// e of `total` at a time, through the epilogue. kLinear: alpha and beta only (the common case).
+template <class W, bool kLinear>
+__device__ __forceinline__ void store_pass(const uint8_t* tile, int row0, int total, int t, typename W::Elem* C,
+                                           int M, int N, int m0, int n0, int ldc_r, int ldc_c,
+                                           const hge::Epilogue<typename W::Elem>& ep) {
+  constexpr int kThreads = 128 * W::kConsumers, kQuads = W::BN / 4;
+#pragma unroll 1
+  for (int e = t; e < total; e += kThreads) {
+    const int r = row0 + e / kQuads, c = (e % kQuads) * 4;
+    const float4 v = *reinterpret_cast<const float4*>(tile + (r * W::kRedStride + c) * 4);
+    const int gm = m0 + r, gn = n0 + c;
+    if (gm < M && gn < N)
+      hgu::store4<typename W::Elem, kLinear>(
+          C, static_cast<long long>(gm) * ldc_r + static_cast<long long>(gn) * ldc_c, ldc_c, N - gn, v, ep, gm, gn);
+  }
+}
+// The general epilogue (bias, activation, scale) as a function of its own, so that its code takes no
+// registers from the main loop (which then stays what it is without it).
+template <class W>
+__device__ __noinline__ void store_pass_general(const uint8_t* tile, int row0, int total, int t,
+                                                typename W::Elem* C, int M, int N, int m0, int n0, int ldc_r,
+                                                int ldc_c, const hge::Epilogue<typename W::Elem> ep) {
+  store_pass<W, false>(tile, row0, total, t, C, M, N, m0, n0, ldc_r, ldc_c, ep);
+}
+
 // The split-K epilogue: CTA `rank` of `splits` sums rows [rank*BM/splits, (rank+1)*BM/splits) of
-// every CTA's fp32 partial tile (distributed shared memory) and stores alpha * sum (+ beta * C).
+// every CTA's fp32 partial tile (distributed shared memory) and stores the epilogue of the sums
+// (scale * act(alpha * sum + bias) + beta * C, cu/common/epilogue.cuh).
 // Same result as hgu::reduce_store, in two passes over the same thread -> quad map: (1) the sums of
 // kGroup quads, all peers' DSMEM loads for them issued two peers at a time, written back in place
 // into this CTA's own rows (no peer reads those), then (2) the stores to C. A DSMEM round trip is
@@ -123,7 +153,7 @@ struct WCfg {
 template <class W>
 __device__ __forceinline__ void reduce_store_wide(uint8_t* tile, int splits, uint32_t rank, int t,
                                                   typename W::Elem* C, int M, int N, int m0, int n0, int ldc_r,
-                                                  int ldc_c, float alpha, float beta) {
+                                                  int ldc_c, const hge::Epilogue<typename W::Elem>& ep) {
   constexpr int kThreads = 128 * W::kConsumers, kQuads = W::BN / 4, G = W::kGroup;
   const int rows = W::BM / splits, total = rows * kQuads, row0 = static_cast<int>(rank) * rows;
   const uint32_t base = smem_u32(tile);
@@ -163,20 +193,17 @@ __device__ __forceinline__ void reduce_store_wide(uint8_t* tile, int splits, uin
         if (e0 + g * kThreads < total) *reinterpret_cast<float4*>(tile + off[g]) = acc[g];
     }
   }
-#pragma unroll 1
-  for (int e = t; e < total; e += kThreads) {
-    const float4 v = *reinterpret_cast<const float4*>(tile + offset(e));
-    const int gm = m0 + row0 + e / kQuads, gn = n0 + (e % kQuads) * 4;
-    if (gm < M && gn < N)
-      hgu::store4<typename W::Elem>(C, static_cast<long long>(gm) * ldc_r + static_cast<long long>(gn) * ldc_c,
-                                    ldc_c, N - gn, v, alpha, beta);
-  }
+  if (ep.linear())
+    store_pass<W, true>(tile, row0, total, t, C, M, N, m0, n0, ldc_r, ldc_c, ep);
+  else
+    store_pass_general<W>(tile, row0, total, t, C, M, N, m0, n0, ldc_r, ldc_c, ep);
 }
 
 template <class W>
 __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUtensorMap& tmB, typename W::Elem* C,
                                              int M, int N, int K, int ldc_r, int ldc_c, int alpha_bits,
-                                             int beta_bits, int batch_inner, int tma_levels, long long bsc_o,
+                                             int beta_bits, const typename W::Elem* bias, int bias_stride, int epi,
+                                             int scale_bits, int batch_inner, int tma_levels, long long bsc_o,
                                              long long bsc_i) {
   using T = typename W::Elem;
   extern __shared__ uint8_t smem_raw[];
@@ -275,9 +302,9 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
       hg90::named_bar_sync(1, 128 * W::kConsumers);  // this CTA's partial tile is written
     }
     // C's batch offset is taken here: values held across the main loop cost the consumers registers
+    const hge::Epilogue<T> ep(alpha_bits, beta_bits, bias, bias_stride, epi, scale_bits);
     reduce_store_wide<W>(smem, splits, rank, threadIdx.x - 128,
-                         C + hgu::batch_offset(hgu::grid_z(batch_inner), bsc_o, bsc_i), M, N, m0, n0, ldc_r, ldc_c,
-                         __int_as_float(alpha_bits), __int_as_float(beta_bits));
+                         C + hgu::batch_offset(hgu::grid_z(batch_inner), bsc_o, bsc_i), M, N, m0, n0, ldc_r, ldc_c, ep);
     if (splits > 1) hgu::cluster_sync();  // peers may still be reading this CTA's tile
   }
 }
@@ -287,10 +314,11 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
 #define UTIL_WGMMA(NAME, T, BM, BN, NN, STAGES)                                                                   \
   extern "C" __global__ void __launch_bounds__(WCfg<T, BM, BN, NN, STAGES>::kThreads, 1)                         \
       NAME(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB, T* C, int M, int N, \
-           int K, int ldc_r, int ldc_c, int alpha_bits, int beta_bits, int batch_inner, int tma_levels,          \
-           long long bsc_o, long long bsc_i) {                                                                   \
-    wgmma_splitk<WCfg<T, BM, BN, NN, STAGES>>(tmA, tmB, C, M, N, K, ldc_r, ldc_c, alpha_bits, beta_bits,        \
-                                              batch_inner, tma_levels, bsc_o, bsc_i);                           \
+           int K, int ldc_r, int ldc_c, int alpha_bits, int beta_bits, const T* bias, int bias_stride, int epi,  \
+           int scale_bits, int batch_inner, int tma_levels, long long bsc_o, long long bsc_i) {                  \
+    wgmma_splitk<WCfg<T, BM, BN, NN, STAGES>>(tmA, tmB, C, M, N, K, ldc_r, ldc_c, alpha_bits, beta_bits, bias,  \
+                                              bias_stride, epi, scale_bits, batch_inner, tma_levels, bsc_o,     \
+                                              bsc_i);                                                           \
   }                                                                                                               \
   HG_EXPORT_DSMEM(NAME, WCfg<T, BM, BN, NN, STAGES>::kSmemBytes)
 // 4 stages of 48 KB at BM = 128, 5 of 40 KB at BM = 64 (as deep as 227 KB allows); the narrower

@@ -1,12 +1,14 @@
 // Device helpers of the "util" family (cu/util.cu), the kernels behind hgemm_rt.matmul: element
 // conversions for the three dtypes, a bf16 mma.sync, the any-alignment 16-byte load of the copies,
-// and the thread-block-cluster primitives of the split-K reduction (sm_90).
+// the thread-block-cluster primitives of the split-K reduction (sm_90) and the stores that apply the
+// fused epilogue (cu/common/epilogue.cuh) to the fp32 sums.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cstdint>
 
 #include "cluster.cuh"
+#include "epilogue.cuh"
 #include "pack.cuh"
 #include "ptx.cuh"
 
@@ -130,13 +132,13 @@ __device__ __forceinline__ bool chunks_inside(const void* p, uintptr_t lo, uintp
   return q >= lo && q + ((a & 15) ? 32 : 16) <= hi;
 }
 
-// Four consecutive output columns of one row: alpha * v (+ beta * C), one 8-byte store where C's row
-// is contiguous and the address aligned, element stores otherwise (any strides, ragged edges).
-// BLAS convention: beta == 0 never reads C (it may hold NaN).
+// Four consecutive output columns of one row, x[j] already through the epilogue (fp32): x + beta * C,
+// one 8-byte store where C's row is contiguous and the address aligned, element stores otherwise (any
+// strides, ragged edges: only the cols_left first values are stored). BLAS convention: beta == 0
+// never reads C (it may hold NaN).
 template <typename T>
-__device__ __forceinline__ void store4(T* C, long long off, int ldc_c, int cols_left, float4 v, float alpha,
-                                       float beta) {
-  float x[4] = {v.x * alpha, v.y * alpha, v.z * alpha, v.w * alpha};
+__device__ __forceinline__ void store4_values(T* C, long long off, int ldc_c, int cols_left, float (&x)[4],
+                                              float beta) {
   T* p = C + off;
   if (ldc_c == 1 && cols_left >= 4 && (reinterpret_cast<uintptr_t>(p) & 7) == 0) {
     uint2* q = reinterpret_cast<uint2*>(p);
@@ -160,16 +162,34 @@ __device__ __forceinline__ void store4(T* C, long long off, int ldc_c, int cols_
   }
 }
 
+// Output (row, col .. col + 3), sums v: the epilogue, then store4_values. kLinear (ep.linear(), the
+// common case): alpha * v alone. Otherwise bias, activation and scale per element, only for the
+// cols_left columns inside C (no bias element past the last column is read).
+template <typename T, bool kLinear>
+__device__ __forceinline__ void store4(T* C, long long off, int ldc_c, int cols_left, float4 v,
+                                       const hge::Epilogue<T>& ep, int row, int col) {
+  float x[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    if (kLinear)
+      x[j] *= ep.alpha;
+    else if (j < cols_left)
+      x[j] = ep.value(x[j], row, col + j);
+  }
+  store4_values<T>(C, off, ldc_c, cols_left, x, ep.beta);
+}
+
 // The split-K epilogue shared by the util GEMMs. Every CTA of the cluster holds its fp32 partial
 // BM x BN tile at shared offset `tile` (row stride kStride floats) and has passed a cluster barrier;
 // CTA `rank` of `splits` sums rows [rank*BM/splits, (rank+1)*BM/splits) over all the CTAs' tiles
-// (distributed shared memory) and stores them: C[m*ldc_r + n*ldc_c] = alpha * sum (+ beta * C).
+// (distributed shared memory) and stores them through the epilogue: C[m*ldc_r + n*ldc_c] =
+// scale * act(alpha * sum + bias) (+ beta * C), m and n the output row and column.
 // Threads t = 0..nthreads-1 of the CTA take float4 column quads in turn. With splits == 1 (and always
 // before sm_90) the CTA reads back only its own tile.
-template <typename T, int BM, int BN, int kStride, int kBatch = 4>
-__device__ __forceinline__ void reduce_store(const unsigned char* tile, int splits, uint32_t rank, int t, int nthreads,
-                                             T* C, int M, int N, int m0, int n0, int ldc_r, int ldc_c, float alpha,
-                                             float beta) {
+template <typename T, int BM, int BN, int kStride, bool kLinear, int kBatch = 4>
+__device__ __forceinline__ void reduce_store_body(const unsigned char* tile, int splits, uint32_t rank, int t,
+                                                  int nthreads, T* C, int M, int N, int m0, int n0, int ldc_r,
+                                                  int ldc_c, const hge::Epilogue<T>& ep) {
   const int rows = BM / splits;
   constexpr int kQuads = BN / 4;
   const uint32_t base = hg::smem_u32(tile);
@@ -206,9 +226,26 @@ __device__ __forceinline__ void reduce_store(const unsigned char* tile, int spli
 #endif
     const int gm = m0 + r, gn = n0 + c;
     if (gm < M && gn < N)
-      store4<T>(C, static_cast<long long>(gm) * ldc_r + static_cast<long long>(gn) * ldc_c, ldc_c, N - gn, v, alpha,
-                beta);
+      store4<T, kLinear>(C, static_cast<long long>(gm) * ldc_r + static_cast<long long>(gn) * ldc_c, ldc_c, N - gn, v,
+                         ep, gm, gn);
   }
+}
+// The general epilogue (bias, activation, scale) as a function of its own: its code (an activation
+// per element) then takes no registers from the GEMM's main loop, which stays what it is without it.
+template <typename T, int BM, int BN, int kStride>
+__device__ __noinline__ void reduce_store_general(const unsigned char* tile, int splits, uint32_t rank, int t,
+                                                  int nthreads, T* C, int M, int N, int m0, int n0, int ldc_r,
+                                                  int ldc_c, const hge::Epilogue<T> ep) {
+  reduce_store_body<T, BM, BN, kStride, false>(tile, splits, rank, t, nthreads, C, M, N, m0, n0, ldc_r, ldc_c, ep);
+}
+template <typename T, int BM, int BN, int kStride>
+__device__ __forceinline__ void reduce_store(const unsigned char* tile, int splits, uint32_t rank, int t, int nthreads,
+                                             T* C, int M, int N, int m0, int n0, int ldc_r, int ldc_c,
+                                             const hge::Epilogue<T>& ep) {
+  if (ep.linear())
+    reduce_store_body<T, BM, BN, kStride, true>(tile, splits, rank, t, nthreads, C, M, N, m0, n0, ldc_r, ldc_c, ep);
+  else
+    reduce_store_general<T, BM, BN, kStride>(tile, splits, rank, t, nthreads, C, M, N, m0, n0, ldc_r, ldc_c, ep);
 }
 
 // The split-K epilogue's whole protocol, once every thread of the CTA has written its part of the
@@ -217,8 +254,8 @@ __device__ __forceinline__ void reduce_store(const unsigned char* tile, int spli
 // keeps each tile alive until its peers have read it.
 template <typename T, int BM, int BN, int kStride>
 __device__ __forceinline__ void cluster_reduce_store(const unsigned char* tile, int splits, int t, int nthreads, T* C,
-                                                     int M, int N, int m0, int n0, int ldc_r, int ldc_c, float alpha,
-                                                     float beta) {
+                                                     int M, int N, int m0, int n0, int ldc_r, int ldc_c,
+                                                     const hge::Epilogue<T>& ep) {
   uint32_t rank = 0;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if (splits > 1) {
@@ -230,7 +267,7 @@ __device__ __forceinline__ void cluster_reduce_store(const unsigned char* tile, 
 #else
   __syncthreads();  // no clusters before sm_90: the runtime launches S = 1 only
 #endif
-  reduce_store<T, BM, BN, kStride>(tile, splits, rank, t, nthreads, C, M, N, m0, n0, ldc_r, ldc_c, alpha, beta);
+  reduce_store<T, BM, BN, kStride>(tile, splits, rank, t, nthreads, C, M, N, m0, n0, ldc_r, ldc_c, ep);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if (splits > 1) cluster_sync();  // peers may still be reading this CTA's tile
 #endif
