@@ -325,39 +325,39 @@ __device__ __forceinline__ void epilogue_direct(const float (&d)[128], T* C, int
   }
 }
 
-// TMA store: stmatrix the tile (as fp16) into a 128B-swizzled staging buffer laid out as 64-row x
-// 64-column boxes (the swizzle makes the 8 rows of each 8x8 matrix hit 8 different 16-byte bank
-// groups: conflict-free), then one thread issues the bulk tensor stores. The store runs
-// asynchronously while this warpgroup starts the next tile; the buffer is reused only after the
-// previous store has finished reading it. kCols < BN stages the tile in BN / kCols passes.
-// The general form: only the first `passes` passes (the fused SwiGLU tile: 1); prep(pass) runs first in
-// each pass (the fused epilogue's math on that pass's accumulators, before the wait for the previous
-// store, so that it overlaps it) and store(smem, col) issues the bulk store of each 64 x 64 box (its rows at row0).
-// direct(pass) after prep: true when it has stored the pass itself (the fused grouped GEMM's tiles that
-// cross their group's end), skipping the staging and the bulk store; the catalogue's is constant false.
-template <typename T, int kCols, class Prep, class Store, class Direct>
-__device__ __forceinline__ void epilogue_tma_with(const float (&d)[128], uint8_t* sCw, int wg, int n0, int passes,
-                                                  Prep&& prep, Store&& store, Direct&& direct) {
+// The TMA-store epilogue's staging buffer (per consumer warpgroup): 64-row x 64-column boxes of 128-byte
+// rows whose 16-byte chunks are 128B-swizzled (chunk k of row r at k ^ (r % 8): the 8 rows of each 8x8
+// matrix hit 8 different bank groups, conflict-free), the layout TMA reads and writes through a map with
+// the 128B swizzle. The address of this lane's row for the x4 stmatrix/ldmatrix of 8-column blocks jj
+// and jj + 1 (columns within the staged pass) of warp `warp`'s 16 rows: lane l addresses row l % 8 of
+// matrix l / 8, matrices 0/1 being rows 0-7/8-15 of block jj and 2/3 those of block jj + 1, i.e. the
+// registers d[4j + 0..7] of accumulator block j (the layout above).
+__device__ __forceinline__ uint32_t staging_addr(uint32_t base, int warp, int lane, int jj) {
+  const int mat = lane / 8;                              // which of the 4 matrices this lane addresses
+  const int row = warp * 16 + (mat & 1) * 8 + lane % 8;  // 0..63; row % 8 == lane % 8
+  const int col = 8 * (jj + (mat >> 1));                 // column within this pass
+  return base + (col / 64) * (64 * 128) + row * 128 + ((((col % 64) / 8) ^ (row % 8)) << 4);
+}
+
+// TMA store: stmatrix the tile (as fp16) into the staging buffer, then one thread issues the bulk tensor
+// stores. The store runs asynchronously while this warpgroup starts the next tile; the buffer is reused
+// only after the previous store has finished reading it. kCols < BN stages the tile in BN / kCols passes.
+template <typename T, int kCols>
+__device__ __forceinline__ void epilogue_tma(const float (&d)[128], const CUtensorMap* tmC, uint8_t* sCw, int wg,
+                                             int row0, int n0) {
   static_assert(BN % kCols == 0 && kCols % 64 == 0, "passes of whole 64-column boxes");
   const int tid = threadIdx.x % 128;
   const int lane = threadIdx.x % 32;
   const int warp = tid / 32;
   const uint32_t base = smem_u32(sCw);
-  const int mat = lane / 8;                              // which of the 4 matrices this lane addresses
-  const int row = warp * 16 + (mat & 1) * 8 + lane % 8;  // 0..63; row % 8 == lane % 8
 #pragma unroll
   for (int pass = 0; pass < BN / kCols; ++pass) {
-    if (pass >= passes) break;
-    prep(pass);
-    if (direct(pass)) continue;
     if (tid == 0) hg90::tma_store_wait_read<0>();
     hg90::named_bar_sync(1 + wg, 128);
 #pragma unroll
     for (int jj = 0; jj < kCols / 8; jj += 2) {
-      const int j = pass * (kCols / 8) + jj;              // 8-column block of the accumulator
-      const int col = 8 * (jj + (mat >> 1));              // column within this pass, 0..kCols-1
-      const uint32_t addr = base + (col / 64) * (64 * 128) + row * 128 + ((((col % 64) / 8) ^ (row % 8)) << 4);
-      hg90::stmatrix_x4(addr, hg90::pack2<T>(d[4 * j + 0], d[4 * j + 1]),
+      const int j = pass * (kCols / 8) + jj;  // 8-column block of the accumulator
+      hg90::stmatrix_x4(staging_addr(base, warp, lane, jj), hg90::pack2<T>(d[4 * j + 0], d[4 * j + 1]),
                         hg90::pack2<T>(d[4 * j + 2], d[4 * j + 3]), hg90::pack2<T>(d[4 * j + 4], d[4 * j + 5]),
                         hg90::pack2<T>(d[4 * j + 6], d[4 * j + 7]));
     }
@@ -365,35 +365,85 @@ __device__ __forceinline__ void epilogue_tma_with(const float (&d)[128], uint8_t
     hg90::named_bar_sync(1 + wg, 128);
     if (tid == 0) {
 #pragma unroll
-      for (int c = 0; c < kCols / 64; ++c) store(sCw + c * (64 * 128), n0 + pass * kCols + 64 * c);
+      for (int c = 0; c < kCols / 64; ++c)
+        hg90::tma_store_2d(tmC, sCw + c * (64 * 128), n0 + pass * kCols + 64 * c, row0);
       hg90::tma_store_commit();
     }
   }
 }
-template <typename T, int kCols>
-__device__ __forceinline__ void epilogue_tma(const float (&d)[128], const CUtensorMap* tmC, uint8_t* sCw, int wg,
-                                             int row0, int n0) {
-  epilogue_tma_with<T, kCols>(
-      d, sCw, wg, n0, BN / kCols, [](int) {},
-      [&](const uint8_t* src, int col) { hg90::tma_store_2d(tmC, src, col, row0); }, [](int) { return false; });
+
+// ---- the fused epilogue (kFused) ----
+constexpr int kFusedCols = BN / 2;  // columns per staging pass (half-tile staging; one SwiGLU tile)
+
+// C's tensor map at the tile's matrix (its batch coordinates by tma_levels): the bulk stores of the staging
+// buffer's 64 x 64 boxes.
+struct CMapAt {
+  const CUtensorMap* map;
+  int ci, co;
+  bool rank4;
+  template <typename T>
+  __device__ __forceinline__ CMapAt(const CUtensorMap* map_, const FusedArgs<T>& x, int outer, int inner)
+      : map(map_),
+        ci((x.tma_levels & kLevelCInner) ? inner : 0),
+        co((x.tma_levels & kLevelCOuter) ? outer : 0),
+        rank4((x.tma_levels & kRank4Maps) != 0) {}
+  __device__ __forceinline__ void store(const uint8_t* src, int col, int row) const {
+    if (rank4)
+      hg90::tma_store_4d(map, src, col, row, ci, co);
+    else
+      hg90::tma_store_2d(map, src, col, row);
+  }
+};
+
+// Two 16-bit elements (low first) of a 32-bit word as floats.
+template <typename T>
+__device__ __forceinline__ float2 unpack2(uint32_t w) {
+  const T* v = reinterpret_cast<const T*>(&w);
+  return make_float2(hg::to_f32(v[0]), hg::to_f32(v[1]));
 }
 
-// The fused epilogue (kFused): each accumulator becomes y = e.value(acc, row, col) (+ beta * C_old, read
-// through x.C), then the TMA-store epilogue above stores the tile (half-tile staging: two passes of 128
-// columns). SwiGLU: d[4j + i] holds the gate of column block j < 16 and d[4(j + 16) + i] the matching up
-// value (the B stage holds gate then up), so the output is 64 x 128 per consumer, stored in one pass.
+// The column bias of this thread's columns of a pass, bias[(off + min(c + 8j + i, N - 1)) * stride] for
+// j < 16, i < 2 (e.bias_at with the clamped column), as pairs in bp[j] (i = 0 the low half): one 4-byte
+// load per pair where the bias is contiguous (stride 1), the pairs 4-byte aligned and the pass's columns
+// [cp, cp + kFusedCols) all before N; else two 2-byte loads. Read-only loads (the L1-resident vector).
+template <typename T>
+__device__ __forceinline__ void bias_pairs(uint32_t (&bp)[kFusedCols / 8], const T* bias, int stride, int off,
+                                           int cp, int c, int N) {
+  const unsigned short* b = reinterpret_cast<const unsigned short*>(bias);
+  if (stride == 1 && cp + kFusedCols <= N && (reinterpret_cast<uintptr_t>(b + off) & 3) == 0) {
+    const unsigned int* p = reinterpret_cast<const unsigned int*>(b + off + c);  // c is even
+#pragma unroll
+    for (int j = 0; j < kFusedCols / 8; ++j) bp[j] = __ldg(p + 4 * j);
+  } else {
+#pragma unroll
+    for (int j = 0; j < kFusedCols / 8; ++j) {
+      const uint32_t lo = __ldg(b + static_cast<long long>(off + min(c + 8 * j, N - 1)) * stride);
+      const uint32_t hi = __ldg(b + static_cast<long long>(off + min(c + 8 * j + 1, N - 1)) * stride);
+      bp[j] = lo | (hi << 16);
+    }
+  }
+}
+
+// The fused epilogue: each accumulator becomes y = scale * act(alpha * acc + bias) (e.value_b, the bias read
+// once per pass (per column) or tile (per row)) + beta * C_old, then the tile is stored as epilogue_tma does
+// in two passes of kFusedCols columns. SwiGLU: d[4j + i] holds the gate of column block j < 16 and
+// d[4(j + 16) + i] the matching up value (the B stage holds gate then up), so the output is 64 x 128 per
+// consumer, stored in one pass.
+// The passes are a loop, not unrolled: each works on d[0..63], pass 1's accumulators moved there at the end
+// of pass 0 (64 moves), so that the pass's code (one copy per activation) exists once, not once per pass.
 // linear() && beta == 0: the catalogue's epilogue (alpha only, skipped at 1; no loads). The math of each
-// pass runs before the wait for the previous store's read of the staging buffer, overlapping it.
+// pass (and beta * C_old, read through x.C) runs before the wait for the previous store's read of the
+// staging buffer, overlapping it.
 // Rows and columns past M and N are computed (their stores are clipped) with clamped bias indices.
 // Grouped GEMM: row_end is the tile's group end (else M). This warpgroup's 64 rows at row0 all before it:
 // the TMA store as above; none: nothing to do; some: the rows before row_end stored straight from the
 // registers through x.C (guarded pairs, as epilogue_direct), since a bulk store would write them all.
 // beta * C_old reads only rows before row_end.
 template <typename T>
-__device__ __forceinline__ void epilogue_fused(float (&d)[128], const CUtensorMap* tmC, uint8_t* sCw, int wg,
-                                               int row0, int n0, int M, int N, int row_end, int outer, int inner,
+__device__ __forceinline__ void epilogue_fused(float (&d)[128], const CMapAt& cm, uint8_t* sCw, int wg, int row0,
+                                               int n0, int M, int N, int row_end, int outer, int inner,
                                                const FusedArgs<T>& x) {
-  constexpr int kCols = BN / 2, kBlocks = kCols / 8;  // per pass: 16 blocks of 8 columns
+  constexpr int kBlocks = kFusedCols / 8;  // per pass: 16 blocks of 8 columns
   // (Both the same in every thread of the warpgroup. Decided by warp votes, since ptxas cannot tell that
   // row_end, loaded from memory, is warp-uniform: a branch on it otherwise takes the tile loop's stage
   // and phase out of the uniform datapath, adding 9 instructions per k-block.)
@@ -402,53 +452,59 @@ __device__ __forceinline__ void epilogue_fused(float (&d)[128], const CUtensorMa
   const bool partial = __any_sync(0xffffffffu, grouped && row_end < row0 + kWgRows);
   const hge::Epilogue<T> e(x.alpha_bits, x.beta_bits, x.bias, x.bias_stride, x.epi, x.scale_bits);
   const bool swiglu = e.swiglu();
-  const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
-  const int r = row0 + warp * 16 + lane / 4;  // this thread's rows r and r + 8 ...
-  const int c = n0 + 2 * (lane % 4);          // ... and columns c + 8j, c + 8j + 1
+  const int tid = threadIdx.x % 128, lane = threadIdx.x % 32, warp = tid / 32;
+  const int r = row0 + warp * 16 + lane / 4;             // this thread's rows r and r + 8
   const int rr[2] = {min(r, M - 1), min(r + 8, M - 1)};  // clamped: bias reads stay inside bias[]
-  // Bias values, read once (e.bias_at, which takes a mode other than none and per column as per row): per
-  // row (2 per thread and tile) or per column (2 per 8-column block).
+  // Per-row bias: 2 values per thread and tile. Per column: bias_pairs in each pass.
   const int bias_mode = e.flags & hge::kBiasMask;
   const bool bias_col = bias_mode == hge::kBiasCol, bias_row = bias_mode != 0 && !bias_col;
   const float brow[2] = {bias_row ? e.bias_at(rr[0], 0) : 0.f, bias_row ? e.bias_at(rr[1], 0) : 0.f};
-  auto bcol = [&](int col) { return bias_col ? e.bias_at(0, min(col, N - 1)) : 0.f; };
-  auto prep = [&](int pass) {
-    const int j0 = pass * kBlocks;
-    if (swiglu) {  // one pass (j0 = 0): gate d[4j + i], up d[4(j + 16) + i]; a column bias has 2N entries
+  T* cb = x.C + outer * x.bsc_o + inner * x.bsc_i;  // C (C_old; partial tiles' stores)
+  const uint32_t sbase = smem_u32(sCw);
+  const int passes = swiglu ? 1 : BN / kFusedCols;
+#pragma unroll 1
+  for (int pass = 0; pass < passes; ++pass) {
+    const int cp = n0 + pass * kFusedCols;  // the pass's first column
+    const int c = cp + 2 * (lane % 4);      // this thread's columns c + 8j, c + 8j + 1 (j < kBlocks)
+    if (swiglu) {  // gate d[4j + i], up d[4(j + 16) + i]; a column bias has 2N entries
+      uint32_t bg[kBlocks], bu[kBlocks];
+      if (bias_col) {
+        bias_pairs<T>(bg, e.bias, e.bias_stride, 0, cp, c, N);
+        bias_pairs<T>(bu, e.bias, e.bias_stride, N, cp, c, N);
+      }
 #pragma unroll
-      for (int j = 0; j < kBlocks; ++j)
+      for (int j = 0; j < kBlocks; ++j) {
+        const float2 g2 = bias_col ? unpack2<T>(bg[j]) : make_float2(0.f, 0.f);
+        const float2 u2 = bias_col ? unpack2<T>(bu[j]) : make_float2(0.f, 0.f);
 #pragma unroll
-        for (int i0 = 0; i0 < 2; ++i0) {
-          const int col = c + 8 * j + i0;
-          const float bg = bcol(col), bu = bias_col ? e.bias_at(0, N + min(col, N - 1)) : 0.f;
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int i = 2 * h + i0;
-            d[4 * j + i] = e.value_swiglu_b(d[4 * j + i], d[4 * (j + kBlocks) + i], bias_col ? bg : brow[h],
-                                            bias_col ? bu : brow[h]);
-          }
+        for (int i = 0; i < 4; ++i) {
+          const int h = i / 2, i0 = i % 2;
+          d[4 * j + i] = e.value_swiglu_b(d[4 * j + i], d[4 * (j + kBlocks) + i],
+                                          bias_col ? (i0 ? g2.y : g2.x) : brow[h],
+                                          bias_col ? (i0 ? u2.y : u2.x) : brow[h]);
         }
+      }
     } else if (e.linear()) {
       if (e.alpha != 1.f) {
 #pragma unroll
-        for (int j = j0; j < j0 + kBlocks; ++j)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) d[4 * j + i] *= e.alpha;
+        for (int i = 0; i < 4 * kBlocks; ++i) d[i] *= e.alpha;
       }
     } else {
+      uint32_t bp[kBlocks];
+      if (bias_col) bias_pairs<T>(bp, e.bias, e.bias_stride, 0, cp, c, N);
       // One copy of the pass per activation, so that each element's activation is not a switch.
       auto apply = [&](auto act) {
         hge::Epilogue<T> ea = e;
         ea.flags = (e.flags & ~hge::kActMask) | (decltype(act)::value << hge::kActShift);
 #pragma unroll
-        for (int j = j0; j < j0 + kBlocks; ++j)
+        for (int j = 0; j < kBlocks; ++j) {
+          const float2 b2 = bias_col ? unpack2<T>(bp[j]) : make_float2(0.f, 0.f);
 #pragma unroll
-          for (int i0 = 0; i0 < 2; ++i0) {
-            const float bc = bcol(c + 8 * j + i0);
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-              d[4 * j + 2 * h + i0] = ea.value_b(d[4 * j + 2 * h + i0], bias_col ? bc : brow[h]);
+          for (int i = 0; i < 4; ++i) {
+            const int h = i / 2, i0 = i % 2;
+            d[4 * j + i] = ea.value_b(d[4 * j + i], bias_col ? (i0 ? b2.y : b2.x) : brow[h]);
           }
+        }
       };
       switch ((e.flags & hge::kActMask) >> hge::kActShift) {
         case hge::kActRelu: apply(std::integral_constant<int, hge::kActRelu>{}); break;
@@ -459,13 +515,12 @@ __device__ __forceinline__ void epilogue_fused(float (&d)[128], const CUtensorMa
       }
     }
     if (e.beta != 0.f) {  // + beta * C_old, pairs of columns (C rows are 16-byte aligned: 4-byte pairs)
-      const T* cb = x.C + outer * x.bsc_o + inner * x.bsc_i;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         if (r + 8 * h >= row_end) continue;
         const T* p = cb + static_cast<long long>(r + 8 * h) * x.ldc_r + c;
 #pragma unroll
-        for (int j = j0; j < j0 + kBlocks; ++j) {
+        for (int j = 0; j < kBlocks; ++j) {
           const int col = c + 8 * j;
           float c0 = 0.f, c1 = 0.f;
           if (col + 1 < N) {
@@ -480,39 +535,44 @@ __device__ __forceinline__ void epilogue_fused(float (&d)[128], const CUtensorMa
         }
       }
     }
-  };
-  // A partial tile's pass: rows r, r + 8 before row_end, column pairs c + 8j (4-byte words: C's rows are
-  // 16-byte aligned, c even), a lone last column where N is odd.
-  auto direct = [&](int pass) {
-    if (!partial) return false;
-    T* cb = x.C + outer * x.bsc_o + inner * x.bsc_i;
+    if (partial) {
+      // Rows r, r + 8 before row_end, column pairs c + 8j (4-byte words: C's rows are 16-byte aligned, c
+      // even), a lone last column where N is odd.
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      if (r + 8 * h >= row_end) continue;
-      T* p = cb + static_cast<long long>(r + 8 * h) * x.ldc_r + c;
+      for (int h = 0; h < 2; ++h) {
+        if (r + 8 * h >= row_end) continue;
+        T* p = cb + static_cast<long long>(r + 8 * h) * x.ldc_r + c;
 #pragma unroll
-      for (int j = pass * kBlocks; j < (pass + 1) * kBlocks; ++j) {
-        const int col = c + 8 * j;
-        const uint32_t v = hg90::pack2<T>(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
-        if (col + 1 < N)
-          *reinterpret_cast<uint32_t*>(p + 8 * j) = v;
-        else if (col < N)
-          p[8 * j] = reinterpret_cast<const T*>(&v)[0];
+        for (int j = 0; j < kBlocks; ++j) {
+          const int col = c + 8 * j;
+          const uint32_t v = hg90::pack2<T>(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+          if (col + 1 < N)
+            *reinterpret_cast<uint32_t*>(p + 8 * j) = v;
+          else if (col < N)
+            p[8 * j] = reinterpret_cast<const T*>(&v)[0];
+        }
+      }
+    } else {
+      if (tid == 0) hg90::tma_store_wait_read<0>();  // the previous store must have read the staging buffer
+      hg90::named_bar_sync(1 + wg, 128);
+#pragma unroll
+      for (int jj = 0; jj < kBlocks; jj += 2)
+        hg90::stmatrix_x4(staging_addr(sbase, warp, lane, jj), hg90::pack2<T>(d[4 * jj + 0], d[4 * jj + 1]),
+                          hg90::pack2<T>(d[4 * jj + 2], d[4 * jj + 3]), hg90::pack2<T>(d[4 * jj + 4], d[4 * jj + 5]),
+                          hg90::pack2<T>(d[4 * jj + 6], d[4 * jj + 7]));
+      hg90::fence_proxy_async_smem();  // stmatrix writes -> visible to the TMA engine
+      hg90::named_bar_sync(1 + wg, 128);
+      if (tid == 0) {
+#pragma unroll
+        for (int cc = 0; cc < kFusedCols / 64; ++cc) cm.store(sCw + cc * (64 * 128), cp + 64 * cc, row0);
+        hg90::tma_store_commit();
       }
     }
-    return true;
-  };
-  const bool rank4 = (x.tma_levels & kRank4Maps) != 0;
-  const int ci = (x.tma_levels & kLevelCInner) ? inner : 0, co = (x.tma_levels & kLevelCOuter) ? outer : 0;
-  epilogue_tma_with<T, kCols>(
-      d, sCw, wg, n0, swiglu ? 1 : BN / kCols, prep,
-      [&](const uint8_t* src, int col) {
-        if (rank4)
-          hg90::tma_store_4d(tmC, src, col, row0, ci, co);
-        else
-          hg90::tma_store_2d(tmC, src, col, row0);
-      },
-      direct);
+    if (pass + 1 < passes) {  // the next pass's accumulators into d[0..63]
+#pragma unroll
+      for (int i = 0; i < 4 * kBlocks; ++i) d[i] = d[i + 4 * kBlocks];
+    }
+  }
 }
 
 template <class K, typename CArg, class X = NoFused>
@@ -691,8 +751,8 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
       if (prev >= 0) release(prev);
       const int row0 = m0 + cw * kWgRows;
       if constexpr (K::kFused) {
-        epilogue_fused<T>(d, &cArg, sC + cw * (kWgRows * K::kCStageCols * 2), cw, row0, n0, M, N, sched.row_end,
-                          outer, inner, x);
+        epilogue_fused<T>(d, CMapAt(&cArg, x, outer, inner), sC + cw * (kWgRows * K::kCStageCols * 2), cw, row0,
+                          n0, M, N, sched.row_end, outer, inner, x);
       } else if constexpr (K::kTmaStore) {
         epilogue_tma<T, K::kCStageCols>(d, &cArg, sC + cw * (kWgRows * K::kCStageCols * 2), cw, row0, n0);
       } else {
