@@ -11,7 +11,12 @@
 //   order, stmatrix + TMA-store epilogue with half-tile staging (two passes of 128 columns) that overlaps
 //   the next tile's main loop. What kFused adds, all in the epilogue or once per tile:
 //   - the epilogue math on the accumulators before they are packed (no extra work when linear() and
-//     beta == 0 but the alpha multiply; C_old read through `C` only where beta != 0);
+//     beta == 0 but the alpha multiply), in a pass loop that is not unrolled (one copy of each
+//     activation), the column bias read once per pass;
+//   - beta != 0: C_old by TMA through tmC into the staging buffer, then ldmatrix in the accumulator
+//     layout: the tile's C_old prefetched into L2 at the start of its main loop, pass 0's boxes loaded
+//     while the last k-block's wgmma run, pass 1's once pass 0's store has read the buffer (one mbarrier
+//     per consumer); the grouped GEMM's partial tiles read it through `C`;
 //   - batch: tile t of batch_count * tiles-per-matrix, matrix b = t / tiles-per-matrix, (outer, inner) =
 //     (b / batch_inner, b % batch_inner); batched launches (tma_levels & 16) read A and B and store C
 //     through rank-4 maps (cols, rows, inner, outer), tma_levels bits 1/2, 4/8, 32/64 saying which
@@ -35,10 +40,12 @@
 //     them). group_mode 0: none of this runs (the k-loops' SASS is the ungrouped one).
 //   Grid: min(tiles over the batch, SMs) x 1 x 1 (tiles = ceil(M/128) * ceil(N/256), SwiGLU
 //   ceil(M/128) * ceil(F/128), times batch_count; grouped: CTAs beyond the groups' tiles exit at once).
-//   Smem: 4 * (128 + 256) * 64 * 2 ring + 128 * 128 * 2 staging + barriers + 496 * 4 group table + 1 KB
-//   alignment slack = 232448, the 227 KB per block.
+//   Smem: 4 * (128 + 256) * 64 * 2 ring + 128 * 128 * 2 staging + 10 barriers + 496 * 4 group table +
+//   1008 bytes of alignment slack (the dynamic shared memory is 16-byte aligned) = 232448, the 227 KB per
+//   block.
 //   Shapes: any M, N, K >= 1 (TMA zero-fills loads and clips stores); the runtime passes 16-byte aligned
-//   operands with 16-byte-multiple row strides (TMA's rule; C_old's pairs are read as 4-byte words).
+//   operands with 16-byte-multiple row strides (TMA's rule; partial tiles read C_old's pairs as 4-byte
+//   words).
 #include "common/dsmem.cuh"
 #include "common/sm90_gemm.cuh"
 

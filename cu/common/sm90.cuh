@@ -1,5 +1,5 @@
-// Hopper (sm_90 / sm_90a) PTX wrappers: mbarrier, TMA (cp.async.bulk.tensor), cluster, wgmma,
-// stmatrix, setmaxnreg. Used by the hgemm_sm90, util_sm90 and util_sm90_fused families.
+// Hopper (sm_90 / sm_90a) PTX wrappers: mbarrier, TMA (cp.async.bulk.tensor, its L2 prefetch), cluster,
+// wgmma, stmatrix/ldmatrix, setmaxnreg. Used by the hgemm_sm90, util_sm90 and util_sm90_fused families.
 //
 // Every wrapper is __forceinline__ on purpose: a wgmma wrapper that ends up as a real call makes
 // ptxas serialise the whole warpgroup-MMA pipeline (warning C7510), and the accumulator array would be
@@ -121,6 +121,19 @@ __device__ __forceinline__ void tma_store_4d(const void* tmap, const void* src, 
                "r"(smem_u32(src)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
                : "memory");
 }
+// L2 prefetch of a box (no shared memory, no barrier): warms the lines a later TMA load of the box reads.
+__device__ __forceinline__ void tma_prefetch_2d(const void* tmap, int c0, int c1) {
+  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(tmap)),
+               "r"(c0), "r"(c1)
+               : "memory");
+}
+__device__ __forceinline__ void tma_prefetch_4d(const void* tmap, int c0, int c1, int c2, int c3) {
+  asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(tmap)),
+               "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+               : "memory");
+}
 __device__ __forceinline__ void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 // Wait until at most N committed store groups still read their shared-memory source.
 template <int N>
@@ -158,13 +171,21 @@ __device__ __forceinline__ void setmaxnreg_dec() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// stmatrix (sm_90): four 8x8 b16 matrices from the mma fragment layout to shared memory; lane l
-// gives the address of row (l % 8) of matrix (l / 8).
+// stmatrix / ldmatrix (sm_90): four 8x8 b16 matrices between the mma fragment layout and shared memory;
+// lane l gives the address of row (l % 8) of matrix (l / 8).
 // ---------------------------------------------------------------------------------------------
 __device__ __forceinline__ void stmatrix_x4(uint32_t smem_addr, uint32_t r0, uint32_t r1, uint32_t r2,
                                             uint32_t r3) {
   asm volatile("stmatrix.sync.aligned.x4.m8n8.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_addr), "r"(r0),
                "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
+
+// ldmatrix: the inverse of stmatrix_x4 (the same addresses give the same fragments back).
+__device__ __forceinline__ void ldmatrix_x4(uint32_t smem_addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.x4.m8n8.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr)
                : "memory");
 }
 

@@ -36,8 +36,8 @@ constexpr int kGroupRows = 2048;
 
 // The grouped GEMM (kFused, group_mode != 0; see kGroupContiguous below): the most groups its shared-memory
 // table holds, one int32 inclusive prefix sum per group in the dynamic shared memory the fused kernel has
-// left under the 227 KB per block (232448 - 230464 bytes). The kernel traps on a launch with more; the
-// runtime refuses them before.
+// left under the 227 KB per block (232448 bytes less the ring, staging, barriers and alignment slack: see
+// Config). The kernel traps on a launch with more; the runtime refuses them before.
 constexpr int kMaxGroups = 496;
 
 // One kernel's compile-time shape. Both consumers work on the same 128 x 256 tile (rows 0-63 and
@@ -91,10 +91,15 @@ struct Config : Rung {
   static constexpr int kCStageCols = kStages >= 4 ? BN / 2 : BN;
   static constexpr int kCBytes = kTmaStore ? BM * kCStageCols * 2 : 0;
   static constexpr int kBarOffset = kStages * kStageBytes + kCBytes;
-  // kFused: the grouped GEMM's table of per-group tile prefix sums (kMaxGroups ints) after the barriers.
-  static constexpr int kGroupOffset = kBarOffset + 2 * kStages * 8;
+  // kFused: one more barrier per consumer after full[] and empty[] (its C_old loads into its staging buffer),
+  // then the grouped GEMM's table of per-group tile prefix sums (kMaxGroups ints).
+  static constexpr int kColdBars = Rung::kFused ? kConsumers : 0;
+  static constexpr int kGroupOffset = kBarOffset + (2 * kStages + kColdBars) * 8;
   static constexpr int kGroupBytes = Rung::kFused ? kMaxGroups * 4 : 0;
-  static constexpr int kSmemBytes = kGroupOffset + kGroupBytes + 1024;  // + full[], empty[], (table), slack
+  // The slack for aligning the dynamic shared memory up to 1024 bytes: it is 16-byte aligned (PTX
+  // `.extern .shared .align 16`), so 1008 bytes do; kFused counts on that (its two barriers take the other 16).
+  static constexpr int kSlack = Rung::kFused ? 1008 : 1024;
+  static constexpr int kSmemBytes = kGroupOffset + kGroupBytes + kSlack;  // + barriers, (table), slack
   // Arrivals that free a stage: every consumer that reads it, in every CTA that it is multicast to.
   static constexpr int kEmptyArrivals = kConsumers * kClusterM;
   // B rows (TN: N rows of 64 K; NN: 64-column chunks) loaded by this CTA; the peer loads the rest.
@@ -190,6 +195,7 @@ __device__ __forceinline__ void group_scan(int* tab, int* scratch, const int* gr
     __syncthreads();
     if (e < E) tab[e] = carry + v + (warp > 0 ? scratch[warp - 1] : 0);
     carry += scratch[kWarps - 1];
+    hg90::fence_proxy_async_smem();  // (scratch is the staging buffer, later written by TMA: cold_load)
     __syncthreads();  // scratch is rewritten by the next chunk; the last one publishes tab
   }
 }
@@ -376,7 +382,7 @@ __device__ __forceinline__ void epilogue_tma(const float (&d)[128], const CUtens
 constexpr int kFusedCols = BN / 2;  // columns per staging pass (half-tile staging; one SwiGLU tile)
 
 // C's tensor map at the tile's matrix (its batch coordinates by tma_levels): the bulk stores of the staging
-// buffer's 64 x 64 boxes.
+// buffer's 64 x 64 boxes, and the loads and L2 prefetches of C_old (the same boxes: tmC is read too).
 struct CMapAt {
   const CUtensorMap* map;
   int ci, co;
@@ -393,7 +399,52 @@ struct CMapAt {
     else
       hg90::tma_store_2d(map, src, col, row);
   }
+  __device__ __forceinline__ void load(uint8_t* dst, uint64_t* bar, int col, int row) const {
+    if (rank4)
+      hg90::tma_load_4d(dst, map, bar, col, row, ci, co);
+    else
+      hg90::tma_load_2d(dst, map, bar, col, row);
+  }
+  __device__ __forceinline__ void prefetch(int col, int row) const {
+    if (rank4)
+      hg90::tma_prefetch_4d(map, col, row, ci, co);
+    else
+      hg90::tma_prefetch_2d(map, col, row);
+  }
 };
+
+// beta * C_old through the staging buffer (cold_load): beta != 0 and this warpgroup's 64 rows at row0 all
+// before the group's end (the grouped GEMM's partial tiles read it through x.C; rows all at or past the end,
+// or past M: no epilogue). Warp votes, as in epilogue_fused, which decides the same way.
+template <typename T>
+__device__ __forceinline__ bool fused_cold(const FusedArgs<T>& x, int row_end, int row0) {
+  return __int_as_float(x.beta_bits) != 0.f &&
+         !__any_sync(0xffffffffu, row_end <= row0 || (x.group_mode != 0 && row_end < row0 + kWgRows));
+}
+
+// beta != 0: this warpgroup's C_old of the tile (its 64 rows at row0 if they begin before row_end, the
+// tile's columns at n0 before N) into L2, by one thread at the start of the tile's main loop, for cold_load
+// at its end (and the partial tiles' reads through x.C). No shared memory, no barrier, no wait.
+template <typename T>
+__device__ __forceinline__ void cold_prefetch(const CMapAt& cm, const FusedArgs<T>& x, int n0, int N, int row0,
+                                              int row_end) {
+  if (__int_as_float(x.beta_bits) == 0.f || row0 >= row_end) return;
+  const int cols = (x.epi & hge::kSwiGLU) ? kSwiGLUCols : BN;
+#pragma unroll
+  for (int c = 0; c < BN; c += 64)
+    if (c < cols && n0 + c < N) cm.prefetch(n0 + c, row0);
+}
+
+// C_old of one staging pass (64 rows at row x kFusedCols columns at col) into the staging buffer sCw by TMA,
+// completing on bar (the warpgroup's own, one arrival per phase): by one thread, once the previous bulk
+// store from sCw (its own) has been read. The warpgroup waits on bar and reads it back by ldmatrix.
+template <typename T>
+__device__ __forceinline__ void cold_load(const CMapAt& cm, uint8_t* sCw, uint64_t* bar, int col, int row) {
+  hg90::tma_store_wait_read<0>();
+  hg90::mbar_arrive_expect_tx(bar, kWgRows * kFusedCols * sizeof(T));
+#pragma unroll
+  for (int c = 0; c < kFusedCols / 64; ++c) cm.load(sCw + c * (64 * 128), bar, col + 64 * c, row);
+}
 
 // Two 16-bit elements (low first) of a 32-bit word as floats.
 template <typename T>
@@ -431,24 +482,30 @@ __device__ __forceinline__ void bias_pairs(uint32_t (&bp)[kFusedCols / 8], const
 // consumer, stored in one pass.
 // The passes are a loop, not unrolled: each works on d[0..63], pass 1's accumulators moved there at the end
 // of pass 0 (64 moves), so that the pass's code (one copy per activation) exists once, not once per pass.
-// linear() && beta == 0: the catalogue's epilogue (alpha only, skipped at 1; no loads). The math of each
-// pass (and beta * C_old, read through x.C) runs before the wait for the previous store's read of the
-// staging buffer, overlapping it.
+// linear() && beta == 0: the catalogue's epilogue (alpha only, skipped at 1; no loads).
+// beta == 0: the math of each pass runs before the wait for the previous store's read of the staging
+// buffer, overlapping it.
+// beta != 0 (`cold`: fused_cold): C_old comes by TMA into the staging buffer (the boxes that the pass's
+// store writes) and is read back by ldmatrix in the accumulator layout, the same 8x8 matrices as the
+// stmatrix: pass 0's is issued by the caller before the last k-block's wgmma finish, pass 1's here once
+// pass 0's store has been read (cold_load), both from L2 (cold_prefetch at the start of the tile's main
+// loop); the pass's math runs while it comes. The stmatrix needs no barrier then: the load came after the
+// previous store's read, and each warp rewrites only the rows it read.
 // Rows and columns past M and N are computed (their stores are clipped) with clamped bias indices.
 // Grouped GEMM: row_end is the tile's group end (else M). This warpgroup's 64 rows at row0 all before it:
-// the TMA store as above; none: nothing to do; some: the rows before row_end stored straight from the
-// registers through x.C (guarded pairs, as epilogue_direct), since a bulk store would write them all.
-// beta * C_old reads only rows before row_end.
+// the TMA store as above; none (or, without groups, none before M): nothing to do; some: the rows before
+// row_end stored straight from the registers through x.C (guarded pairs, as epilogue_direct), since a bulk
+// store would write them all, and beta * C_old read through x.C, those rows only.
 template <typename T>
-__device__ __forceinline__ void epilogue_fused(float (&d)[128], const CMapAt& cm, uint8_t* sCw, int wg, int row0,
-                                               int n0, int M, int N, int row_end, int outer, int inner,
-                                               const FusedArgs<T>& x) {
+__device__ __forceinline__ void epilogue_fused(float (&d)[128], const CMapAt& cm, uint8_t* sCw, uint64_t* cbar,
+                                               uint32_t& cphase, bool cold, int wg, int row0, int n0, int M, int N,
+                                               int row_end, int outer, int inner, const FusedArgs<T>& x) {
   constexpr int kBlocks = kFusedCols / 8;  // per pass: 16 blocks of 8 columns
   // (Both the same in every thread of the warpgroup. Decided by warp votes, since ptxas cannot tell that
   // row_end, loaded from memory, is warp-uniform: a branch on it otherwise takes the tile loop's stage
   // and phase out of the uniform datapath, adding 9 instructions per k-block.)
   const bool grouped = x.group_mode != 0;
-  if (__all_sync(0xffffffffu, grouped && row_end <= row0)) return;
+  if (__all_sync(0xffffffffu, row_end <= row0)) return;  // (row_end = M without groups)
   const bool partial = __any_sync(0xffffffffu, grouped && row_end < row0 + kWgRows);
   const hge::Epilogue<T> e(x.alpha_bits, x.beta_bits, x.bias, x.bias_stride, x.epi, x.scale_bits);
   const bool swiglu = e.swiglu();
@@ -459,13 +516,14 @@ __device__ __forceinline__ void epilogue_fused(float (&d)[128], const CMapAt& cm
   const int bias_mode = e.flags & hge::kBiasMask;
   const bool bias_col = bias_mode == hge::kBiasCol, bias_row = bias_mode != 0 && !bias_col;
   const float brow[2] = {bias_row ? e.bias_at(rr[0], 0) : 0.f, bias_row ? e.bias_at(rr[1], 0) : 0.f};
-  T* cb = x.C + outer * x.bsc_o + inner * x.bsc_i;  // C (C_old; partial tiles' stores)
+  T* cb = x.C + outer * x.bsc_o + inner * x.bsc_i;  // C (partial tiles: C_old and the stores)
   const uint32_t sbase = smem_u32(sCw);
   const int passes = swiglu ? 1 : BN / kFusedCols;
 #pragma unroll 1
   for (int pass = 0; pass < passes; ++pass) {
     const int cp = n0 + pass * kFusedCols;  // the pass's first column
     const int c = cp + 2 * (lane % 4);      // this thread's columns c + 8j, c + 8j + 1 (j < kBlocks)
+    if (cold && pass > 0 && tid == 0) cold_load<T>(cm, sCw, cbar, cp, row0);
     if (swiglu) {  // gate d[4j + i], up d[4(j + 16) + i]; a column bias has 2N entries
       uint32_t bg[kBlocks], bu[kBlocks];
       if (bias_col) {
@@ -514,24 +572,40 @@ __device__ __forceinline__ void epilogue_fused(float (&d)[128], const CMapAt& cm
         default: apply(std::integral_constant<int, hge::kActNone>{}); break;
       }
     }
-    if (e.beta != 0.f) {  // + beta * C_old, pairs of columns (C rows are 16-byte aligned: 4-byte pairs)
+    if (e.beta != 0.f) {
+      if (cold) {  // + beta * C_old from the staging buffer (cold_load)
+        hg90::mbar_wait(cbar, cphase);
+        cphase ^= 1;
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        if (r + 8 * h >= row_end) continue;
-        const T* p = cb + static_cast<long long>(r + 8 * h) * x.ldc_r + c;
+        for (int jj = 0; jj < kBlocks; jj += 2) {
+          uint32_t v[4];  // d[4jj + 2q], d[4jj + 2q + 1]'s C_old in v[q]
+          hg90::ldmatrix_x4(staging_addr(sbase, warp, lane, jj), v);
 #pragma unroll
-        for (int j = 0; j < kBlocks; ++j) {
-          const int col = c + 8 * j;
-          float c0 = 0.f, c1 = 0.f;
-          if (col + 1 < N) {
-            const uint32_t v = *reinterpret_cast<const uint32_t*>(p + 8 * j);
-            c0 = hg::to_f32(reinterpret_cast<const T*>(&v)[0]);
-            c1 = hg::to_f32(reinterpret_cast<const T*>(&v)[1]);
-          } else if (col < N) {
-            c0 = hg::to_f32(p[8 * j]);
+          for (int q = 0; q < 4; ++q) {
+            const float2 o = unpack2<T>(v[q]);
+            d[4 * jj + 2 * q] = fmaf(e.beta, o.x, d[4 * jj + 2 * q]);
+            d[4 * jj + 2 * q + 1] = fmaf(e.beta, o.y, d[4 * jj + 2 * q + 1]);
           }
-          d[4 * j + 2 * h] = fmaf(e.beta, c0, d[4 * j + 2 * h]);
-          d[4 * j + 2 * h + 1] = fmaf(e.beta, c1, d[4 * j + 2 * h + 1]);
+        }
+      } else {  // partial tile: pairs of columns through x.C (4-byte words: C's rows are 16-byte aligned)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          if (r + 8 * h >= row_end) continue;
+          const T* p = cb + static_cast<long long>(r + 8 * h) * x.ldc_r + c;
+#pragma unroll
+          for (int j = 0; j < kBlocks; ++j) {
+            const int col = c + 8 * j;
+            float c0 = 0.f, c1 = 0.f;
+            if (col + 1 < N) {
+              const uint32_t v = *reinterpret_cast<const uint32_t*>(p + 8 * j);
+              c0 = hg::to_f32(reinterpret_cast<const T*>(&v)[0]);
+              c1 = hg::to_f32(reinterpret_cast<const T*>(&v)[1]);
+            } else if (col < N) {
+              c0 = hg::to_f32(p[8 * j]);
+            }
+            d[4 * j + 2 * h] = fmaf(e.beta, c0, d[4 * j + 2 * h]);
+            d[4 * j + 2 * h + 1] = fmaf(e.beta, c1, d[4 * j + 2 * h + 1]);
+          }
         }
       }
     }
@@ -553,8 +627,10 @@ __device__ __forceinline__ void epilogue_fused(float (&d)[128], const CMapAt& cm
         }
       }
     } else {
-      if (tid == 0) hg90::tma_store_wait_read<0>();  // the previous store must have read the staging buffer
-      hg90::named_bar_sync(1 + wg, 128);
+      if (!cold) {  // the previous store must have read the staging buffer (cold: cold_load waited for it)
+        if (tid == 0) hg90::tma_store_wait_read<0>();
+        hg90::named_bar_sync(1 + wg, 128);
+      }
 #pragma unroll
       for (int jj = 0; jj < kBlocks; jj += 2)
         hg90::stmatrix_x4(staging_addr(sbase, warp, lane, jj), hg90::pack2<T>(d[4 * jj + 0], d[4 * jj + 1]),
@@ -585,7 +661,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
                 "C is a tensor map for the TMA-store epilogue, a pointer for direct stores");
   static_assert(std::is_same_v<X, std::conditional_t<K::kFused, FusedArgs<T>, NoFused>>,
                 "the fused GEMM's run-time parameters (FusedArgs), none for the catalogue's");
-  extern __shared__ uint8_t smem_raw[];
+  extern __shared__ __align__(16) uint8_t smem_raw[];
   // 128B-swizzled TMA boxes and wgmma descriptors assume 1024-byte aligned tiles.
   uint8_t* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
   uint8_t* sA = smem;
@@ -593,6 +669,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
   uint8_t* sC = smem + kStages * K::kStageBytes;
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + K::kBarOffset);
   uint64_t* empty = full + kStages;
+  [[maybe_unused]] uint64_t* cbar = empty + kStages;  // kFused: each consumer's C_old barrier
 
   const int wg = threadIdx.x / 128;
   if (threadIdx.x == 0) {
@@ -601,6 +678,9 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
     for (int s = 0; s < kStages; ++s) {
       hg90::mbar_init(&full[s], 1);  // the local producer's arrive.expect_tx
       hg90::mbar_init(&empty[s], K::kEmptyArrivals);
+    }
+    if constexpr (K::kFused) {
+      for (int c = 0; c < kConsumers; ++c) hg90::mbar_init(&cbar[c], 1);  // cold_load's arrive.expect_tx
     }
     hg90::fence_barrier_init();
   }
@@ -717,6 +797,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
     float d[128];
     int stage = 0;
     uint32_t phase = 0;
+    [[maybe_unused]] uint32_t cphase = 0;  // kFused: the phase parity of this consumer's C_old barrier
     // Release a stage. Cluster: one thread per CTA of the cluster arrives on that CTA's copy of the
     // barrier (the peer's producer multicasts into our copy of the stage too), in parallel.
     auto release = [&](int s) {
@@ -727,6 +808,9 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
       }
     };
     while (sched.next(m0, n0, outer, inner)) {
+      if constexpr (K::kFused) {
+        if (tid == 0) cold_prefetch(CMapAt(&cArg, x, outer, inner), x, n0, N, m0 + cw * kWgRows, sched.row_end);
+      }
       int prev = -1;
       for (int kb = 0; kb < nk; ++kb) {
         hg90::mbar_wait(&full[stage], phase);
@@ -745,14 +829,23 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
           phase ^= 1;
         }
       }
+      [[maybe_unused]] bool cold = false;
+      if constexpr (K::kFused) {
+        // beta * C_old of a full warpgroup tile: pass 0's C_old into the staging buffer by TMA now, while the
+        // last k-block's wgmma run (the previous tile's last store was issued a main loop ago: no wait).
+        cold = fused_cold(x, sched.row_end, m0 + cw * kWgRows);
+        if (cold && tid == 0)
+          cold_load<T>(CMapAt(&cArg, x, outer, inner), sC + cw * (kWgRows * K::kCStageCols * 2), &cbar[cw], n0,
+                       m0 + cw * kWgRows);
+      }
       hg90::wgmma_wait<0>();
 #pragma unroll
       for (int i = 0; i < 128; ++i) hg90::fence_regs(d[i]);
       if (prev >= 0) release(prev);
       const int row0 = m0 + cw * kWgRows;
       if constexpr (K::kFused) {
-        epilogue_fused<T>(d, CMapAt(&cArg, x, outer, inner), sC + cw * (kWgRows * K::kCStageCols * 2), cw, row0,
-                          n0, M, N, sched.row_end, outer, inner, x);
+        epilogue_fused<T>(d, CMapAt(&cArg, x, outer, inner), sC + cw * (kWgRows * K::kCStageCols * 2), &cbar[cw],
+                          cphase, cold, cw, row0, n0, M, N, sched.row_end, outer, inner, x);
       } else if constexpr (K::kTmaStore) {
         epilogue_tma<T, K::kCStageCols>(d, &cArg, sC + cw * (kWgRows * K::kCStageCols * 2), cw, row0, n0);
       } else {
