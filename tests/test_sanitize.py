@@ -32,7 +32,8 @@ def test_every_util_kernel_is_scheduled_at_an_aligned_and_a_ragged_shape(cc):
         spec = MANIFEST.kernels[n]
         for axis, values in spec.variants.items():  # every variant (b = row | col) is launched
             assert all((n, f"{axis}={v}") in feats for v in values), n
-        if cc >= (9, 0) and n.startswith(("util_gemm_mma_", "util_gemm_wgmma_")):
+        if cc >= (9, 0) and n.startswith(("util_gemm_mma_", "util_gemm_wgmma_")) and \
+                MANIFEST.kernels[n].role != "gemm_fused_wgmma":  # (the persistent fused kernel has no split-K)
             assert (n, "split-K") in feats, n  # a cluster of CTAs along K
         if n.startswith("util_gemm_"):
             assert (n, "alpha/beta") in feats, n
