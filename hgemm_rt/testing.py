@@ -262,9 +262,9 @@ def util_cases(dtypes) -> list[UtilCase]:
             ]
             _M, N, K = UTIL_SHAPES[shape]
             if K % 8 or N % 8:  # ragged rows padded to 16 bytes: TMA maps of A, B and C in place
-                cases.append(UtilCase(dtype, shape, "row-major, leading dimensions padded to 8",
+                cases.append(UtilCase(dtype, shape, "row-major, leading dimensions padded to 8, alpha/beta",
                                       Operand("row", 0, -K % 8), Operand("row", 0, -N % 8),
-                                      Operand("row", 0, -N % 8), 1.0, 0.0))
+                                      Operand("row", 0, -N % 8), 0.5, 0.25))
     return cases
 
 
