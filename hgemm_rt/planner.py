@@ -184,7 +184,9 @@ def _swiglu_after(route: Route, p: Problem, spec: KernelSpec, glue: _Glue, manif
         return None
     out = Copy(glue.copier, full.c, p.c, p.M, p.N, epilogue=True, epi=p.epi, bias=p.bias)
     nbytes = (p.M * p.N + p.c.rows * p.c.cols * (1 if p.beta_zero else 2)) * glue.isz
-    return replace(inner, temps=inner.temps + (Temp("tS", p.M, p.N),), steps=inner.steps + (out,),
+    # the user's alpha/beta belong to the SwiGLU copy alone: the steps into tS run plain
+    plain = tuple(replace(s, epilogue=False) for s in inner.steps)
+    return replace(inner, temps=inner.temps + (Temp("tS", p.M, p.N),), steps=plain + (out,),
                    copy_bytes=inner.copy_bytes + nbytes)
 
 
