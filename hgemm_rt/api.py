@@ -806,13 +806,21 @@ def call_cache_key(a: Any, b: Any, out: Any, *options: Any, bias: Any = None) ->
     return key
 
 
+def repeat_key(a: Any, b: Any, out: Any = None, *, alpha: float = 1.0, beta: float = 0.0, bias: Any = None,
+               activation: str | None = None, scale: float = 1.0, accumulate: str | None = None, kernel: str = "auto",
+               stream: Any = None) -> tuple | None:
+    """The key `matmul` files a call with these arguments under in plans.calls (None: it is not kept)."""
+    return call_cache_key(a, b, out, alpha, beta, activation, scale, accumulate, kernel, stream, bias=bias)
+
+
 def _first_call(a: Any, b: Any, out: Any, alpha: Any, beta: Any, accumulate: str | None, kernel: str,
                 stream: Any, bias: Any = None, activation: str | None = None, scale: Any = 1.0) -> Any:
     mm = Matmul(a, b, out, alpha=alpha, beta=beta, bias=bias, activation=activation, scale=scale,
                 accumulate=accumulate, kernel=kernel, stream=stream)
     bound = Bound(mm.call, mm.problem, mm.recipe)
     result = bound.run_full()
-    key = call_cache_key(a, b, out, alpha, beta, activation, scale, accumulate, kernel, stream, bias=bias)
+    key = repeat_key(a, b, out, alpha=alpha, beta=beta, bias=bias, activation=activation, scale=scale,
+                     accumulate=accumulate, kernel=kernel, stream=stream)
     if key is not None:
         bound.forget_arrays()
         plans.remember(key, bound)

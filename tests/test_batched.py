@@ -539,7 +539,7 @@ def test_numpy_batched_in_and_out(rng):
 
 @pytest.mark.gpu
 def test_batched_repeats_go_through_a_cuda_graph_and_stay_correct(rng):
-    from hgemm_rt.api import GRAPH_AFTER_REPEATS, call_cache_key
+    from hgemm_rt.api import GRAPH_AFTER_REPEATS, repeat_key
 
     A, B, C = hg.empty((8, 96, 80), "f16"), hg.empty((8, 80, 72), "f16"), hg.empty((8, 96, 72), "f16")
     with hg.Stream() as s:
@@ -552,7 +552,7 @@ def test_batched_repeats_go_through_a_cuda_graph_and_stay_correct(rng):
             assert hg.matmul(A, B, C, stream=s) is C
             s.synchronize()
             assert _rel(C.to_numpy().astype(np.float64), np.matmul(a.astype(np.float64), b)) < 1e-3, f"call {i}"
-        assert hg.plans.calls[call_cache_key(A, B, C, 1.0, 0.0, None, "auto", s)].last.graph is not None
+        assert hg.plans.calls[repeat_key(A, B, C, stream=s)].last.graph is not None
 
 
 @pytest.mark.gpu

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import hgemm_rt as hg
 from hgemm_rt import DeviceArray, planner, problem, tuning
-from hgemm_rt.api import call_cache_key
+from hgemm_rt.api import repeat_key
 from hgemm_rt.dtypes import ITEMSIZE, STORAGE, storage_to_f64
 from hgemm_rt.errors import UnknownKernelError, ValidationError
 from hgemm_rt.testing import GuardedArray, download, each_route, error_floor
@@ -600,7 +600,7 @@ def test_repeats_on_the_same_buffers_go_through_a_cuda_graph_and_stay_correct(M,
             assert hg.matmul(A, B, C, stream=s) is C
             s.synchronize()
             assert _rel(C.to_numpy().astype(np.float64), a.astype(np.float64) @ b) < 1e-3, f"call {i}"
-        bound = hg.plans.calls[call_cache_key(A, B, C, 1.0, 0.0, None, "auto", s)]
+        bound = hg.plans.calls[repeat_key(A, B, C, stream=s)]
         assert bound.last.graph is not None, "the repeats did not switch to a CUDA graph"
         C.fill_bytes(0xFF, s)
         s.synchronize()
@@ -647,9 +647,9 @@ def test_repeated_calls_take_the_validated_call_cache_and_stay_correct(rng):
             assert hg.matmul(A, B, C, alpha=alpha) is C
             assert _rel(C.to_numpy().astype(np.float64), alpha * ref) <= _bound("f16", "f32", K)
     # the repeats were served from the cache: one entry per alpha, whichever of the two outputs
-    assert call_cache_key(A, B, outs[0], 0.5, 0.0, None, "auto", None) in hg.plans.calls
-    assert call_cache_key(A, B, outs[1], 0.5, 0.0, None, "auto", None) == \
-        call_cache_key(A, B, outs[0], 0.5, 0.0, None, "auto", None)
+    assert repeat_key(A, B, outs[0], alpha=0.5) in hg.plans.calls
+    assert repeat_key(A, B, outs[1], alpha=0.5) == \
+        repeat_key(A, B, outs[0], alpha=0.5)
     outs[1].close()
     with pytest.raises(ValidationError, match="closed"):
         hg.matmul(A, B, outs[1])
