@@ -31,22 +31,30 @@ constexpr int kSwiGLU = 1 << 8;    // bit 8: gate/up pairs (only kernels that de
 // 1.5e-7, far under an fp16/bf16 output's rounding): erf(z) = 1 - q, q = t (a1 + t (a2 + ...)) e^(-z^2),
 // t = 1 / (1 + p z), z >= 0. Branch-free, two MUFU operations: erff's branches diverge inside a warp and made
 // the fused epilogue's gelu cost a quarter of a 4096 x 8192 x 2048 GEMM on the H100.
+// e^x as one ex2.approx.ftz (what __expf is, less the denormal handling it compiles to without -ftz): the
+// activations' arguments and results that matter are far from fp32's denormal range (fp16/bf16 outputs).
+__device__ __forceinline__ float fast_exp(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 1.4426950408889634f));
+  return y;
+}
+
 __device__ __forceinline__ float gelu_erf(float x) {
   const float z = fabsf(x) * 0.70710678118654752f;
   const float t = __fdividef(1.f, fmaf(0.3275911f, z, 1.f));  // (the IEEE __frcp_rn is a subroutine)
   const float poly = t * fmaf(t, fmaf(t, fmaf(t, fmaf(t, 1.061405429f, -1.453152027f), 1.421413741f), -0.284496736f),
                               0.254829592f);
-  const float q = poly * __expf(-z * z);  // 1 - erf(z)
+  const float q = poly * fast_exp(-z * z);  // 1 - erf(z)
   return x >= 0.f ? fmaf(-0.5f * x, q, x) : 0.5f * x * q;
 }
 // The tanh form: 0.5 x (1 + tanh(u)) = x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3): no tanhf.
 __device__ __forceinline__ float gelu_tanh(float x) {
   const float u2 = 1.5957691216057308f * fmaf(0.044715f * x, x * x, x);  // 2u
-  return __fdividef(x, 1.f + __expf(-u2));
+  return __fdividef(x, 1.f + fast_exp(-u2));
 }
 // x / (1 + e^-x) by the fast division (reciprocal and multiply, not the IEEE division's subroutine): where
 // e^-x overflows to inf (x below about -88) or the denominator passes 2^126, it gives (-)0, silu's limit.
-__device__ __forceinline__ float silu(float x) { return __fdividef(x, 1.f + __expf(-x)); }
+__device__ __forceinline__ float silu(float x) { return __fdividef(x, 1.f + fast_exp(-x)); }
 
 __device__ __forceinline__ float activate(int act, float x) {
   switch (act) {
