@@ -19,7 +19,10 @@
 //   256 threads, 64 x 64 tile through shared memory: the read walks the source's contiguous
 //   dimension and the write the destination's (so a transposing copy is as coalesced as a plain
 //   one), in 16-byte vectors wherever the run is contiguous and aligned. With bias, activation or
-//   scale the copy is element by element straight from global memory (copy2d_general).
+//   scale the copy is element by element straight from global memory (copy2d_general), and so is
+//   SwiGLU (epi & kSwiGLU, `swiglu = true`): dst(r, c) = value_swiglu(S(r, c), S(r, N + c), r, c, N)
+//   (+ beta * dst), N the destination's width and src_cols = 2N (the fallback after a plain GEMM into
+//   a temporary where no fused kernel runs).
 //   Any M, N >= 1, any alignment; sm_80+.
 //
 // util_gemm_mma_{f16,bf16}_m{16,32,64,128} (variants b = row | col):
@@ -177,34 +180,83 @@ __device__ __forceinline__ void copy2d_vec(const T* __restrict__ src, T* __restr
   }
 }
 
-// The copy with the general epilogue (bias, activation, scale): dst(r, c) = the epilogue of S(r, c) at
-// the destination's (row, column), one element at a time straight from global memory (no tile: a rare
-// path, which this keeps small), as a function of its own so that its code takes no registers from
-// copy2d_vec (which every plain and alpha/beta copy runs, 8 CTAs of 32 registers per SM).
-template <typename T>
+// w * s as a 64-bit product, opaque to the compiler: written as a C++ product in copy2d_general's loop it
+// became a 64-bit induction variable, whose extra registers took SwiGLU's copy to 36 (sm_90).
+__device__ __forceinline__ long long mul_wide(int w, int s) {
+  long long r;
+  asm("mul.wide.s32 %0, %1, %2;" : "=l"(r) : "r"(w), "r"(s));
+  return r;
+}
+
+// The copies with the general epilogue (bias, activation, scale): dst(r, c) = the epilogue of S(r, c) at
+// the destination's (row, column); with SwiGLU (epi & kSwiGLU, src_cols = 2N) the value_swiglu of the
+// gate S(r, c) and the up part S(r, N + c). One element at a time straight from global memory (no tile:
+// a rare path, which this keeps small), in functions of their own so that their code takes no registers
+// from copy2d_vec (which every plain and alpha/beta copy runs, 8 CTAs of 32 registers per SM): each
+// thread keeps one coordinate of the tile (the column when dst's rows are contiguous, kCfast, so that
+// consecutive threads store consecutive elements) and walks the other, its pointers and bounds along
+// the fixed one computed once. The kernel takes the registers of its largest function: with both
+// coordinates free, SwiGLU's two source loads and two bias elements took 36-38 (sm_90), and the
+// vector path then ran at 40 too.
+template <typename T, bool kSwiGLU, bool kCfast>
 __device__ __noinline__ void copy2d_general(const T* __restrict__ src, T* __restrict__ dst, int M, int N,
                                             int src_rows, int src_cols, int srs, int scs, int drs, int dcs,
                                             const hge::Epilogue<T> ep, int batch_inner, long long bss_o,
                                             long long bss_i, long long bsd_o, long long bsd_i) {
+  const int lane = threadIdx.x % kCopyTile, first = threadIdx.x / kCopyTile;
+  constexpr int kStep = kCopyThreads / kCopyTile;
+  // the fixed coordinate f (a column if kCfast, else a row) and the walked one w = w0 + first + kStep * i
+  const int f = (kCfast ? blockIdx.x : blockIdx.y) * kCopyTile + lane;
+  const int w0 = (kCfast ? blockIdx.y : blockIdx.x) * kCopyTile;
+  if (f >= (kCfast ? N : M)) return;
   src += batch_offset(batch_inner, bss_o, bss_i);
   dst += batch_offset(batch_inner, bsd_o, bsd_i);
-  const int r0 = blockIdx.y * kCopyTile, c0 = blockIdx.x * kCopyTile;
-  const bool dst_cfast = iabs(dcs) <= iabs(drs);  // consecutive threads along dst's contiguous dimension
-  auto S = [&](int r, int c) {  // the source with its zero padding
-    return r < src_rows && c < src_cols ? to_f32(src[static_cast<long long>(r) * srs + static_cast<long long>(c) * scs])
-                                        : 0.f;
-  };
+  const T* s = src + static_cast<long long>(f) * (kCfast ? scs : srs);  // the fixed column or row
+  const T* su = s + static_cast<long long>(N) * scs;  // SwiGLU's up part: column N + c
+  T* d = dst + static_cast<long long>(f) * (kCfast ? dcs : drs);
+  const int sw = kCfast ? srs : scs, dw = kCfast ? drs : dcs;  // strides along w
+  const int w_end = min(w0 + kCopyTile, kCfast ? M : N);
+  const int mode = ep.flags & hge::kBiasMask;
 #pragma unroll 1
-  for (int e = threadIdx.x; e < kCopyTile * kCopyTile; e += kCopyThreads) {
-    const int gr = r0 + (dst_cfast ? e / kCopyTile : e % kCopyTile);
-    const int gc = c0 + (dst_cfast ? e % kCopyTile : e / kCopyTile);
-    if (gr < M && gc < N) {
-      T* q = dst + static_cast<long long>(gr) * drs + static_cast<long long>(gc) * dcs;
-      float v = ep.value(S(gr, gc), gr, gc);
-      if (ep.beta != 0.f) v += ep.beta * to_f32(*q);  // BLAS convention: beta == 0 never reads C
-      *q = from_f32<T>(v);
+  for (int w = w0 + first; w < w_end; w += kStep) {
+    const int r = kCfast ? w : f, c = kCfast ? f : w;
+    // bias_at(r, c) and, for SwiGLU, bias_at(r, N + c), from one index (reading the ones of the fixed
+    // coordinate once, before the loop, took 37 registers)
+    float bg = 0.f, bu = 0.f;
+    if (mode != 0) {
+      const int i = mode == hge::kBiasCol ? c : r;
+      bg = to_f32(ep.bias[static_cast<long long>(i) * ep.bias_stride]);
+      if constexpr (kSwiGLU)
+        bu = mode == hge::kBiasCol ? to_f32(ep.bias[static_cast<long long>(N + i) * ep.bias_stride]) : bg;
     }
+    // S(r, c) and the up part S(r, N + c) (at su + the same offset): the source with its zero padding
+    const long long off = mul_wide(w, sw);
+    const bool row_in = r < src_rows;
+    const float g = row_in && c < src_cols ? to_f32(s[off]) : 0.f;
+    float v;
+    if constexpr (kSwiGLU) {
+      const float u = row_in && N + c < src_cols ? to_f32(su[off]) : 0.f;
+      v = ep.value_swiglu_b(g, u, bg, bu);
+    } else {
+      v = ep.value_b(g, bg);
+    }
+    T* q = d + static_cast<long long>(w) * dw;
+    if (ep.beta != 0.f) v += ep.beta * to_f32(*q);  // BLAS convention: beta == 0 never reads C
+    *q = from_f32<T>(v);
   }
+}
+
+template <typename T, bool kCfast>
+__device__ __forceinline__ void copy2d_general_dispatch(const T* src, T* dst, int M, int N, int src_rows,
+                                                        int src_cols, int srs, int scs, int drs, int dcs,
+                                                        const hge::Epilogue<T>& ep, int batch_inner, long long bss_o,
+                                                        long long bss_i, long long bsd_o, long long bsd_i) {
+  if (ep.swiglu())
+    copy2d_general<T, true, kCfast>(src, dst, M, N, src_rows, src_cols, srs, scs, drs, dcs, ep, batch_inner, bss_o,
+                                    bss_i, bsd_o, bsd_i);
+  else
+    copy2d_general<T, false, kCfast>(src, dst, M, N, src_rows, src_cols, srs, scs, drs, dcs, ep, batch_inner, bss_o,
+                                     bss_i, bsd_o, bsd_i);
 }
 
 template <typename T>
@@ -217,9 +269,12 @@ __device__ __forceinline__ void copy2d(const T* __restrict__ src, T* __restrict_
   if (ep.linear())
     copy2d_vec<T>(src, dst, M, N, src_rows, src_cols, srs, scs, drs, dcs, alpha_bits, beta_bits, batch_inner, bss_o,
                   bss_i, bsd_o, bsd_i);
+  else if (iabs(dcs) <= iabs(drs))  // dst's rows contiguous: consecutive threads along a row
+    copy2d_general_dispatch<T, true>(src, dst, M, N, src_rows, src_cols, srs, scs, drs, dcs, ep, batch_inner, bss_o,
+                                     bss_i, bsd_o, bsd_i);
   else
-    copy2d_general<T>(src, dst, M, N, src_rows, src_cols, srs, scs, drs, dcs, ep, batch_inner, bss_o, bss_i, bsd_o,
-                      bsd_i);
+    copy2d_general_dispatch<T, false>(src, dst, M, N, src_rows, src_cols, srs, scs, drs, dcs, ep, batch_inner, bss_o,
+                                      bss_i, bsd_o, bsd_i);
 }
 
 // ================================================================================================

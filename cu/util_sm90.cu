@@ -20,6 +20,12 @@
 //   with wgmma.m64n{BN}k16 (BN / 2 fp32 accumulators per thread).
 //   Smem: stages * (BM + BN) * 64 * 2 bytes (128B-swizzled TMA boxes, reused for the fp32 partial
 //   tile) + barriers + 1 KB alignment slack. Arch: sm_90a (wgmma, setmaxnreg).
+//   A B stage is two halves of BN/2 columns (tn: two TMA boxes of BN/2 rows; nn: 64-column chunks),
+//   so that with SwiGLU (epi & kSwiGLU; every tn kernel, nn with BN = 128, 256: `swiglu = true`) N is
+//   the output width F, B has 2F [gate | up] columns (nn) or rows (tn), a tile is BN/2 output columns
+//   from n0 = blockIdx.x * BN/2 (grid.x = ceil(F / (BN/2))), its stage holds gate columns [n0, n0 + BN/2)
+//   then up columns [F + n0, ...), and the stores pair the summed partial tile's column c with
+//   BN/2 + c (hge::Epilogue::value_swiglu, output columns < F only). Split-K works alike.
 #include <cuda.h>  // CUtensorMap
 
 #include "common/dsmem.cuh"
@@ -50,11 +56,14 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const void* tmap, uint64_
 }
 
 // The producer's loop: TMA loads of this CTA's K slice into the ring. kRank4: batched launch, the
-// maps carry the batch levels (coordinates ai, ao of A and bi, bo of B).
+// maps carry the batch levels (coordinates ai, ao of A and bi, bo of B). A B stage is two halves of
+// BN/2 columns (rows of N for tn), the first from B's column n_lo, the second from n_hi: n0 and
+// n0 + BN/2 for a plain tile, gate n0 and up F + n0 for a SwiGLU one (wgmma_splitk). tn loads each half
+// as one box of BN/2 rows; nn loads 64-column chunks, BN/128 per half (BN = 64: one chunk at n_lo).
 template <class W, bool kRank4>
 __device__ __forceinline__ void produce(const CUtensorMap& tmA, const CUtensorMap& tmB, uint8_t* sA, uint8_t* sB,
-                                        uint64_t* full, uint64_t* empty, int nk, int kt0, int m0, int n0, int ai,
-                                        int ao, int bi, int bo) {
+                                        uint64_t* full, uint64_t* empty, int nk, int kt0, int m0, int n_lo,
+                                        int n_hi, int ai, int ao, int bi, int bo) {
   constexpr int BN = W::BN;
   int stage = 0;
   uint32_t phase = 0;
@@ -68,17 +77,22 @@ __device__ __forceinline__ void produce(const CUtensorMap& tmA, const CUtensorMa
       hg90::tma_load_2d(sA + stage * W::kABytes, &tmA, &full[stage], k0, m0);
     uint8_t* b = sB + stage * W::kBBytes;
     if constexpr (!W::kNN) {
-      if constexpr (kRank4)
-        tma_load_4d(b, &tmB, &full[stage], k0, n0, bi, bo);
-      else
-        hg90::tma_load_2d(b, &tmB, &full[stage], k0, n0);  // BN rows of N, 64 K each
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {  // BN/2 rows of N, 64 K each, per half (128 bytes a row)
+        if constexpr (kRank4)
+          tma_load_4d(b + h * (BN / 2 * 128), &tmB, &full[stage], k0, h ? n_hi : n_lo, bi, bo);
+        else
+          hg90::tma_load_2d(b + h * (BN / 2 * 128), &tmB, &full[stage], k0, h ? n_hi : n_lo);
+      }
     } else {
+      constexpr int kHalf = BN >= 128 ? BN / 128 : BN / 64;  // chunks from n_lo (BN = 64: all of them)
 #pragma unroll
       for (int c = 0; c < BN / 64; ++c) {  // 64-column chunks of 64 K rows (MN-major)
+        const int n = c < kHalf ? n_lo + 64 * c : n_hi + 64 * (c - kHalf);
         if constexpr (kRank4)
-          tma_load_4d(b + c * (64 * 128), &tmB, &full[stage], n0 + 64 * c, k0, bi, bo);
+          tma_load_4d(b + c * (64 * 128), &tmB, &full[stage], n, k0, bi, bo);
         else
-          hg90::tma_load_2d(b + c * (64 * 128), &tmB, &full[stage], n0 + 64 * c, k0);
+          hg90::tma_load_2d(b + c * (64 * 128), &tmB, &full[stage], n, k0);
       }
     }
     if (++stage == W::kStages) {
@@ -95,6 +109,9 @@ struct WCfg {
   static constexpr int BN = BN_;  // 256: m64n256k16; 128: m64n128k16 (twice the CTAs on small grids)
   static constexpr int kAcc = BN / 2;  // fp32 accumulators per consumer thread
   static constexpr bool kNN = NN;
+  // SwiGLU needs each half of the B stage to be whole loads: always for tn (two boxes of BN/2 rows),
+  // for nn only where a half holds whole 64-column chunks (BN = 128, 256).
+  static constexpr bool kSwiGLU = !NN || BN >= 128;
   static constexpr int kStages = STAGES;
   static constexpr int kConsumers = BM / 64;
   static constexpr int kThreads = 128 * (1 + kConsumers);
@@ -139,6 +156,31 @@ __device__ __noinline__ void store_pass_general(const uint8_t* tile, int row0, i
                                                 typename W::Elem* C, int M, int N, int m0, int n0, int ldc_r,
                                                 int ldc_c, const hge::Epilogue<typename W::Elem> ep) {
   store_pass<W, false>(tile, row0, total, t, C, M, N, m0, n0, ldc_r, ldc_c, ep);
+}
+
+// The SwiGLU stores: output quad (r, c) of this CTA's BN/2-column tile from the gate quad at column c
+// and the up quad at column BN/2 + c of the summed partial tile; output column n0 + c of N (= F).
+template <class W>
+__device__ __noinline__ void store_pass_swiglu(const uint8_t* tile, int row0, int rows, int t, typename W::Elem* C,
+                                               int M, int N, int m0, int n0, int ldc_r, int ldc_c,
+                                               const hge::Epilogue<typename W::Elem> ep) {
+  constexpr int kThreads = 128 * W::kConsumers, kQuads = W::BN / 8;  // output quads per row
+#pragma unroll 1
+  for (int e = t; e < rows * kQuads; e += kThreads) {
+    const int r = row0 + e / kQuads, c = (e % kQuads) * 4;
+    const float* row = reinterpret_cast<const float*>(tile) + r * W::kRedStride;
+    const float4 g = *reinterpret_cast<const float4*>(row + c);
+    const float4 u = *reinterpret_cast<const float4*>(row + W::BN / 2 + c);
+    const int gm = m0 + r, gn = n0 + c;
+    if (gm < M && gn < N) {
+      const float gs[4] = {g.x, g.y, g.z, g.w}, us[4] = {u.x, u.y, u.z, u.w};
+      float x[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) x[j] = j < N - gn ? ep.value_swiglu(gs[j], us[j], gm, gn + j, N) : 0.f;
+      hgu::store4_values<typename W::Elem>(
+          C, static_cast<long long>(gm) * ldc_r + static_cast<long long>(gn) * ldc_c, ldc_c, N - gn, x, ep.beta);
+    }
+  }
 }
 
 // The split-K epilogue: CTA `rank` of `splits` sums rows [rank*BM/splits, (rank+1)*BM/splits) of
@@ -193,10 +235,17 @@ __device__ __forceinline__ void reduce_store_wide(uint8_t* tile, int splits, uin
         if (e0 + g * kThreads < total) *reinterpret_cast<float4*>(tile + off[g]) = acc[g];
     }
   }
-  if (ep.linear())
+  if (ep.linear()) {
     store_pass<W, true>(tile, row0, total, t, C, M, N, m0, n0, ldc_r, ldc_c, ep);
-  else
-    store_pass_general<W>(tile, row0, total, t, C, M, N, m0, n0, ldc_r, ldc_c, ep);
+    return;
+  }
+  if constexpr (W::kSwiGLU) {
+    if (ep.swiglu()) {  // n0 is the first output column of the tile's BN/2
+      store_pass_swiglu<W>(tile, row0, rows, t, C, M, N, m0, n0, ldc_r, ldc_c, ep);
+      return;
+    }
+  }
+  store_pass_general<W>(tile, row0, total, t, C, M, N, m0, n0, ldc_r, ldc_c, ep);
 }
 
 template <class W>
@@ -226,7 +275,11 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
   __syncthreads();
 
   constexpr int BN = W::BN;
-  const int m0 = blockIdx.y * W::BM, n0 = blockIdx.x * BN;
+  // SwiGLU (epi & kSwiGLU): N is the output width F, B has 2F [gate | up] columns, and a tile is BN/2
+  // output columns from n0: the B stage holds gate columns [n0, n0 + BN/2) then up [F + n0, ...), so
+  // the accumulator holds the gate in columns [0, BN/2) and the up part in [BN/2, BN).
+  const bool swiglu = W::kSwiGLU && (epi & hge::kSwiGLU) != 0;
+  const int m0 = blockIdx.y * W::BM, n0 = blockIdx.x * (swiglu ? BN / 2 : BN);
   const hgu::GridZ gz = hgu::grid_z(batch_inner);
   // This CTA's K slice in whole BK tiles: the slices never share a tile, so each K element is
   // summed exactly once; the last slices may be empty (their partial tile is zero).
@@ -242,9 +295,10 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
       if (tma_levels & kRank4Maps) {
         const int ai = tma_levels & kLevelAInner ? gz.inner : 0, ao = tma_levels & kLevelAOuter ? gz.outer : 0;
         const int bi = tma_levels & kLevelBInner ? gz.inner : 0, bo = tma_levels & kLevelBOuter ? gz.outer : 0;
-        produce<W, true>(tmA, tmB, sA, sB, full, empty, nk, kt0, m0, n0, ai, ao, bi, bo);
+        produce<W, true>(tmA, tmB, sA, sB, full, empty, nk, kt0, m0, n0, swiglu ? N + n0 : n0 + BN / 2, ai, ao, bi,
+                         bo);
       } else {
-        produce<W, false>(tmA, tmB, sA, sB, full, empty, nk, kt0, m0, n0, 0, 0, 0, 0);
+        produce<W, false>(tmA, tmB, sA, sB, full, empty, nk, kt0, m0, n0, swiglu ? N + n0 : n0 + BN / 2, 0, 0, 0, 0);
       }
     }
     // The producer takes part in the cluster barriers only: the epilogue code lives in the consumer
