@@ -368,7 +368,9 @@ def kernel_spec_from_dict(d: Mapping[str, Any], with_builds: bool = True, comple
             raise ManifestError(f"{name}: dsmem {spec.dsmem!r} for {choice}: {exc}") from None
     if not with_builds:
         return spec
-    builds_in = _typed(d, "builds", (Mapping, type(None)), "a table of arch -> build", name) or {}
+    # (a complete manifest always writes the table, {} where nothing is built: a null is damage)
+    builds_in = _typed(d, "builds", (Mapping,) if complete else (Mapping, type(None)), "a table of arch -> build",
+                       name) or {}
     builds = {arch: _arch_build(spec, arch, b, complete) for arch, b in builds_in.items()}
     ptx = _typed(d, "ptx", (Mapping, type(None)), "a table { arch, path, sha256 } or null", name)
     if complete and (ptx is None) != (PTX_ARCH not in builds):  # the PTX comes with the sm_90 cubin
