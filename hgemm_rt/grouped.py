@@ -192,6 +192,9 @@ def grouped_matmul(a: Any, b: Any, out: Any = None, *, offsets: Any = None, coun
         return View.make(base, rows, cols, st[-2], 1, batch_align(ptr_alignment(op.ptr), bs, isz), bs)
 
     av, cv = view(A, "A", M, K), view(C, "C", M, n_out)
+    if n_out * isz % 16:  # the TMA store writes whole 16-byte runs of each row
+        raise ValidationError(f"grouped_matmul: the result's rows ({n_out} x {isz} bytes) must be a multiple of 16 "
+                              "bytes")
     for v, name in ((av, "A"), (bview, "B"), (cv, "out")):
         if v.align < 16 or (v.rows > 1 and v.rs * isz % 16) or any(x * isz % 16 for x in v.bs):
             raise ValidationError(f"grouped_matmul: {name} must be 16-byte aligned with 16-byte-multiple row and "

@@ -217,8 +217,11 @@ def _recipe(route: Route, p: Problem, spec: KernelSpec, glue: _Glue) -> Recipe |
             b = p.b.T
             if not fits(b, N, K, tma=True, align=16, itemsize=isz):
                 b = pack("tB", b, N, _round_up(K, 8), tma=True)
-        if spec.role == "gemm_fused_wgmma":  # persistent, no split-K; C through a TMA store
-            if "splits" in opts or not fits(p.c, M, p.c.cols, tma=True, align=16, itemsize=isz):
+        if spec.role == "gemm_fused_wgmma":  # persistent, no split-K; C through a TMA store, which writes whole
+            # 16-byte runs: C's width must end on one (H100: a 97 x 141 fp16 C with rows of 144 got its 3
+            # padding columns zeroed)
+            if "splits" in opts or not fits(p.c, M, p.c.cols, tma=True, align=16, itemsize=isz) or \
+                    p.c.cols * isz % 16:
                 return None
         elif p.swiglu and splits > 1:
             return None  # the split-K SwiGLU reduction of util_sm90 is wrong on the H100 (off until it is fixed)

@@ -189,10 +189,12 @@ def selected_specs(manifest, pattern: str | None, util: bool) -> list:
 # util kernels: problems for matmul's plans, and which plans to run (pure data, tested on the CPU)
 # ---------------------------------------------------------------------------------------------------
 
-SHAPE_CLASSES = ("aligned", "ragged")
+SHAPE_CLASSES = ("aligned", "ragged", "ragged_mk")
 # aligned: multiples of every util tile (BM <= 128, BN <= 256, BK = 64), 8 K tiles so that every split
-# count has work; ragged: no dimension a multiple of 8, K = 5 tiles (split 8 leaves slices empty)
-UTIL_SHAPES = {"aligned": (256, 256, 512), "ragged": (97, 141, 261)}
+# count has work; ragged: no dimension a multiple of 8, K = 5 tiles (split 8 leaves slices empty); ragged_mk:
+# M and K ragged, C's rows whole 16-byte runs, as the TMA-store kernels (gemm_fused_wgmma) need them
+UTIL_SHAPES = {"aligned": (256, 256, 512), "ragged": (97, 141, 261), "ragged_mk": (97, 144, 261)}
+RAGGED = ("ragged", "ragged_mk")  # a kernel must run at one of these (and at "aligned")
 
 
 @dataclass(frozen=True)
@@ -251,6 +253,12 @@ def util_cases(dtypes) -> list[UtilCase]:
     cases = []
     for dtype in dtypes:
         for shape in SHAPE_CLASSES:
+            if shape == "ragged_mk":  # only the case with every leading dimension padded (TMA in place)
+                _M, N, K = UTIL_SHAPES[shape]
+                cases.append(UtilCase(dtype, shape, "row-major, leading dimensions padded to 8, alpha/beta",
+                                      Operand("row", 0, -K % 8), Operand("row", 0, -N % 8),
+                                      Operand("row", 0, -N % 8), 0.5, 0.25))
+                continue
             cases += [
                 UtilCase(dtype, shape, "plain", row, row, row, 1.0, 0.0),
                 UtilCase(dtype, shape, "alpha/beta, column-major strided C", row, row, Operand("col", 0, 3), -2.0,
@@ -312,6 +320,8 @@ def util_schedule(manifest, cc: tuple[int, int], sm_count: int, names: set[str])
         prob = case.problem()
         for _est, plan in planner.ranked_recipes(prob, manifest, cc, sm_count):
             new = {k for k in plan_keys(plan, prob, case.shape, manifest) if k[0] in names} - covered
+            if case.shape == "ragged_mk":  # the class exists for the TMA-store kernels, which "ragged" cannot run
+                new = {k for k in new if manifest.kernels[k[0]].role == "gemm_fused_wgmma"}
             if new:
                 out.append((case, plan))
                 covered |= new
@@ -347,8 +357,9 @@ def util_names(manifest, pattern: str | None, cc: tuple[int, int]) -> tuple[set[
 
 
 def missing(names, covered) -> list[str]:
-    """Selected util kernels not launched at both shape classes."""
-    return [f"{n} ({c})" for n in sorted(names) for c in SHAPE_CLASSES if (n, "", c) not in covered]
+    """Selected util kernels not launched at an aligned and at a ragged shape."""
+    out = [f"{n} (aligned)" for n in sorted(names) if (n, "", "aligned") not in covered]
+    return out + [f"{n} (ragged)" for n in sorted(names) if not any((n, "", c) in covered for c in RAGGED)]
 
 
 def stored_and_exact(x, dtype: str) -> tuple[np.ndarray, np.ndarray]:
