@@ -46,14 +46,7 @@ constexpr int kConsumerRegs = 232;
 constexpr int kLevelAInner = 1, kLevelAOuter = 2, kLevelBInner = 4, kLevelBOuter = 8;
 constexpr int kRank4Maps = 16;  // set on batched launches; unbatched ones keep rank-2 maps
 
-__device__ __forceinline__ void tma_load_4d(void* dst, const void* tmap, uint64_t* bar, int c0, int c1, int c2,
-                                            int c3) {
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], "
-      "[%2];\n" ::"r"(smem_u32(dst)),
-      "l"(reinterpret_cast<uint64_t>(tmap)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
-      : "memory");
-}
+using hg90::tma_load_4d;  // cu/common/sm90.cuh
 
 // The producer's loop: TMA loads of this CTA's K slice into the ring. kRank4: batched launch, the
 // maps carry the batch levels (coordinates ai, ao of A and bi, bo of B). A B stage is two halves of

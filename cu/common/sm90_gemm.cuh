@@ -345,6 +345,19 @@ __device__ __forceinline__ uint32_t staging_addr(uint32_t base, int warp, int la
   return base + (col / 64) * (64 * 128) + row * 128 + ((((col % 64) / 8) ^ (row % 8)) << 4);
 }
 
+// stmatrix of kBlocks 8-column blocks of the accumulator, from block j0, into the staging buffer at `base`
+// (block jj of the pass at staging_addr's place for it), as fp16/bf16 pairs.
+template <typename T, int kBlocks>
+__device__ __forceinline__ void stage_blocks(const float (&d)[128], int j0, uint32_t base, int warp, int lane) {
+#pragma unroll
+  for (int jj = 0; jj < kBlocks; jj += 2) {
+    const int j = j0 + jj;
+    hg90::stmatrix_x4(staging_addr(base, warp, lane, jj), hg90::pack2<T>(d[4 * j + 0], d[4 * j + 1]),
+                      hg90::pack2<T>(d[4 * j + 2], d[4 * j + 3]), hg90::pack2<T>(d[4 * j + 4], d[4 * j + 5]),
+                      hg90::pack2<T>(d[4 * j + 6], d[4 * j + 7]));
+  }
+}
+
 // TMA store: stmatrix the tile (as fp16) into the staging buffer, then one thread issues the bulk tensor
 // stores. The store runs asynchronously while this warpgroup starts the next tile; the buffer is reused
 // only after the previous store has finished reading it. kCols < BN stages the tile in BN / kCols passes.
@@ -360,13 +373,7 @@ __device__ __forceinline__ void epilogue_tma(const float (&d)[128], const CUtens
   for (int pass = 0; pass < BN / kCols; ++pass) {
     if (tid == 0) hg90::tma_store_wait_read<0>();
     hg90::named_bar_sync(1 + wg, 128);
-#pragma unroll
-    for (int jj = 0; jj < kCols / 8; jj += 2) {
-      const int j = pass * (kCols / 8) + jj;  // 8-column block of the accumulator
-      hg90::stmatrix_x4(staging_addr(base, warp, lane, jj), hg90::pack2<T>(d[4 * j + 0], d[4 * j + 1]),
-                        hg90::pack2<T>(d[4 * j + 2], d[4 * j + 3]), hg90::pack2<T>(d[4 * j + 4], d[4 * j + 5]),
-                        hg90::pack2<T>(d[4 * j + 6], d[4 * j + 7]));
-    }
+    stage_blocks<T, kCols / 8>(d, pass * (kCols / 8), base, warp, lane);
     hg90::fence_proxy_async_smem();  // stmatrix writes -> visible to the TMA engine
     hg90::named_bar_sync(1 + wg, 128);
     if (tid == 0) {
@@ -631,11 +638,7 @@ __device__ __forceinline__ void epilogue_fused(float (&d)[128], const CMapAt& cm
         if (tid == 0) hg90::tma_store_wait_read<0>();
         hg90::named_bar_sync(1 + wg, 128);
       }
-#pragma unroll
-      for (int jj = 0; jj < kBlocks; jj += 2)
-        hg90::stmatrix_x4(staging_addr(sbase, warp, lane, jj), hg90::pack2<T>(d[4 * jj + 0], d[4 * jj + 1]),
-                          hg90::pack2<T>(d[4 * jj + 2], d[4 * jj + 3]), hg90::pack2<T>(d[4 * jj + 4], d[4 * jj + 5]),
-                          hg90::pack2<T>(d[4 * jj + 6], d[4 * jj + 7]));
+      stage_blocks<T, kBlocks>(d, 0, sbase, warp, lane);
       hg90::fence_proxy_async_smem();  // stmatrix writes -> visible to the TMA engine
       hg90::named_bar_sync(1 + wg, 128);
       if (tid == 0) {
