@@ -223,8 +223,6 @@ def _recipe(route: Route, p: Problem, spec: KernelSpec, glue: _Glue) -> Recipe |
             if "splits" in opts or not fits(p.c, M, p.c.cols, tma=True, align=16, itemsize=isz) or \
                     p.c.cols * isz % 16:
                 return None
-        elif p.swiglu and splits > 1:
-            return None  # the split-K SwiGLU reduction of util_sm90 is wrong on the H100 (off until it is fixed)
         # (SwiGLU: the kernel's N is C's width, half of B's)
         g = Gemm(route.kernel, spec.role, a, b, p.c, M, p.c.cols, K, splits=splits, **fused)
         return glue.recipe(route, g)
