@@ -229,9 +229,12 @@ def test_fuzz_matmul_with_epilogues(rng):
         c = GuardedArray(rng.standard_normal((*batch, M, n_out)), dtype, str(rng.choice(["row", "col"])))
         bv = None if bias is None else GuardedArray(rng.standard_normal((1, N) if bias == "col" else (M, 1)), dtype)
         what = f"trial {trial}: {dtype} {batch} {M}x{N}x{K} bias={bias} act={act} alpha={alpha:.2f} beta={beta:.2f}"
-        hg.matmul(a.view, b.view, c.view, alpha=alpha, beta=beta, bias=None if bv is None else bv.view,
-                  activation=act)
-        got = c.read().reshape(c.shape)
+        try:
+            hg.matmul(a.view, b.view, c.view, alpha=alpha, beta=beta, bias=None if bv is None else bv.view,
+                      activation=act)
+            got = c.read().reshape(c.shape)
+        except Exception as exc:
+            raise AssertionError(f"{what}: {hg.explain(a.view, b.view, c.view, alpha=alpha, beta=beta, bias=None if bv is None else bv.view, activation=act)}: {exc}") from exc
         want = reference(a.exact @ b.exact, Epilogue(bias, act), alpha, beta, c.exact, None if bv is None else bv.exact)
         err = float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30))
         floor = error_floor(dtype, "f32", dtype, K) * (2 if act == "swiglu" else 1) * (1 + abs(beta))
