@@ -77,6 +77,13 @@ def acc_variant(spec: KernelSpec, dtype: str, acc: str) -> str | None | bool:
     return None if spec.acc in allowed else False
 
 
+def pairs_swiglu(spec: KernelSpec) -> bool:
+    """Whether matmul lets a GEMM pair SwiGLU's gate and up columns itself (else: the plain product, then the
+    SwiGLU copy). The util_sm90 split-K kernels declare it, but on the H100 one of them (m64n128 nn, 233 x 92 x
+    115, beta != 0) stopped with an illegal instruction: not used until that is understood."""
+    return spec.swiglu and spec.role != "gemm_strided_wgmma"
+
+
 def applies_epilogue(spec: KernelSpec) -> bool:
     """Whether a kernel takes the fused epilogue's parameters (cu/common/epilogue.cuh): bias, activation, scale."""
     return "i32:epi" in spec.params
@@ -156,7 +163,7 @@ def recipe_for(route: Route, prob: Problem, manifest: Manifest) -> Recipe | None
         if applier is None or not applies_epilogue(applier):
             return None
     try:
-        if p.swiglu and not spec.swiglu:
+        if p.swiglu and not pairs_swiglu(spec):
             return _swiglu_after(route, p, spec, _Glue(manifest, p.dtype, p.batch), manifest)
         return _recipe(route, p, spec, _Glue(manifest, p.dtype, p.batch))
     except _NoCopyKernel:
@@ -166,7 +173,7 @@ def recipe_for(route: Route, prob: Problem, manifest: Manifest) -> Recipe | None
 def _epilogue_kernel(p: Problem, spec: KernelSpec, manifest: Manifest) -> KernelSpec | None:
     """The kernel that applies p's epilogue on a route of `spec`: the GEMM itself (the strided and fused
     roles), else the copy that follows it (catalogue kernels, SwiGLU where the GEMM cannot pair columns)."""
-    if spec.role != "gemm" and not (p.swiglu and not spec.swiglu):
+    if spec.role != "gemm" and not (p.swiglu and not pairs_swiglu(spec)):
         return spec
     copier = copy_kernel(manifest, p.dtype)
     return manifest.kernels[copier] if copier else None
@@ -223,8 +230,6 @@ def _recipe(route: Route, p: Problem, spec: KernelSpec, glue: _Glue) -> Recipe |
             if "splits" in opts or not fits(p.c, M, p.c.cols, tma=True, align=16, itemsize=isz) or \
                     p.c.cols * isz % 16:
                 return None
-        elif p.swiglu and splits > 1:
-            return None  # split-K SwiGLU on util_sm90: not verified on the GPU since its barrier fix (off until it is)
         # (SwiGLU: the kernel's N is C's width, half of B's)
         g = Gemm(route.kernel, spec.role, a, b, p.c, M, p.c.cols, K, splits=splits, **fused)
         return glue.recipe(route, g)
