@@ -183,24 +183,17 @@ def _swiglu_after(route: Route, p: Problem, spec: KernelSpec, glue: _Glue, manif
     """SwiGLU with a kernel that cannot pair gate and up columns itself: the plain product, all 2F columns,
     into a temporary, then the copy kernel's SwiGLU pass into C (unbatched problems)."""
     copier = manifest.kernels.get(glue.copier) if glue.copier else None
-    if copier is None or not copier.swiglu:
+    if copier is None or not copier.swiglu or p.batched:
         return None
-    # tS: one dense M x N matrix per index of the kernel's batch levels, back to back (the loop levels reuse it)
-    nl = len(p.batch)
-    bs, count = [0] * nl, 1
-    for level in range(nl - 1, max(nl - KERNEL_LEVELS, 0) - 1, -1):
-        bs[level] = count * p.M * p.N
-        count *= p.batch[level]
-    ts = View.make("tS", p.M, p.N, p.N, 1, batch_align(256, bs, glue.isz), tuple(bs))
-    full = replace(p, c=ts, plain=True, beta_zero=True, epi=None, bias=None)
+    full = replace(p, c=_dense("tS", p.M, p.N), plain=True, beta_zero=True, epi=None, bias=None)
     inner = _recipe(route, full, spec, glue)
     if inner is None:
         return None
-    out = Copy(glue.copier, ts, p.c, p.M, p.N, epilogue=True, batch=p.batch, epi=p.epi, bias=p.bias)
-    nbytes = (p.M * p.N + p.c.rows * p.c.cols * (1 if p.beta_zero else 2)) * glue.isz * p.batch_count
+    out = Copy(glue.copier, full.c, p.c, p.M, p.N, epilogue=True, epi=p.epi, bias=p.bias)
+    nbytes = (p.M * p.N + p.c.rows * p.c.cols * (1 if p.beta_zero else 2)) * glue.isz
     # the user's alpha/beta belong to the SwiGLU copy alone: the steps into tS run plain
     plain = tuple(replace(s, epilogue=False) for s in inner.steps)
-    return replace(inner, temps=inner.temps + (Temp("tS", p.M, p.N, count=count),), steps=plain + (out,),
+    return replace(inner, temps=inner.temps + (Temp("tS", p.M, p.N),), steps=plain + (out,),
                    copy_bytes=inner.copy_bytes + nbytes)
 
 
