@@ -437,6 +437,10 @@ class PlanCache:
                 recipe = planner.recipe_for(route, prob, manifest)
         if recipe is None:
             recipe = planner.heuristic_recipe(prob, manifest, dev.info.cc, dev.info.sm_count, kernel)
+        if recipe is None and prob.swiglu and prob.batched:
+            raise ValidationError(f"matmul: a batched activation='swiglu' runs on the fused Hopper kernels only: out "
+                                  f"row-major with rows of a multiple of 16 bytes, on an sm_90 GPU ({prob.key()}); "
+                                  "fold the batch into rows, or call it per matrix")
         if recipe is None:
             what = f"kernel {kernel}" if kernel else "any kernel of this build"
             raise ValidationError(f"matmul: {what} cannot run {prob.key()} on {dev.info.name} "

@@ -214,6 +214,7 @@ def test_torch_linear_gelu_and_swiglu_mlp_match_torch(rng):
 def test_fuzz_matmul_with_epilogues(rng):
     """Random shapes, layouts, batches and epilogues through matmul, each against float64."""
     acts = [None, "relu", "gelu", "gelu_tanh", "silu", "swiglu"]
+    refused = 0
     for trial in range(40):
         dtype = str(rng.choice(["f16", "bf16", "f32"]))
         act = acts[rng.integers(len(acts))] if dtype != "f32" else acts[rng.integers(len(acts) - 1)]
@@ -233,9 +234,15 @@ def test_fuzz_matmul_with_epilogues(rng):
             hg.matmul(a.view, b.view, c.view, alpha=alpha, beta=beta, bias=None if bv is None else bv.view,
                       activation=act)
             got = c.read().reshape(c.shape)
+        except ValidationError as exc:  # the one refusal: batched SwiGLU off the fused kernel's layouts
+            if not (batch and act == "swiglu" and "batched activation='swiglu'" in str(exc)):
+                raise AssertionError(f"{what}: {exc}") from exc
+            refused += 1
+            continue
         except Exception as exc:
             raise AssertionError(f"{what}: {hg.explain(a.view, b.view, c.view, alpha=alpha, beta=beta, bias=None if bv is None else bv.view, activation=act)}: {exc}") from exc
         want = reference(a.exact @ b.exact, Epilogue(bias, act), alpha, beta, c.exact, None if bv is None else bv.exact)
         err = float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30))
         floor = error_floor(dtype, "f32", dtype, K) * (2 if act == "swiglu" else 1) * (1 + abs(beta))
         assert err <= floor and c.outside_untouched(), f"{what}: {err:.2e} > {floor:.2e}"
+    assert refused < 10, f"{refused} of 40 trials refused"
