@@ -160,7 +160,9 @@ class Problem:
         batch = f"{'x'.join(map(str, self.batch))}*" if self.batch else ""
         epi = ""
         if self.epi is not None:
-            epi = f"/epi{self.epi.flags}" + (f",bias{self.bias.sig()}" if self.bias is not None else "")
+            # the scale too: a recipe carries it into the kernels' parameters (executions are cached by this key)
+            epi = f"/epi{self.epi.flags}" + (f",scale{self.epi.scale!r}" if self.epi.scale != 1.0 else "") + \
+                (f",bias{self.bias.sig()}" if self.bias is not None else "")
         group = f"/grouped-{self.group}" if self.group else ""
         return (f"{self.dtype}/{self.acc}/{batch}{self.M}x{self.N}x{self.K}/A{self.a.sig()}/B{self.b.sig()}/"
                 f"C{self.c.sig()}/{mode}{epi}{group}")

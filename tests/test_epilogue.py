@@ -78,6 +78,12 @@ def _problem(M, N, K, dtype="f16", bias=None, activation=None, scale=1.0, beta=0
     return api.problem_of(call)
 
 
+def test_problems_that_differ_only_in_scale_have_different_keys():
+    """Recipes and executions are cached by the problem's key, and a recipe carries the scale to the kernels."""
+    assert _problem(64, 48, 32, activation="gelu").key() != _problem(64, 48, 32, activation="gelu", scale=0.5).key()
+    assert _problem(64, 48, 32, scale=2.0).key() != _problem(64, 48, 32, scale=0.5).key()
+
+
 def _last_applies_epilogue(recipe, epi):
     """The recipe's steps apply the user's epilogue exactly once, in the last step."""
     applying = [s for s in recipe.steps if s.epilogue]
