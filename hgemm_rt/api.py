@@ -702,10 +702,7 @@ class Matmul:
             stream = self._stream
         try:
             pa, pb, pc, key = call_identity(a, b, out, (stream,))
-            pbias = 0
-            if bias is not None:
-                pbias, dbias = ops.KEYERS[type(bias)](bias)
-                key = (key, dbias, pbias & 255)
+            pbias, key = with_bias(key, bias)
             bound = self._bound[key]
         except (KeyError, TypeError):
             bound = None
@@ -730,6 +727,9 @@ class Matmul:
         if self.problem.batched:
             raise ValidationError("matmul: autotune does not take a batched call yet (it times 2-D problems); "
                                   "the batched plan is the cost model's choice")
+        if self.problem.epi is not None:  # (the timing runs pass no bias: the kernels would read a null one)
+            raise ValidationError("matmul: autotune does not take a call with bias=, activation= or scale= yet; "
+                                  "its plan is the cost model's choice")
         dev = get_device(c.device)
         manifest = get_registry().manifest
         keep = []
@@ -782,15 +782,20 @@ def matmul(a: Any, b: Any, out: Any = None, *, alpha: float = 1.0, beta: float =
     Returns `out`, or the new result."""
     try:  # a repeat call: the operands' descriptions and the options find the validated call
         pa, pb, pc, key = call_identity(a, b, out, (alpha, beta, activation, scale, accumulate, kernel, stream))
-        if bias is None:
-            pbias = 0
-            bound = plans.calls[key]
-        else:
-            pbias, dbias = ops.KEYERS[type(bias)](bias)
-            bound = plans.calls[key, dbias, pbias & 255]
+        pbias, key = with_bias(key, bias)
+        bound = plans.calls[key]
     except (KeyError, TypeError):  # new, uncacheable or unhashable: validate in full
         return _first_call(a, b, out, alpha, beta, accumulate, kernel, stream, bias, activation, scale)
     return bound.run(pa, pb, out, pc, pbias)
+
+
+def with_bias(key: tuple, bias: Any) -> tuple[int, tuple]:
+    """(the bias's address, the repeat-call key extended by its description and alignment); (0, key) without
+    a bias. Raises KeyError for a bias without a cheap identity (operands.KEYERS)."""
+    if bias is None:
+        return 0, key
+    pbias, dbias = ops.KEYERS[type(bias)](bias)
+    return pbias, (key, dbias, pbias & 255)
 
 
 def call_cache_key(a: Any, b: Any, out: Any, *options: Any, bias: Any = None) -> tuple | None:
@@ -799,10 +804,7 @@ def call_cache_key(a: Any, b: Any, out: Any, *options: Any, bias: Any = None) ->
     identity, an unhashable option)."""
     if any(ops.call_key(x) is None for x in (a, b, out, bias)):  # (call_key learns the operands' types)
         return None
-    key = call_identity(a, b, out, options)[3]
-    if bias is not None:
-        pbias, dbias = ops.KEYERS[type(bias)](bias)
-        key = (key, dbias, pbias & 255)
+    key = with_bias(call_identity(a, b, out, options)[3], bias)[1]
     try:
         hash(key)
     except TypeError:  # an unhashable stream object or scalar: every call takes the full path
