@@ -19,7 +19,6 @@ Hopper (sm_90a) only: the kernels are the persistent `gemm_fused_wgmma` ones (cu
 """
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import numpy as np
@@ -28,7 +27,6 @@ from . import operands as ops
 from .device import get_device, stream_handle
 from .epilogue import ACTIVATIONS, SWIGLU, Epilogue
 from .errors import NotBuiltForDeviceError, ValidationError
-from .executor import Execution
 from .memory import DeviceArray
 from .problem import ACCUMULATE, Gemm, Problem, Recipe, Route, View, batch_align, ptr_alignment
 from .registry import get_registry
@@ -93,16 +91,11 @@ def _kernel(manifest: Any, dtype: str, layout: str) -> str:
                                  "(Hopper sm_90a only; rebuild with build_kernels.py)")
 
 
-_lock = threading.Lock()
-_executions: dict = {}  # (device, stream, problem key, kernel) -> Execution
-MAX_EXECUTIONS = 16
-
-
 def grouped_matmul(a: Any, b: Any, out: Any = None, *, offsets: Any = None, counts: Any = None, alpha: float = 1.0,
                    beta: float = 0.0, activation: str | None = None, scale: float = 1.0,
                    accumulate: str | None = None, stream: Any = None) -> Any:
     """Every expert's GEMM in one launch (see the module docstring). Returns `out`, or the new result."""
-    from .api import fp32_scalar, validate_out  # (the scalar and out rules are matmul's)
+    from .api import fp32_scalar, plans, validate_out  # (matmul's scalar and out rules, its execution cache)
 
     if (offsets is None) == (counts is None):
         raise ValidationError("grouped_matmul: pass exactly one of offsets= (contiguous rows) or counts= (masked)")
@@ -175,6 +168,25 @@ def grouped_matmul(a: Any, b: Any, out: Any = None, *, offsets: Any = None, coun
                                      f"sm_{dev.info.cc[0]}{dev.info.cc[1]}")
     kernel = _kernel(manifest, dtype, layout)
 
+    def view(op: Any, base: str, rows: int, cols: int) -> View:
+        st = tuple(x // isz for x in op.strides)
+        bs = (st[0],) if len(op.shape) == 3 else (0,)
+        if st[-1] != 1:
+            raise ValidationError(f"grouped_matmul: {op.what} must have contiguous rows (strides {op.strides})")
+        return View.make(base, rows, cols, st[-2], 1, batch_align(ptr_alignment(op.ptr), bs, isz), bs)
+
+    def tma_ready(v: View, name: str) -> None:
+        if v.align < 16 or (v.rows > 1 and v.rs * isz % 16) or any(x * isz % 16 for x in v.bs):
+            raise ValidationError(f"grouped_matmul: {name} must be 16-byte aligned with 16-byte-multiple row and "
+                                  "expert strides (the kernels read and write it through TMA)")
+
+    if n_out * isz % 16:  # the TMA store writes whole 16-byte runs of each row
+        raise ValidationError(f"grouped_matmul: the result's rows ({n_out} x {isz} bytes) must be a multiple of 16 "
+                              "bytes")
+    av = view(A, "A", M, K)
+    for v, name in ((av, "A"), (bview, "B")) + (((view(C, "C", M, n_out), "out"),) if C is not None else ()):
+        tma_ready(v, name)  # (a new result is dense and 256-byte aligned)
+
     s = given if explicit else ops.framework_stream(tuple(f for f in (A.framework, B.framework) if f), device)
     framework_obj = next((op for op in (A, B) if op.framework), None)
     if C is None:
@@ -183,33 +195,12 @@ def grouped_matmul(a: Any, b: Any, out: Any = None, *, offsets: Any = None, coun
         C = ops.describe(result, "out", s)
     else:
         result = C.obj
-
-    def view(op: Any, base: str, rows: int, cols: int) -> View:
-        st = tuple(x // isz for x in op.strides)
-        bs = (st[0],) if len(op.shape) == 3 else (0,)
-        if st[-1] != 1:
-            raise ValidationError(f"grouped_matmul: {op.what} must have contiguous rows (strides {op.strides})")
-        return View.make(base, rows, cols, st[-2], 1, batch_align(ptr_alignment(op.ptr), bs, isz), bs)
-
-    av, cv = view(A, "A", M, K), view(C, "C", M, n_out)
-    if n_out * isz % 16:  # the TMA store writes whole 16-byte runs of each row
-        raise ValidationError(f"grouped_matmul: the result's rows ({n_out} x {isz} bytes) must be a multiple of 16 "
-                              "bytes")
-    for v, name in ((av, "A"), (bview, "B"), (cv, "out")):
-        if v.align < 16 or (v.rows > 1 and v.rs * isz % 16) or any(x * isz % 16 for x in v.bs):
-            raise ValidationError(f"grouped_matmul: {name} must be 16-byte aligned with 16-byte-multiple row and "
-                                  "expert strides (the kernels read and write it through TMA)")
+    cv = view(C, "C", M, n_out)
     prob = Problem(dtype, acc, av, bview if layout == "NN" else bview.T, cv, plain=alpha_f == 1.0 and beta_f == 0.0,
                    beta_zero=beta_f == 0.0, batch=(E,), epi=epi, group=mode)
     g = Gemm(kernel, ROLE, av, bview, cv, M, n_out, K, epilogue=True, batch=(E,), epi=epi,
              group=GROUP_MODES[mode], groups=E)
-    key = (device, s, prob.key_str, kernel)
-    with _lock:
-        ex = _executions.get(key)
-        if ex is None or ex.closed:
-            ex = _executions[key] = Execution(Recipe(Route(kernel), (), (g,)), dtype, device, manifest)
-            while len(_executions) > MAX_EXECUTIONS:
-                _executions.pop(next(iter(_executions))).close()
+    ex = plans.execution(Recipe(Route(kernel), (), (g,)), prob, device, s)
     G.upload(device)
     ops.order_after_producers((A, B, C), s, device, explicit)
     if G.producer_stream is not None:
