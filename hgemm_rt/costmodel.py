@@ -65,6 +65,15 @@ ODD_N_DIRECT_STORE = 0.85  # direct-store epilogues fall back to element stores 
 C_STORE_SHARE = {"tma": 1.0, "staged": 0.8, "direct": 0.4}
 
 
+# Split-K launches of the Hopper strided kernels (a cluster of CTAs along K, partial tiles summed through
+# DSMEM) ran 1.15-2.3x their estimate at the unsplit rates on the H100, the more the shorter each CTA's K
+# (fp16, 256 x 6144 x 4096: splits=4 (K 1024 per CTA) 70.7 us against 30.5 estimated, splits=1 37.0 against
+# 34.5; 256 x 4096 x 4096 splits=2 (K 2048): 1.5-1.8x; 256 x 4096 x 14336 splits=2 (K 7168): 1.15-1.4x; at K
+# 8192-16384 per CTA (256 x 256 x 65536 splits=8) ~1.0x): the arithmetic and panel terms of a split launch
+# are scaled by 1 + SPLIT_K_SHORT_K / (K per CTA), at most 2 (the worst measured: 2.3).
+SPLIT_K_SHORT_K = 1300.0
+
+
 def c_store_kind(spec: KernelSpec) -> str:
     if "tmap:C" in spec.params:
         return "tma"
@@ -188,17 +197,12 @@ class CostModel:
         nb = outer * inner
         tiles = math.ceil(g.M / BM) * math.ceil(g.N / BN) * g.splits * nb
         load = math.ceil(tiles / self.sm_count)  # CTAs on the busiest SM
-        eff = tiles / (load * self.sm_count)
         if spec.role == "gemm_strided_stream":
             return self._stream_us(g, BM, BN, isz, load)
-        Mt, Nt = math.ceil(g.M / BM) * BM, math.ceil(g.N / BN) * BN  # what the tiles compute, wasted or not
-        rate = self.kernel_tflops(spec)
-        if spec.role == "gemm" and "ptr:C" in spec.params and g.N % 2:
-            rate *= ODD_N_DIRECT_STORE
-        compute = 2.0 * Mt * Nt * g.K * nb / (rate * 1e12 * eff)
+        compute = self._compute_s(spec, g)
         memory = (g.M * g.K * _matrices(g.a, g.batch) + g.K * g.N * _matrices(g.b, g.batch) +
                   g.M * g.N * _matrices(g.c, g.batch) / C_STORE_SHARE[c_store_kind(spec)]) * isz / r.dram_bytes_per_s
-        panel = load * (BM + BN) * (g.K / g.splits) * isz / r.sm_bytes_per_s
+        panel = load * (BM + BN) * (g.K / g.splits) * isz / r.sm_bytes_per_s * self._split_factor(spec, g)
         epilogue = 0.0
         latency = r.cluster_launch_us if g.splits > 1 else 0.0
         if spec.role in ("gemm_strided_mma", "gemm_strided_wgmma"):  # the fp32 tile goes through shared memory
@@ -210,6 +214,34 @@ class CostModel:
             epilogue = g.M * g.N * nb * isz / r.fused_c_read_bytes_per_s
         # a problem too small to keep the GPU busy costs the launch's latency instead
         return max((max(compute, memory, panel) + epilogue) * 1e6, latency)
+
+    def _compute_s(self, spec: KernelSpec, g: Gemm) -> float:
+        """Seconds of arithmetic of one GEMM launch: the tiles' work, wasted or not, at the class rate over
+        the SMs its grid keeps busy."""
+        BM, BN, _ = spec.tile
+        nb = math.prod(kernel_batch(g.batch))
+        tiles = math.ceil(g.M / BM) * math.ceil(g.N / BN) * g.splits * nb
+        eff = tiles / (math.ceil(tiles / self.sm_count) * self.sm_count)  # how evenly the CTAs spread
+        Mt, Nt = math.ceil(g.M / BM) * BM, math.ceil(g.N / BN) * BN  # what the tiles compute, wasted or not
+        rate = self.kernel_tflops(spec)
+        if spec.role == "gemm" and "ptr:C" in spec.params and g.N % 2:
+            rate *= ODD_N_DIRECT_STORE
+        return 2.0 * Mt * Nt * g.K * nb / (rate * 1e12 * eff) * self._split_factor(spec, g)
+
+    def compute_us(self, recipe: Recipe) -> float:
+        """The arithmetic part of the recipe's GEMM steps alone: what breaks a tie between recipes whose
+        estimates are the same memory-bound time (the one with the most arithmetic slack keeps up with the
+        memory system best)."""
+        return 1e6 * sum(self._compute_s(self.manifest.kernels[s.kernel], s) for s in recipe.steps
+                         if isinstance(s, Gemm) and self.manifest.kernels[s.kernel].role != "gemm_strided_stream")
+
+    @staticmethod
+    def _split_factor(spec: KernelSpec, g: Gemm) -> float:
+        """How much slower than its rate a split-K launch of the Hopper strided kernels runs: more, the
+        shorter each CTA's share of K (SPLIT_K_SHORT_K); 1 unsplit and for the other roles."""
+        if g.splits == 1 or spec.role != "gemm_strided_wgmma":
+            return 1.0
+        return 1.0 + min(SPLIT_K_SHORT_K / (g.K / g.splits), 1.0)
 
     def _stream_us(self, g: Gemm, BM: int, BN: int, isz: int, load: int) -> float:
         """A streaming kernel reads B once per BM rows of C, at the DRAM rate, or at what its busiest SM

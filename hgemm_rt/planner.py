@@ -18,6 +18,7 @@ the operand varies, a single one where it is broadcast.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -36,6 +37,7 @@ TMA_ROW_BYTES = 128  # row pitch of the padded copies that TMA maps read (TMA it
 LEADING_DIM_ROLES = ("gemm_strided_mma", "gemm_strided_stream")
 SPLIT_K_ROLES = ("gemm_strided_mma", "gemm_strided_wgmma", "gemm_strided_stream")
 DECODE_ROWS = 16  # see ranked_recipes
+SHORT_SIDE = 128  # see ranked_recipes
 TMA_MAX_STRIDE = 2**40  # bytes: a tensor map's strides must stay below it
 
 
@@ -345,14 +347,28 @@ def _gemm_tile_rows(recipe: Recipe, manifest: Manifest) -> int:
     return max(manifest.kernels[s.kernel].tile[0] for s in recipe.steps if isinstance(s, Gemm))
 
 
+def _tile_fill(recipe: Recipe, manifest: Manifest) -> float:
+    """The least share of its tiles' area that any GEMM step of the recipe fills with C (1: no waste)."""
+    fill = 1.0
+    for s in recipe.steps:
+        if isinstance(s, Gemm):
+            BM, BN, _ = manifest.kernels[s.kernel].tile
+            fill = min(fill, s.M * s.N / (math.ceil(s.M / BM) * BM * math.ceil(s.N / BN) * BN))
+    return fill
+
+
 def ranked_recipes(prob: Problem, manifest: Manifest, cc: tuple[int, int], sm_count: int,
                    kernel: str | None = None) -> list[tuple[float, Recipe]]:
-    """Every runnable recipe with its estimated microseconds, cheapest first.
+    """Every runnable recipe with its estimated microseconds, cheapest first; equal estimates (the same
+    memory-bound time) in the order of their arithmetic time (CostModel.compute_us).
 
     A problem with a side of at most DECODE_ROWS (decoding) only streams B: where kernels with tiles
     that short can run it, taller tiles are not candidates (they waste most of each tile; measured on
     an H100 at M = 1..16 they ran 1.1-1.6x slower than the best short-tile kernel, which the model's
-    rates alone do not see)."""
+    rates alone do not see). Likewise with a side of at most SHORT_SIDE, recipes whose tiles leave half
+    their area or more empty rank after the rest where others fill their tiles over twice as well (H100,
+    fp16, 16384 x 64 / 128 x 4096: the 128 x 256-tile kernels ran 96.5 / 85.9 us, 128 x 64 / 128 x 128
+    tiles 60.5 / 62.7, at equal estimates); they stay listed (autotune and the sanitizer's schedule)."""
     model = CostModel.for_device(cc, sm_count, manifest)
     out = []
     for route in candidate_routes(prob, manifest, cc, kernel):
@@ -361,7 +377,11 @@ def ranked_recipes(prob: Problem, manifest: Manifest, cc: tuple[int, int], sm_co
             out.append((model.estimate_us(recipe, prob.dtype, prob.beta_zero), recipe))
     if min(prob.M, prob.N) <= DECODE_ROWS:
         out = [x for x in out if _gemm_tile_rows(x[1], manifest) <= DECODE_ROWS] or out
-    out.sort(key=lambda x: (x[0], str(x[1].route)))
+    wasteful = set()
+    if DECODE_ROWS < min(prob.M, prob.N) <= SHORT_SIDE and out:
+        best = max(_tile_fill(r, manifest) for _, r in out)
+        wasteful = {id(r) for _, r in out if _tile_fill(r, manifest) <= best / 2}
+    out.sort(key=lambda x: (id(x[1]) in wasteful, x[0], model.compute_us(x[1]), str(x[1].route)))
     return out
 
 
