@@ -12,7 +12,9 @@ Sections (matmul_table declares their rows, baseline and target):
           cuBLAS, but it lowers both against that reference)
   torch   hg.matmul(x, w.t()) against torch.matmul(x, w.t()) on the same torch tensors (w an (N, K)
           weight, as nn.Linear presents it): GPU time and wall time per call
-  batched the same on 3-D torch tensors: attention's Q.K^T and P.V, and batches of mid-size GEMMs
+  batched GPU time of hg.matmul on 3-D torch tensors (attention's Q.K^T and P.V, batches of mid-size
+          GEMMs) against the faster of cublasGemmStridedBatchedEx called directly on the same tensors
+          (hgemm_rt.cublas.gemm_strided_batched, each accumulation) and torch.matmul; wall time beside
   host    wall time per call of a 64^3 matmul per input kind (DeviceArray, torch, CuPy, a Matmul
           object, CUDA-graph replay) beside torch/CuPy's own matmul, and one repeat call split into
           its parts
@@ -161,10 +163,11 @@ def baseline_accumulations(dtype: str) -> tuple[str, ...]:
 @dataclass
 class BaselineCall:
     """One contender of the baseline on the row's buffers: a GemmEx accumulation, a cuBLASLt heuristic
-    candidate, or torch.matmul (a cross-check: checked and timed, never the baseline). `reason` says why
-    it was skipped (it failed, or its result was wrong)."""
+    candidate, a cublasGemmStridedBatchedEx accumulation (the batched section), or torch.matmul (in the
+    sections against cuBLAS a cross-check: checked and timed, never the baseline). `reason` says why it
+    was skipped (it failed, its result was wrong, or the problem is not one such call)."""
     label: str
-    api: str  # "GemmEx", "Lt" or "torch"
+    api: str  # "GemmEx", "Lt", "StridedBatched" or "torch"
     acc: str | None
     run: Callable[[], Any] | None
     config: dict | None = None  # an Lt candidate's configuration (cublaslt.Candidate.record)
@@ -180,6 +183,9 @@ class BaselineCall:
 
 
 CUBLAS_APIS = ("GemmEx", "Lt")  # the baseline: the fastest of these
+# the plain cuBLAS calls: each held to the static error bound, and setting the bound of the other calls
+# (and of hg.matmul) at its accumulation
+REFERENCE_APIS = ("GemmEx", "StridedBatched")
 
 
 def baseline_calls(A: Any, B: Any, C: Any, dtype: str, algos: int = LT_ALGOS) -> list[BaselineCall]:
@@ -211,27 +217,31 @@ def torch_cross_check(A: Any, B: Any, C: Any) -> BaselineCall | None:
     return BaselineCall("torch.matmul", "torch", None, lambda: torch.matmul(ta, tb, out=tc))
 
 
-def check_baselines(calls: list[BaselineCall], C: Any, inp: ShapeInputs, dtype: str) -> dict[str, float]:
-    """One checked launch of every call into NaN-filled C; a call that raises or exceeds its bound gets
-    its `reason`. GemmEx (first in `calls`) is held to the static bound, the others to the bound that
-    GemmEx of their accumulation sets on the same inputs. Returns {acc: GemmEx's error}."""
-    gemmex: dict[str, float] = {}
+def check_baselines(calls: list[BaselineCall], K: int, dtype: str,
+                    error_of: Callable[[Callable[[], Any]], float | None]) -> dict[str, float]:
+    """One checked launch of every call (error_of: run it into NaN-filled C, give its relative error
+    against float64, None for NaN/Inf in C); a call that raises or exceeds its bound gets its `reason`.
+    The REFERENCE_APIS calls (first in `calls`) are held to the static bound, the others to the bound
+    that the reference call of their accumulation sets on the same inputs. Returns {acc: the reference
+    call's error}."""
+    reference: dict[str, float] = {}
     for call in calls:
         if call.reason is not None:
             continue
         acc = call.acc or ACCUMULATE[dtype][0]
         try:
-            _, err = checked_launch(call.run, C, inp, dtype)
+            err = error_of(call.run)
         except (hg.HgemmError, RuntimeError) as exc:
             call.reason = f"{type(exc).__name__}: {exc}"
             continue
         call.rel_error = err
-        call.error_bound = error_bound(dtype, acc, dtype, inp.K, None if call.api == "GemmEx" else gemmex.get(acc))
+        is_reference = call.api in REFERENCE_APIS
+        call.error_bound = error_bound(dtype, acc, dtype, K, None if is_reference else reference.get(acc))
         if err is None or err > call.error_bound:
             call.reason = "NaN/Inf in C" if err is None else f"rel err {err:.2e} > {call.error_bound:.2e}"
-        elif call.api == "GemmEx":
-            gemmex[acc] = err
-    return gemmex
+        elif is_reference:
+            reference[acc] = err
+    return reference
 
 
 def group_figures(mine: list[float], members: list[tuple[str, list[float]]]
@@ -247,24 +257,32 @@ def group_figures(mine: list[float], members: list[tuple[str, list[float]]]
     return statistics.median(best) * 1e3, label, statistics.median(rounds), rounds
 
 
-def time_vs_cublas(run: Run, ours: Callable[[], Any], calls: list[BaselineCall], why: str = "") -> dict:
+# (group, the APIs of its members): each group's fastest call is reported as "<group>_us", "_variant", "_ratio"
+CUBLAS_GROUPS = (("cublas", CUBLAS_APIS), ("gemmex", ("GemmEx",)), ("torch", ("torch",)))
+# the batched section's: its baseline is the faster of cuBLAS strided-batched and torch.matmul
+BATCHED_GROUPS = (("baseline", ("StridedBatched", "torch")), ("cublas", ("StridedBatched",)), ("torch", ("torch",)))
+
+
+def time_vs_cublas(run: Run, ours: Callable[[], Any], calls: list[BaselineCall], why: str = "", *,
+                   stream: Any = None, groups: tuple = CUBLAS_GROUPS, judged: str = "cublas") -> dict:
     """GPU microseconds of hg.matmul and of every call that passed its check (a call that fails while
-    timed gets its `reason`); the baseline is the fastest GemmEx or cuBLASLt call ("cublas_*", or `why`
-    there is none), beside the fastest GemmEx ("gemmex_*") and torch.matmul ("torch_*"). With the
-    steady protocol all run in interleaved rounds, a group's time is the median over the rounds of its
-    fastest member, its ratio the median of the rounds' ratios, and "steady" keeps the rounds."""
+    timed gets its `reason`), all on `stream`, and per group its fastest call: by default the fastest
+    GemmEx or cuBLASLt call ("cublas_*", or `why` there is none), beside the fastest GemmEx ("gemmex_*")
+    and torch.matmul ("torch_*"). The `judged` group's ratio is the row's "ratio". With the steady
+    protocol all run in interleaved rounds, a group's time is the median over the rounds of its fastest
+    member, its ratio the median of the rounds' ratios, and "steady" keeps the rounds."""
     live = [c for c in calls if c.reason is None]
     if run.steady is None:
-        mine = [run.gpu_us(ours) / 1e3]
+        mine = [run.gpu_us(ours, stream) / 1e3]
         per_call: dict[int, list[float]] = {}
         for i, call in enumerate(live):
             try:
-                per_call[i] = [run.gpu_us(call.run) / 1e3]
+                per_call[i] = [run.gpu_us(call.run, stream) / 1e3]
             except (hg.HgemmError, RuntimeError) as exc:
                 call.reason = f"while timed: {type(exc).__name__}: {exc}"
         steady = None
     else:
-        contenders = [Contender(fn, timed_once(fn)) for fn in (ours, *(c.run for c in live))]
+        contenders = [Contender(fn, timed_once(fn), stream) for fn in (ours, *(c.run for c in live))]
         interleave(contenders, run.steady, run.flusher, run.sampler)
         if contenders[0].error:
             raise RuntimeError(contenders[0].error)
@@ -278,15 +296,14 @@ def time_vs_cublas(run: Run, ours: Callable[[], Any], calls: list[BaselineCall],
         steady = contenders[0].record()
     for i, ms in per_call.items():
         live[i].us = statistics.median(ms) * 1e3
-    groups = {name: [(live[i].label, ms) for i, ms in per_call.items() if live[i].api in apis]
-              for name, apis in (("cublas", CUBLAS_APIS), ("gemmex", ("GemmEx",)), ("torch", ("torch",)))}
     out: dict[str, Any] = {"hg_us": statistics.median(mine) * 1e3}
-    for name, members in groups.items():
+    for name, apis in groups:
+        members = [(live[i].label, ms) for i, ms in per_call.items() if live[i].api in apis]
         us, label, r, rounds = group_figures(mine, members)
         out.update({f"{name}_us": us, f"{name}_variant": label, f"{name}_ratio": r})
-        if name == "cublas" and steady is not None:
+        if name == judged and steady is not None:
             steady = {**steady, "ratio": rounds}
-    out["ratio"] = out.pop("cublas_ratio")
+    out["ratio"] = out.pop(f"{judged}_ratio")
     if out["cublas_variant"] is None:
         out["cublas_variant"] = why or "no cuBLAS call passed its check"
     if steady is not None:
@@ -294,9 +311,9 @@ def time_vs_cublas(run: Run, ours: Callable[[], Any], calls: list[BaselineCall],
     return out
 
 
-def unavailable(calls: list[BaselineCall]) -> str:
-    """Why no GemmEx or cuBLASLt call is left: the first reason given."""
-    reasons = [c.reason for c in calls if c.api in CUBLAS_APIS and c.reason]
+def unavailable(calls: list[BaselineCall], apis: tuple[str, ...] = CUBLAS_APIS) -> str:
+    """Why no call of `apis` (GemmEx or cuBLASLt) is left: the first reason given."""
+    reasons = [c.reason for c in calls if c.api in apis and c.reason]
     return f"cuBLAS unavailable: {reasons[0]}" if reasons else ""
 
 
@@ -318,7 +335,7 @@ def measure_vs_cublas(section: str, shape: Shape, run: Run) -> list[dict]:
         acc = ACCUMULATE[dtype][0]  # what matmul accumulates in by default
         calls = baseline_calls(A, B, C, dtype)
         calls += [c for c in (torch_cross_check(A, B, C),) if c is not None]
-        gemmex_err = check_baselines(calls, C, inp, dtype)
+        gemmex_err = check_baselines(calls, K, dtype, lambda fn: checked_launch(fn, C, inp, dtype)[1])
         cublas_err = gemmex_err.get(baseline_acc(dtype, acc))  # None: the static bound applies
         timed = time_vs_cublas(run, lambda: hg.matmul(A, B, C), calls, unavailable(calls))
     finally:
@@ -326,9 +343,7 @@ def measure_vs_cublas(section: str, shape: Shape, run: Run) -> list[dict]:
         calls.clear()  # torch's DLPack views of the buffers go before the buffers
         inp.close()
     skipped = [r for r in records if r["skipped"] and r["api"] in CUBLAS_APIS]
-    for r in records:
-        if r["skipped"]:
-            run.skip(section, f"{shape.label} {dtype} A {shape.a_order} B {shape.b_order}: {r['label']}", r["skipped"])
+    skip_calls(run, section, shape, records)
     row = {"section": section, "M": M, "N": N, "K": K, "dtype": dtype, "a_order": shape.a_order,
            "b_order": shape.b_order, "route": route, **timed, "hg_tflops": tflops(shape, timed["hg_us"]),
            "cublas_tflops": tflops(shape, timed["cublas_us"]), "gemmex_tflops": tflops(shape, timed["gemmex_us"]),
@@ -341,6 +356,14 @@ def measure_vs_cublas(section: str, shape: Shape, run: Run) -> list[dict]:
         row.update(hg_gbps=gbps(shape, timed["hg_us"]), cublas_gbps=gbps(shape, timed["cublas_us"]),
                    hbm_gbps=hbm / 1e9, hg_hbm_share=gbps(shape, timed["hg_us"]) * 1e9 / hbm)
     return [row]
+
+
+def skip_calls(run: Run, section: str, shape: Shape, records: list[dict]) -> None:
+    """Every baseline call of the row that was skipped goes to the run's skipped list, with its reason."""
+    for r in records:
+        if r["skipped"]:
+            run.skip(section, f"{shape.label} {shape.dtype} A {shape.a_order} B {shape.b_order}: {r['label']}",
+                     r["skipped"])
 
 
 def gbps(shape: Shape, us: float | None) -> float | None:
@@ -389,6 +412,67 @@ def measure_vs_torch(section: str, shape: Shape, run: Run) -> list[dict]:
              "torch_tflops": tflops(shape, gpu[1]), "hg_wall_us": wall[0], "torch_wall_us": wall[1],
              "wall_ratio": ratio(wall[1], wall[0]), "ratio": ratio(wall[1], wall[0]), "torch_rel_error": torch_err,
              **verdict_of(err, error_bound(dtype, acc, dtype, K, torch_err))}]
+
+
+# -- batched: against cuBLAS strided-batched and torch.matmul ---------------------------------------------
+
+STRIDED_BATCHED = "cublasGemmStridedBatchedEx"
+
+
+def strided_batched_calls(x: Any, w: Any, c: Any, dtype: str, stream: int) -> list[BaselineCall]:
+    """cublasGemmStridedBatchedEx (hgemm_rt.cublas.gemm_strided_batched) at every baseline accumulation
+    on the torch tensors' memory: their pointers, per-matrix leading dimensions and batch strides (a
+    transposed view such as k.transpose(-1, -2) is a transpose flag, no copy). Where the product is
+    not one strided batch (batch dimensions that do not step evenly), one skipped entry says why."""
+    try:
+        args = cublas.batched_operands(x, w, c, STRIDED_BATCHED).arguments()
+    except hg.HgemmError as exc:
+        return [BaselineCall(STRIDED_BATCHED, "StridedBatched", None, None, reason=f"{type(exc).__name__}: {exc}")]
+    return [BaselineCall(f"{STRIDED_BATCHED} acc {acc}", "StridedBatched", acc,
+                         lambda acc=acc: cublas.gemm_strided_batched(**args, acc=acc, stream=stream))
+            for acc in baseline_accumulations(dtype)]
+
+
+def torch_error_of(c: Any, ref: Any) -> Callable[[Callable[[], Any]], float | None]:
+    """check_baselines' check on torch tensors: fn() writes c, filled with NaN first, on torch's stream."""
+    def error_of(fn: Callable[[], Any]) -> float | None:
+        c.fill_(float("nan"))
+        fn()
+        return torch_rel_error(c, ref)
+    return error_of
+
+
+def measure_batched(section: str, shape: Shape, run: Run) -> list[dict]:
+    """hg.matmul on 3-D torch tensors against the faster of cuBLAS strided-batched (called directly,
+    each accumulation) and torch.matmul on the same tensors, all writing the same output: GPU time
+    judged, wall time per call of hg.matmul and torch.matmul beside it."""
+    torch = framework("torch")[0]
+    M, N, K, dtype = shape.M, shape.N, shape.K, shape.dtype
+    x = torch_operand(torch, run.rng, M, K, shape.a_order, dtype, shape.batch)
+    w = torch_operand(torch, run.rng, K, N, shape.b_order, dtype, shape.batch)
+    ref = x.double() @ w.double()
+    c = torch.empty(tuple(ref.shape), dtype=x.dtype, device=x.device)
+    stream = torch.cuda.current_stream().cuda_stream  # where all of them run: the events and flushes go there too
+    error_of = torch_error_of(c, ref)
+    ours = lambda: hg.matmul(x, w, out=c)  # noqa: E731
+    err = error_of(ours)
+    acc = ACCUMULATE[dtype][0]
+    torch_call = BaselineCall("torch.matmul", "torch", None, lambda: torch.matmul(x, w, out=c))
+    calls = strided_batched_calls(x, w, c, dtype, stream) + [torch_call]
+    cublas_err = check_baselines(calls, K, dtype, error_of).get(baseline_acc(dtype, acc))
+    torch_err = torch_call.rel_error if torch_call.reason is None else None
+    timed = time_vs_cublas(run, ours, calls, unavailable(calls, ("StridedBatched",)), stream=stream,
+                           groups=BATCHED_GROUPS, judged="baseline")
+    wall = [wall_us(f, torch.cuda.synchronize) for f in (lambda: hg.matmul(x, w), lambda: torch.matmul(x, w))]
+    records = [call.record() for call in calls]
+    skip_calls(run, section, shape, records)
+    bound_err = cublas_err if cublas_err is not None else torch_err  # cuBLAS's error sets the bound where it ran
+    return [{"section": section, "M": M, "N": N, "K": K, "batch": shape.batch, "dtype": dtype, "a_order": shape.a_order,
+             "b_order": shape.b_order, "route": hg.explain(x, w, out=c), **timed,
+             **{f"{who}_tflops": tflops(shape, timed[f"{who}_us"]) for who in ("hg", "baseline", "cublas", "torch")},
+             "hg_wall_us": wall[0], "torch_wall_us": wall[1], "wall_ratio": ratio(wall[1], wall[0]),
+             "cublas_rel_error": cublas_err, "torch_rel_error": torch_err, "baseline_calls": records,
+             **verdict_of(err, error_bound(dtype, acc, dtype, K, bound_err))}]
 
 
 # -- fused epilogues against torch eager ------------------------------------------------------------------
@@ -718,6 +802,23 @@ def cublas_table(rows: list[dict]) -> str:
     return text
 
 
+def batched_table(rows: list[dict]) -> str:
+    steady = any(r.get("steady") for r in rows)
+    text = tabulate([[shape_cell(r), fmt(r["hg_us"]), fmt(r["hg_tflops"]), fmt(r["cublas_us"]),
+                      fmt(r["cublas_ratio"], ".2f", "x"), fmt(r["torch_us"]), fmt(r["torch_ratio"], ".2f", "x"),
+                      r["baseline_variant"] or "-", fmt(r["ratio"], ".2f", "x"), fmt(r["hg_wall_us"]),
+                      fmt(r["torch_wall_us"]), fmt(r["wall_ratio"], ".2f", "x"), fmt_err(r), r["route"]]
+                     + (steady_cells(r) if steady else []) for r in rows],
+                    headers=["shape", "matmul us", "TFLOPS", "cuBLAS s-b us", "x cuBLAS", "torch us", "x torch",
+                             "baseline (faster)", "x baseline", "wall us hg", "torch", "torch/hg", "rel err", "route"]
+                    + (STEADY_HEADERS if steady else []), disable_numparse=True)
+    missing = sorted({r["cublas_variant"] for r in rows if r["cublas_us"] is None})
+    return (f"{text}\nGPU time, L2 flushed; cuBLAS s-b: {STRIDED_BATCHED} through nvmath at each accumulation, "
+            f"the fastest; the baseline is the faster of it and torch.matmul, every call checked against float64 "
+            f"first; geomean x baseline {fmt(geomean([r['ratio'] for r in rows if r['ratio']]), '.3f', 'x')}"
+            + "".join(f"\nno cuBLAS strided-batched figure: {why}" for why in missing))
+
+
 def torch_table(rows: list[dict]) -> str:
     table = tabulate([[shape_cell(r), fmt(r["hg_gpu_us"]), fmt(r["torch_gpu_us"]), fmt(r["gpu_ratio"], ".2f", "x"),
                        fmt(r["hg_wall_us"]), fmt(r["torch_wall_us"]), fmt(r["wall_ratio"], ".2f", "x"), fmt_err(r),
@@ -756,6 +857,7 @@ class Kind:
 KINDS: dict[str, Kind] = {
     "cublas": Kind(measure_vs_cublas, cublas_table),
     "torch": Kind(measure_vs_torch, torch_table, needs="torch"),
+    "batched": Kind(measure_batched, batched_table, needs="torch"),
     "host": Kind(measure_host, host_table),
     "eager": Kind(measure_vs_eager, torch_table, needs="torch"),
     "grouped": Kind(measure_grouped, grouped_table, needs="torch"),

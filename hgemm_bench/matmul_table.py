@@ -16,7 +16,7 @@ class Shape:
     dtype: str = "f16"
     a_order: str = "row"
     b_order: str = "row"
-    batch: int = 1  # matrices of this shape, (batch, M, K) @ (batch, K, N) (the torch sections only)
+    batch: int = 1  # matrices of this shape, (batch, M, K) @ (batch, K, N) (the torch-tensor sections only)
     # the eager section's workload: "bias_gelu" (gelu(x @ W^T + b), W: N x K) or "mlp" (a SwiGLU MLP with
     # the residual: x + (silu(g) * u) @ W2^T with [g | u] = x @ W1^T; M tokens, hidden size K, N = 2F)
     epilogue: str = ""
@@ -51,6 +51,9 @@ BASELINES = {
               "(hgemm_rt.cublas.matmul) and the cuBLASLt heuristic's top LT_ALGOS candidates at each "
               "(hgemm_rt.cublaslt.matmul), every one checked against float64 before it is timed",
     "torch": "torch.matmul on the same torch tensors",
+    "batched": "the faster of cublasGemmStridedBatchedEx called directly through nvmath on the same torch tensors "
+               "(hgemm_rt.cublas.gemm_strided_batched at each accumulation; a transposed view is a transpose flag) "
+               "and torch.matmul on them, GPU time, every call checked against float64 before it is timed",
     "grouped": "a loop of cuBLAS GEMMs, one torch.mm per expert into its rows of the output (GPU time: the "
                "launches queued ahead); torch._grouped_mm beside it where the installed torch has it",
     "eager": "the same work in torch eager mode: F.gelu(F.linear(x, W, b)); the SwiGLU MLP as "
@@ -146,10 +149,13 @@ SECTIONS: dict[str, Section] = {
                             for n, k in DECODE_LAYERS + ((VOCAB,) if (dt, b) == ("f16", "col") else ())
                             for m in (1, 16)), bandwidth=True),
     "batched": Section("batched: attention (batch x heads = 64 and 256: Q.K^T with K^T a transposed view, then P.V) "
-                       "and 32 mid-size GEMMs, hg.matmul vs torch.matmul on the same 3-D torch tensors", "torch",
+                       "and 32 mid-size GEMMs, hg.matmul vs cuBLAS strided-batched (cublasGemmStridedBatchedEx "
+                       "through nvmath) and torch.matmul on the same 3-D torch tensors; target: every row >= 1.0x "
+                       "the faster of the two (GPU time)", "batched",
                        tuple(Shape(s, s, d, "f16", b_order="col", batch=bh) for bh in (64, 256) for s, d in ((512, 64), (2048, 128)))
                        + tuple(Shape(s, d, s, "f16", batch=bh) for bh in (64, 256) for s, d in ((512, 64), (2048, 128)))
-                       + (Shape(1024, 1024, 1024, "f16", batch=32), Shape(1024, 1024, 1024, "bf16", batch=32))),
+                       + (Shape(1024, 1024, 1024, "f16", batch=32), Shape(1024, 1024, 1024, "bf16", batch=32)),
+                       target=1.0),
     "fused": Section("fused epilogue: GEMM + bias + gelu, hg.matmul(x, W.T, bias=b, activation='gelu') against torch "
                      "eager F.gelu(F.linear(x, W, b)), M tokens x N features x K", "eager",
                      tuple(Shape(m, n, k, dt, b_order="col", epilogue="bias_gelu") for dt in ("f16", "bf16")

@@ -209,7 +209,8 @@ def test_check_holds_gemmex_to_the_static_bound_and_lt_to_gemmex(monkeypatch):
              call("lt1", "Lt", "f32"), call("lt2", "Lt", "f32"), call("lt3", "Lt", "f32"), call("lt4", "Lt", "f16"),
              ms.BaselineCall("Lt acc bf", "Lt", "f16", None, reason="heuristic: none")]
     inp = FakeInputs(64, 64, 4096, None, 0)
-    assert ms.check_baselines(calls, "C", inp, "f16") == {"f32": 2e-4}  # GemmEx f16 was wrong
+    error_of = lambda fn: ms.checked_launch(fn, "C", inp, "f16")[1]  # noqa: E731
+    assert ms.check_baselines(calls, inp.K, "f16", error_of) == {"f32": 2e-4}  # GemmEx f16 was wrong
     bound = error_bound("f16", "f32", "f16", 4096, 2e-4)
     assert calls[0].error_bound == error_bound("f16", "f32", "f16", 4096) and calls[0].reason is None
     assert calls[1].reason.startswith("rel err 5.00e+00 >")
@@ -325,6 +326,184 @@ def test_a_row_records_the_strongest_baseline_gemmex_and_every_call(monkeypatch)
     json.dumps(row)  # plain data only
 
 
+# -- the batched section: cuBLAS strided-batched and torch.matmul ------------------------------------------
+
+def test_strided_batched_sets_the_bound_of_torch_as_gemmex_does():
+    """cublasGemmStridedBatchedEx is a reference call: held to the static bound, it bounds torch.matmul."""
+    from hgemm_rt.testing import error_bound
+
+    errors = {"sb32": 2e-4, "sb16": 5e-3, "torch": 9e-4}
+    calls = [ms.BaselineCall(label, api, acc, lambda label=label: label) for label, api, acc in
+             (("sb32", "StridedBatched", "f32"), ("sb16", "StridedBatched", "f16"), ("torch", "torch", None))]
+    assert ms.check_baselines(calls, 4096, "f16", lambda fn: errors[fn()]) == {"f32": 2e-4, "f16": 5e-3}
+    assert calls[0].error_bound == error_bound("f16", "f32", "f16", 4096) and calls[1].reason is None
+    assert calls[2].error_bound == error_bound("f16", "f32", "f16", 4096, 2e-4) == 8e-4
+    assert calls[2].reason == "rel err 9.00e-04 > 8.00e-04"
+
+
+def test_strided_batched_calls_take_the_tensors_storage_or_say_why_not(monkeypatch):
+    """Q.K^T on 3-D arrays (K^T a transposed view: a transpose flag, no copy): every baseline accumulation
+    is one gemm_strided_batched call with the arrays' pointers, leading dimensions and batch strides on the
+    given stream; a batch without one stride per operand is one skipped entry that says why."""
+    ran = []
+    monkeypatch.setattr(ms.cublas, "gemm_strided_batched", lambda **kw: ran.append(kw))
+    base = 1 << 32  # made-up addresses: nothing is dereferenced
+    q, k = hg.DeviceArray(base, (8, 128, 64), "f16"), hg.DeviceArray(base + (1 << 24), (8, 128, 64), "f16")
+    k_t = hg.DeviceArray(k.ptr, (8, 64, 128), "f16", strides=(k.strides[0], k.strides[2], k.strides[1]))
+    c = hg.DeviceArray(base + (2 << 24), (8, 128, 128), "f16")
+    calls = ms.strided_batched_calls(q, k_t, c, "f16", 0x5EED)
+    assert [(x.label, x.api, x.acc) for x in calls] == [("cublasGemmStridedBatchedEx acc f32", "StridedBatched", "f32"),
+                                                        ("cublasGemmStridedBatchedEx acc f16", "StridedBatched", "f16")]
+    for x in calls:
+        x.run()
+    assert [(kw["acc"], kw["stream"]) for kw in ran] == [("f32", 0x5EED), ("f16", 0x5EED)]
+    kw = ran[0]
+    assert (kw["a_ptr"], kw["b_ptr"], kw["c_ptr"]) == (q.ptr, k.ptr, c.ptr)
+    assert (kw["M"], kw["N"], kw["K"], kw["batch"], kw["layout"], kw["a_order"]) == (128, 128, 64, 8, "TN", "row")
+    assert (kw["lda"], kw["ldb"], kw["ldc"], kw["stride_a"], kw["stride_b"], kw["stride_c"]) == (
+        64, 64, 128, 128 * 64, 128 * 64, 128 * 128)
+    # (2, 4) heads over batches stored as (4, 2): the batch dimensions of A do not step evenly
+    s = hg.DeviceArray(base, (4, 2, 128, 64), "f16").strides
+    a = hg.DeviceArray(base, (2, 4, 128, 64), "f16", strides=(s[1], s[0], s[2], s[3]))
+    b = hg.DeviceArray(base + (1 << 24), (2, 4, 64, 128), "f16")
+    c4 = hg.DeviceArray(base + (2 << 24), (2, 4, 128, 128), "f16")
+    (skipped,) = ms.strided_batched_calls(a, b, c4, "f16", 0)
+    assert skipped.run is None and skipped.label == "cublasGemmStridedBatchedEx" and len(ran) == 2
+    assert skipped.reason.startswith("ValidationError: cublasGemmStridedBatchedEx: A (2, 4, 128, 64) with strides")
+    assert "is not one strided batch" in skipped.reason
+
+
+class FakeTensor:
+    """A host stand-in for a CUDA tensor: what measure_batched asks of one."""
+    dtype, device = "float16", "cuda"
+
+    def __init__(self, a):
+        self.a = np.asarray(a, np.float64)
+
+    @property
+    def shape(self):
+        return self.a.shape
+
+    def double(self):
+        return FakeTensor(self.a)
+
+    def __matmul__(self, other):
+        return FakeTensor(self.a @ other.a)
+
+    def fill_(self, v):
+        self.a[...] = v
+
+
+@pytest.fixture
+def fake_batched(monkeypatch):
+    """measure_batched on the CPU: torch, hg.matmul and the cuBLAS call write x @ w into the output and log
+    who ran (cuBLAS with acc f16 a little off); GPU time and wall time are looked up by who ran last."""
+    log = []
+    fake_torch = type("T", (), {})()
+    fake_torch.cuda = type("C", (), {"current_stream": staticmethod(lambda: type("S", (), {"cuda_stream": 0x5EED})),
+                                     "synchronize": staticmethod(lambda: None)})
+
+    def product(who, x, w, out, off=0.0):
+        log.append(who)
+        if out is not None:
+            out.a[...] = x.a @ w.a + off
+
+    fake_torch.empty = lambda shape, dtype, device: FakeTensor(np.empty(shape))
+    fake_torch.matmul = lambda x, w, out=None: product("torch", x, w, out)
+    monkeypatch.setattr(ms, "framework", lambda name: (fake_torch, None))
+    monkeypatch.setattr(ms, "torch_operand", lambda torch, rng, rows, cols, order, dtype, batch:
+                        FakeTensor(rng.standard_normal((batch, rows, cols))))
+    monkeypatch.setattr(ms, "torch_rel_error", lambda c, ref: None if not np.isfinite(c.a).all()
+                        else float(np.linalg.norm(c.a - ref.a) / np.linalg.norm(ref.a)))
+    monkeypatch.setattr(ms.hg, "matmul", lambda x, w, out=None: product("hg", x, w, out))
+    monkeypatch.setattr(ms.hg, "explain", lambda x, w, out=None: "route")
+    tensors = {}
+
+    class Batch:
+        def arguments(self):
+            return tensors
+
+    def batched_operands(x, w, c, who):
+        if getattr(c, "refuse", False):
+            raise hg.ValidationError(f"{who}: B (3, 4, 6) with strides (0, 2, 8) is not one strided batch")
+        tensors.update(x=x, w=w, c=c)
+        return Batch()
+
+    monkeypatch.setattr(ms.cublas, "batched_operands", batched_operands)
+    monkeypatch.setattr(ms.cublas, "gemm_strided_batched", lambda x, w, c, acc, stream:
+                        product(("sb", acc, stream), x, w, c, 1e-3 if acc == "f16" else 0.0))
+    us = {"hg": 100.0, ("sb", "f32", 0x5EED): 120.0, ("sb", "f16", 0x5EED): 110.0, "torch": 105.0}
+    run, _ = fake_run({})
+    run.gpu_us = lambda fn, stream=None: (fn(), us[log[-1]])[1] if stream == 0x5EED else pytest.fail("stream")
+    monkeypatch.setattr(ms, "wall_us", lambda fn, sync: (fn(), {"hg": 30.0, "torch": 40.0}[log[-1]])[1])
+    return run, log, fake_torch
+
+
+def test_a_batched_row_judges_the_faster_of_cublas_strided_batched_and_torch(fake_batched):
+    from hgemm_bench.matmul_table import Shape
+
+    run, log, _ = fake_batched
+    (row,) = ms.measure_batched("batched", Shape(8, 6, 4, "f16", b_order="col", batch=3), run)
+    close = functools.partial(pytest.approx, rel=1e-12)
+    assert row["cublas_variant"] == "cublasGemmStridedBatchedEx acc f16" and row["cublas_us"] == close(110.0)
+    assert row["torch_variant"] == "torch.matmul" and row["torch_us"] == close(105.0)
+    assert row["baseline_variant"] == "torch.matmul" and row["baseline_us"] == close(105.0)
+    assert (row["ratio"], row["cublas_ratio"], row["torch_ratio"]) == close((1.05, 1.1, 1.05))
+    assert (row["hg_wall_us"], row["torch_wall_us"], row["wall_ratio"]) == close((30.0, 40.0, 40.0 / 30.0))
+    assert row["cublas_rel_error"] == 0.0 and row["ok"] and row["batch"] == 3
+    assert row["cublas_tflops"] == pytest.approx(2.0 * 3 * 8 * 6 * 4 / 110e-6 / 1e12)
+    labels = {r["label"]: r for r in row["baseline_calls"]}
+    assert labels["cublasGemmStridedBatchedEx acc f32"]["us"] == close(120.0)
+    assert labels["cublasGemmStridedBatchedEx acc f16"]["rel_error"] > 0 and not run.skipped
+    text = ms.batched_table([row])
+    assert "cublasGemmStridedBatchedEx" in text and "x baseline" in text and "torch.matmul" in text
+    assert "1.10x" in text and "1.05x" in text and "no cuBLAS strided-batched figure" not in text
+    json.dumps(row)  # plain data only
+    v = ms.judge_target("batched", SECTIONS["batched"], [row["ratio"]])
+    assert v["target"] == 1.0 and v["met"] is True
+
+
+def test_a_batched_row_without_one_strided_batch_records_why_and_keeps_torch(fake_batched, monkeypatch):
+    from hgemm_bench.matmul_table import Shape
+
+    run, log, fake_torch = fake_batched
+    monkeypatch.setattr(fake_torch, "empty", lambda shape, dtype, device: setattr(
+        t := FakeTensor(np.empty(shape)), "refuse", True) or t)
+    (row,) = ms.measure_batched("batched", Shape(8, 6, 4, "f16", batch=3), run)
+    assert row["cublas_us"] is None and row["cublas_ratio"] is None and row["cublas_rel_error"] is None
+    assert row["cublas_variant"].startswith("cuBLAS unavailable: ValidationError: cublasGemmStridedBatchedEx: B")
+    assert row["baseline_variant"] == "torch.matmul" and row["ratio"] == pytest.approx(1.05)
+    assert not any(isinstance(who, tuple) for who in log)  # no cuBLAS call was faked into a figure
+    (skip,) = run.skipped
+    assert skip["section"] == "batched" and skip["what"].endswith(": cublasGemmStridedBatchedEx")
+    assert "is not one strided batch" in skip["reason"]
+    assert "no cuBLAS strided-batched figure: cuBLAS unavailable" in ms.batched_table([row])
+
+
+def test_steady_rounds_of_the_batched_section_are_the_baselines(monkeypatch):
+    """With the batched groups, "ratio" and the steady rounds are the faster of cuBLAS and torch per round,
+    every contender on the given stream."""
+    from hgemm_bench.steady import Protocol
+
+    ms_of = {"hg": [1.0, 1.0], "cublasGemmStridedBatchedEx acc f32": [1.2, 0.9], "torch.matmul": [1.1, 1.3]}
+    contenders = []
+
+    def interleave(cs, protocol, flusher, sampler):
+        contenders.extend(cs)
+        for c, name in zip(cs, ms_of):
+            c.ms = list(ms_of[name])
+
+    monkeypatch.setattr(ms, "interleave", interleave)
+    monkeypatch.setattr(ms, "timed_once", lambda fn: 1.0)
+    run, _ = fake_run({}, steady=Protocol(rounds=2))
+    calls = [ms.BaselineCall("cublasGemmStridedBatchedEx acc f32", "StridedBatched", "f32", lambda: None),
+             ms.BaselineCall("torch.matmul", "torch", None, lambda: None)]
+    t = ms.time_vs_cublas(run, lambda: None, calls, "", stream=0x5EED, groups=ms.BATCHED_GROUPS, judged="baseline")
+    assert t["steady"]["ratio"] == [1.1, 0.9] and t["ratio"] == pytest.approx(1.0)
+    assert t["cublas_ratio"] == pytest.approx(1.05) and t["torch_ratio"] == pytest.approx(1.2)
+    assert all(c.stream == 0x5EED for c in contenders) and "gemmex_us" not in t
+
+
 # -- the repeat-call key -----------------------------------------------------------------------------------
 
 def test_repeat_call_key_is_the_key_matmul_looks_up():
@@ -415,3 +594,31 @@ def test_matmul_steady_protocol_on_the_gpu(tmp_path, capsys):
     for r in doc["rows"]:
         assert len(r["steady"]["ms"]) == 2 and len(r["steady"]["ratio"]) == 2 and r["ratio"] > 0
     assert "per round" in text
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(256, 256, 64, "f16", "col", 8), (256, 64, 256, "f16", "row", 8),
+                                   (128, 128, 128, "bf16", "row", 4)], ids=["QK^T", "PV", "bf16"])
+def test_batched_rows_on_the_gpu_time_cublas_strided_batched_beside_torch(monkeypatch, shape):
+    """measure_batched on small attention-like shapes: cublasGemmStridedBatchedEx at each accumulation is
+    checked against float64 and timed on the tensors themselves (K^T a transposed view), beside torch.matmul."""
+    pytest.importorskip("torch")
+    from hgemm_bench.matmul_table import Shape
+    from hgemm_rt.timing import L2Flusher
+
+    monkeypatch.setattr(ms, "WALL_REPEAT_S", 0.02)
+    M, N, K, dtype, b_order, batch = shape
+    run = ms.Run(iters=3, warmup=1, check_rows=0, autotune=False, rng=np.random.default_rng(0), flusher=L2Flusher())
+    try:
+        (row,) = ms.measure_batched("batched", Shape(M, N, K, dtype, b_order=b_order, batch=batch), run)
+    finally:
+        run.flusher.close()
+    assert row["ok"], row
+    assert not run.skipped, run.skipped
+    assert row["cublas_variant"].startswith("cublasGemmStridedBatchedEx acc ") and row["cublas_us"] > 0
+    assert row["torch_us"] > 0 and row["baseline_us"] == pytest.approx(min(row["cublas_us"], row["torch_us"]))
+    assert row["ratio"] == pytest.approx(row["baseline_us"] / row["hg_us"])
+    assert [c["label"] for c in row["baseline_calls"]] == [
+        f"cublasGemmStridedBatchedEx acc {acc}" for acc in ms.baseline_accumulations(dtype)] + ["torch.matmul"]
+    assert all(c["rel_error"] is not None and c["rel_error"] <= c["error_bound"] for c in row["baseline_calls"])
+    print(ms.batched_table([row]))
