@@ -18,6 +18,20 @@ __device__ __forceinline__ void cp_async_16_zfill(void* smem, const void* gmem, 
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem),
                "r"(src_bytes));
 }
+// An L2 cache policy that evicts first the lines it tags: for data streamed through once, so that it
+// does not push out what later kernels reuse (nor dirty lines that would have to be written back first).
+__device__ __forceinline__ uint64_t l2_evict_first_policy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
+// cp_async_16_zfill for streamed data: the lines tagged with `policy` (l2_evict_first_policy), and the L2
+// asked to fetch the whole 256-byte run around each piece (neighbouring threads' pieces arrive with it).
+__device__ __forceinline__ void cp_async_16_zfill_stream(void* smem, const void* gmem, int src_bytes,
+                                                         uint64_t policy) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::256B [%0], [%1], 16, %2, %3;\n" ::"r"(smem_u32(smem)),
+               "l"(gmem), "r"(src_bytes), "l"(policy));
+}
 __device__ __forceinline__ void cp_async_8(void* smem, const void* gmem) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(smem_u32(smem)), "l"(gmem));
 }
