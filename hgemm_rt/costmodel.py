@@ -202,7 +202,7 @@ class CostModel:
         compute = self._compute_s(spec, g)
         memory = (g.M * g.K * _matrices(g.a, g.batch) + g.K * g.N * _matrices(g.b, g.batch) +
                   g.M * g.N * _matrices(g.c, g.batch) / C_STORE_SHARE[c_store_kind(spec)]) * isz / r.dram_bytes_per_s
-        panel = load * (BM + BN) * (g.K / g.splits) * isz / r.sm_bytes_per_s * self._split_factor(spec, g)
+        panel = load * (BM + BN) * (g.K / g.splits) * isz / r.sm_bytes_per_s * self.split_factor(spec, g)
         epilogue = 0.0
         latency = r.cluster_launch_us if g.splits > 1 else 0.0
         if spec.role in ("gemm_strided_mma", "gemm_strided_wgmma"):  # the fp32 tile goes through shared memory
@@ -226,7 +226,7 @@ class CostModel:
         rate = self.kernel_tflops(spec)
         if spec.role == "gemm" and "ptr:C" in spec.params and g.N % 2:
             rate *= ODD_N_DIRECT_STORE
-        return 2.0 * Mt * Nt * g.K * nb / (rate * 1e12 * eff) * self._split_factor(spec, g)
+        return 2.0 * Mt * Nt * g.K * nb / (rate * 1e12 * eff) * self.split_factor(spec, g)
 
     def compute_us(self, recipe: Recipe) -> float:
         """The arithmetic part of the recipe's GEMM steps alone: what breaks a tie between recipes whose
@@ -236,7 +236,7 @@ class CostModel:
                          if isinstance(s, Gemm) and self.manifest.kernels[s.kernel].role != "gemm_strided_stream")
 
     @staticmethod
-    def _split_factor(spec: KernelSpec, g: Gemm) -> float:
+    def split_factor(spec: KernelSpec, g: Gemm) -> float:
         """How much slower than its rate a split-K launch of the Hopper strided kernels runs: more, the
         shorter each CTA's share of K (SPLIT_K_SHORT_K); 1 unsplit and for the other roles."""
         if g.splits == 1 or spec.role != "gemm_strided_wgmma":

@@ -307,10 +307,15 @@ def test_heuristic_picks_the_fast_paths_on_hopper():
         assert MANIFEST.kernels[p.route.kernel].tile[0] <= planner.DECODE_ROWS, planner.describe(p)
         assert len(p.steps) <= steps and p.copy_bytes <= 2 * 16 * 4096 * 2, planner.describe(p)
     assert h(1, 4096, 4096, orders=("row", "col", "row")).route.kernel.startswith("util_gemm_decode_tn_")
-    # M = 128: a split-K util kernel (the wgmma BM x 128 tiles, or split mma.sync), no copies
+    # M = 128: a util kernel whose tiles M fills (H100, 128 x 4096 x 4096 fp16: 64 x 64 tiles unsplit 26.1 us,
+    # 128 x 64 split in 2 24.9, 128 x 128 split in 4 34.4), no copies
     p = h(128, 4096, 4096)
     assert p.route.kernel.startswith(("util_gemm_mma_f16_m", "util_gemm_wgmma_f16_m")) and len(p.steps) == 1
-    assert dict(p.route.options).get("splits", 1) > 1 or p.route.kernel.endswith(("n128_nn", "n128_tn"))
+    assert MANIFEST.kernels[p.route.kernel].tile[0] <= 128 and dict(p.route.options).get("splits", 1) <= 2
+    # a side <= SHORT_SIDE: tiles that side fills (16384 x 64 x 4096: 128 x 64 tiles 60.5 us, 128 x 256 96.5)
+    for M, N in ((16384, 64), (64, 16384), (16384, 128)):
+        p = h(M, N, 4096, orders=("row", "col", "row"))
+        assert planner.tile_fill(p, MANIFEST) == 1.0, planner.describe(p)
 
 
 @needs_manifest
@@ -653,3 +658,34 @@ def test_repeated_calls_take_the_validated_call_cache_and_stay_correct(rng):
     outs[1].close()
     with pytest.raises(ValidationError, match="closed"):
         hg.matmul(A, B, outs[1])
+
+
+def test_cost_model_prices_short_split_k_slices_higher():
+    """A split-K launch of the Hopper strided kernels costs more per flop the shorter each CTA's K
+    (costmodel.SPLIT_K_SHORT_K); unsplit launches and the other roles are unchanged."""
+    from hgemm_rt.costmodel import HOPPER, CostModel, SPLIT_K_SHORT_K
+    spec = next((s for s in MANIFEST.kernels.values() if s.role == "gemm_strided_wgmma"), None) if MANIFEST else None
+    if spec is None:
+        pytest.skip("no gemm_strided_wgmma kernel in this build")
+    model = CostModel(HOPPER, 132, MANIFEST)
+    g = lambda K, s: problem.Gemm(spec.name, "gemm_strided_wgmma", _view("A", 256, K, "row"),  # noqa: E731
+                                  _view("B", K, 4096, "row"), _view("C", 256, 4096, "row"), 256, 4096, K, splits=s)
+    assert model.split_factor(spec, g(4096, 1)) == 1.0
+    assert model.split_factor(spec, g(4096, 2)) == pytest.approx(1 + SPLIT_K_SHORT_K / 2048)
+    assert model.split_factor(spec, g(1024, 8)) == 2.0  # capped
+    assert model.split_factor(spec, g(65536, 8)) < model.split_factor(spec, g(4096, 2))
+
+
+@needs_manifest
+def test_near_equal_estimates_go_to_the_least_arithmetic():
+    """Of the recipes within NEAR_TIE of the best estimate (same split count), the one with the least
+    arithmetic time comes first."""
+    prob = _problem(2048, 128, 2048, orders=("row", "row", "row"))
+    from hgemm_rt.costmodel import CostModel
+    model = CostModel.for_device((9, 0), 132, MANIFEST)
+    ranked = planner.ranked_recipes(prob, MANIFEST, (9, 0), 132)
+    best, first = ranked[0][0], ranked[0][1]
+    rivals = [r for est, r in ranked if est <= best * (1 + planner.NEAR_TIE)
+              and max(s.splits for s in r.steps if isinstance(s, problem.Gemm)) ==
+              max(s.splits for s in first.steps if isinstance(s, problem.Gemm))]
+    assert model.compute_us(first) == min(model.compute_us(r) for r in rivals)
