@@ -281,7 +281,8 @@ def heatmap(doc: dict[str, Any]) -> dict[str, Any]:
     """A panel per section of a matmul results file measured against cuBLAS, in the run's order."""
     by_section: dict[str, list[dict[str, Any]]] = {}
     for r in doc["rows"]:
-        if r["section"] in SECTIONS and SECTIONS[r["section"]].baseline == "cublas":  # (batched rows time cuBLAS too)
+        # a known section by its declared baseline (batched rows time cuBLAS too, beside torch), else by the row
+        if SECTIONS[r["section"]].baseline == "cublas" if r["section"] in SECTIONS else "cublas_us" in r:
             by_section.setdefault(r["section"], []).append(r)
     return {"panels": [heatmap_panel(name, rows) for name, rows in by_section.items()]}
 
