@@ -88,7 +88,7 @@ __device__ __forceinline__ void issue_chunk(uint4* ring, const T* __restrict__ A
   // Every piece is read once per CTA: evict-first lines, whole 256-byte runs fetched into L2 (H100,
   // fp16, L2 flushed: 1 x 8192 x 8192 64.2 -> 58.4 us, 16 x 6144 x 4096 33.8 -> 27.5, 1 x 4096 x 4096 23.3
   // -> 19.5; the 256-byte fetch alone gave 2-5%)
-  const uint64_t policy = hg::l2_evict_first_policy();
+  const uint64_t policy = hg::l2_policy(true);
   auto copy_row = [&](uint4* dst, const T* base, int ld, int row, int rows) {
     const bool in = row < rows;
     hg::cp_async_16_zfill_stream(dst, in ? base + static_cast<long long>(row) * ld + ka : base, in ? 16 : 0, policy);

@@ -56,7 +56,7 @@ using hg90::tma_load_4d;  // cu/common/sm90.cuh
 template <class W, bool kRank4>
 __device__ __forceinline__ void produce(const CUtensorMap& tmA, const CUtensorMap& tmB, uint8_t* sA, uint8_t* sB,
                                         uint64_t* full, uint64_t* empty, int nk, int kt0, int m0, int n_lo,
-                                        int n_hi, int ai, int ao, int bi, int bo) {
+                                        int n_hi, int ai, int ao, int bi, int bo, uint64_t b_policy) {
   constexpr int BN = W::BN;
   int stage = 0;
   uint32_t phase = 0;
@@ -73,9 +73,9 @@ __device__ __forceinline__ void produce(const CUtensorMap& tmA, const CUtensorMa
 #pragma unroll
       for (int h = 0; h < 2; ++h) {  // BN/2 rows of N, 64 K each, per half (128 bytes a row)
         if constexpr (kRank4)
-          tma_load_4d(b + h * (BN / 2 * 128), &tmB, &full[stage], k0, h ? n_hi : n_lo, bi, bo);
+          hg90::tma_load_4d_hint(b + h * (BN / 2 * 128), &tmB, &full[stage], k0, h ? n_hi : n_lo, bi, bo, b_policy);
         else
-          hg90::tma_load_2d(b + h * (BN / 2 * 128), &tmB, &full[stage], k0, h ? n_hi : n_lo);
+          hg90::tma_load_2d_hint(b + h * (BN / 2 * 128), &tmB, &full[stage], k0, h ? n_hi : n_lo, b_policy);
       }
     } else {
       constexpr int kHalf = BN >= 128 ? BN / 128 : BN / 64;  // chunks from n_lo (BN = 64: all of them)
@@ -83,9 +83,9 @@ __device__ __forceinline__ void produce(const CUtensorMap& tmA, const CUtensorMa
       for (int c = 0; c < BN / 64; ++c) {  // 64-column chunks of 64 K rows (MN-major)
         const int n = c < kHalf ? n_lo + 64 * c : n_hi + 64 * (c - kHalf);
         if constexpr (kRank4)
-          tma_load_4d(b + c * (64 * 128), &tmB, &full[stage], n, k0, bi, bo);
+          hg90::tma_load_4d_hint(b + c * (64 * 128), &tmB, &full[stage], n, k0, bi, bo, b_policy);
         else
-          hg90::tma_load_2d(b + c * (64 * 128), &tmB, &full[stage], n, k0);
+          hg90::tma_load_2d_hint(b + c * (64 * 128), &tmB, &full[stage], n, k0, b_policy);
       }
     }
     if (++stage == W::kStages) {
@@ -287,13 +287,17 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
   if (wg == 0) {
     if constexpr (W::kConsumers > 1) hg90::setmaxnreg_dec<kProducerRegs>();
     if (threadIdx.x == 0) {
+      // B is streamed (read once from DRAM) where at most two CTAs of M read each tile of it, running side by
+      // side: its lines are evicted first, so that they do not push out (or make write back) other lines.
+      const uint64_t b_policy = hg::l2_policy(gridDim.y <= 2);
       if (tma_levels & kRank4Maps) {
         const int ai = tma_levels & kLevelAInner ? gz.inner : 0, ao = tma_levels & kLevelAOuter ? gz.outer : 0;
         const int bi = tma_levels & kLevelBInner ? gz.inner : 0, bo = tma_levels & kLevelBOuter ? gz.outer : 0;
         produce<W, true>(tmA, tmB, sA, sB, full, empty, nk, kt0, m0, n0, swiglu ? N + n0 : n0 + BN / 2, ai, ao, bi,
-                         bo);
+                         bo, b_policy);
       } else {
-        produce<W, false>(tmA, tmB, sA, sB, full, empty, nk, kt0, m0, n0, swiglu ? N + n0 : n0 + BN / 2, 0, 0, 0, 0);
+        produce<W, false>(tmA, tmB, sA, sB, full, empty, nk, kt0, m0, n0, swiglu ? N + n0 : n0 + BN / 2, 0, 0, 0, 0,
+                          b_policy);
       }
     }
     // The producer takes part in the cluster barriers only: the epilogue code lives in the consumer

@@ -18,14 +18,17 @@ __device__ __forceinline__ void cp_async_16_zfill(void* smem, const void* gmem, 
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem),
                "r"(src_bytes));
 }
-// An L2 cache policy that evicts first the lines it tags: for data streamed through once, so that it
-// does not push out what later kernels reuse (nor dirty lines that would have to be written back first).
-__device__ __forceinline__ uint64_t l2_evict_first_policy() {
+// An L2 cache policy for the lines a copy brings: evict_first where `stream` (data read once, which then
+// neither pushes out what other kernels reuse nor makes dirty lines write back early), else evict_normal.
+__device__ __forceinline__ uint64_t l2_policy(bool stream) {
   uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  if (stream)
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  else
+    asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(policy));
   return policy;
 }
-// cp_async_16_zfill for streamed data: the lines tagged with `policy` (l2_evict_first_policy), and the L2
+// cp_async_16_zfill for streamed data: the lines tagged with `policy` (l2_policy), and the L2
 // asked to fetch the whole 256-byte run around each piece (neighbouring threads' pieces arrive with it).
 __device__ __forceinline__ void cp_async_16_zfill_stream(void* smem, const void* gmem, int src_bytes,
                                                          uint64_t policy) {
