@@ -287,9 +287,12 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
   if (wg == 0) {
     if constexpr (W::kConsumers > 1) hg90::setmaxnreg_dec<kProducerRegs>();
     if (threadIdx.x == 0) {
-      // B is streamed (read once from DRAM) where at most two CTAs of M read each tile of it, running side by
-      // side: its lines are evicted first, so that they do not push out (or make write back) other lines.
-      const uint64_t b_policy = hg::l2_policy(gridDim.y <= 2);
+      // B is streamed where one CTA of M reads each tile of it, or two and B fits in L2 (64 MiB: H100 50 MB,
+      // H200 60 MB): its lines are evicted first, so that they do not push out (or make write back) other
+      // lines. H100, fp16/bf16, L2 flushed: 64 x 6144 x 4096 0.90 -> 1.02x cuBLAS, 256 x 4096 x 4096 0.87 ->
+      // 1.04x; but with two CTAs of M and B of 117-134 MB the second reader missed: 0.93 -> 0.80x.
+      const uint64_t b_policy =
+          hg::l2_policy(gridDim.y == 1 || (gridDim.y == 2 && static_cast<long long>(N) * K * sizeof(T) <= (64ll << 20)));
       if (tma_levels & kRank4Maps) {
         const int ai = tma_levels & kLevelAInner ? gz.inner : 0, ao = tma_levels & kLevelAOuter ? gz.outer : 0;
         const int bi = tma_levels & kLevelBInner ? gz.inner : 0, bo = tma_levels & kLevelBOuter ? gz.outer : 0;

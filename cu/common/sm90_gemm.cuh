@@ -10,7 +10,6 @@
 #include <cuda.h>  // CUtensorMap (128-byte, 64-byte aligned opaque struct)
 #include <type_traits>
 #include "epilogue.cuh"
-#include "ptx.cuh"
 #include "sm90.cuh"
 
 namespace hg90g {
@@ -718,10 +717,6 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
     hg90::setmaxnreg_dec<kProducerRegs>();
     if (threadIdx.x == 0) {
       const uint32_t rank = sched.rank;
-      // kFused: a grouped GEMM streams each expert's B through the few m-tiles of its group, side by side:
-      // its lines are evicted first (hg::l2_policy). Otherwise B is reused across the m-tiles of a wave.
-      [[maybe_unused]] uint64_t b_policy = 0;
-      if constexpr (K::kFused) b_policy = hg::l2_policy(x.group_mode != 0);
       int stage = 0;
       uint32_t phase = 0;
       while (sched.next(m0, n0, outer, inner)) {
@@ -750,21 +745,15 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
               else
                 hg90::tma_load_2d(dst, map, &full[stage], c0, c1);
             };
-            auto load_b = [&](uint8_t* dst, int c0, int c1) {  // with B's L2 policy (b_policy)
-              if (rank4)
-                hg90::tma_load_4d_hint(dst, &tmB, &full[stage], c0, c1, bi, bo, b_policy);
-              else
-                hg90::tma_load_2d_hint(dst, &tmB, &full[stage], c0, c1, b_policy);
-            };
             load(sA + stage * K::kABytes, &tmA, k0, m0, ai, ao);
             uint8_t* b = sB + stage * K::kBBytes;
             if (!K::kNN) {  // TN: two boxes of BN/2 rows (n0, nb1) of 64 K
-              load_b(b, k0, n0);
-              load_b(b + (BN / 2) * 128, k0, nb1);
+              load(b, &tmB, k0, n0, bi, bo);
+              load(b + (BN / 2) * 128, &tmB, k0, nb1, bi, bo);
             } else {  // NN: 64-column chunks, the first BN/128 from n0, the rest from nb1
 #pragma unroll
               for (int c = 0; c < BN / 64; ++c)
-                load_b(b + c * (64 * 128), (c < BN / 128 ? n0 : nb1) + 64 * (c % (BN / 128)), k0);
+                load(b + c * (64 * 128), &tmB, (c < BN / 128 ? n0 : nb1) + 64 * (c % (BN / 128)), k0, bi, bo);
             }
           } else if (!K::kAT) {
             hg90::tma_load_2d(sA + stage * K::kABytes, &tmA, &full[stage], k0, m0);
