@@ -40,6 +40,16 @@
 //   sm_80..89) the CTA reads back its own tile.
 //   Smem: stages * (BM + BN) * BK * 2 bytes (the fp32 tile reuses the pipeline buffers).
 //
+// util_split_tf32: an operand of the 3xTF32 product (matmul's fp32 inputs at fp32 accuracy on TF32 tensor
+//   cores). dst (M x 3 seg, row-major, row stride drs) from src (src_rows x src_cols, any strides, zero
+//   outside): dst(r, p * seg + k) = piece p of S(r, k), k < seg, where a piece is the TF32 rounding
+//   hi(x) = tf32_rn(x) (bit p of `pieces` clear) or the residual lo(x) = tf32_rn(x - hi(x)) (bit p set).
+//   With A split as [lo | hi | hi] and B^T (N x K) as [hi | lo | hi], one TF32 GEMM over K' = 3 seg sums
+//   lo(a) hi(b) + hi(a) lo(b) + hi(a) hi(b): each product to ~2^-21 relative (the lo(a) lo(b) term and
+//   the residuals' own rounding are what is dropped), the small terms first. 64 x 64 source tile
+//   through shared memory: read along the source's contiguous dimension, each element written three
+//   times along dst's rows. Grid: (ceil(seg / 64), ceil(M / 64)). sm_80+ (cvt.rna.tf32.f32).
+//
 // util_gemm_simt_{f16,bf16,f32}: C = epilogue(A.B) (+ beta * C) with any strides for A, B and C and any
 //   alignment, fp32 FMA, 256 threads, 64 x 64 tile, 4 x 4 outputs per thread. The correctness fallback
 //   (dtypes/arches without a tensor-core kernel) and the one-launch path for tiny problems.
@@ -607,9 +617,55 @@ __device__ __forceinline__ void gemm_simt(const T* __restrict__ A, const T* __re
     simt_store_general<T>(a, C, M, N, crs, ccs, m0 + ty, n0 + tx, ep);
 }
 
+// ================================================================================================
+// split_tf32
+// ================================================================================================
+__device__ __forceinline__ float tf32_rn(float x) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+  return __uint_as_float(r);
+}
+
+__device__ __forceinline__ void split_tf32(const float* __restrict__ src, float* __restrict__ dst, int M, int seg,
+                                           int src_rows, int src_cols, int srs, int scs, int drs, int pieces) {
+  constexpr int kPer = kCopyTile * kCopyTile / kCopyThreads;
+  __shared__ float tile[kCopyTile][kCopyTile + 1];  // +1: the column walk of a transposed source is conflict-free
+  const int r0 = blockIdx.y * kCopyTile, k0 = blockIdx.x * kCopyTile;
+  const bool kfast = iabs(scs) <= iabs(srs);  // consecutive threads walk the source's contiguous dimension
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int e = threadIdx.x + i * kCopyThreads, a = e / kCopyTile, b = e % kCopyTile;
+    const int r = kfast ? a : b, k = kfast ? b : a, gr = r0 + r, gk = k0 + k;
+    tile[r][k] = gr < src_rows && gk < src_cols
+                     ? src[static_cast<long long>(gr) * srs + static_cast<long long>(gk) * scs]
+                     : 0.f;  // outside the source (K's padding up to seg): zero
+  }
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int e = threadIdx.x + i * kCopyThreads, r = e / kCopyTile, k = e % kCopyTile;
+    const int gr = r0 + r, gk = k0 + k;
+    if (gr >= M || gk >= seg) continue;
+    const float x = tile[r][k];
+    float hi = tf32_rn(x);
+    // rounding up past FLT_MAX gives inf: keep the truncated head there; an inf or NaN x has no residual
+    if (isinf(hi) && !isinf(x)) hi = __uint_as_float(__float_as_uint(x) & 0xffffe000u);
+    const float lo = isfinite(x) ? tf32_rn(x - hi) : 0.f;
+    float* q = dst + static_cast<long long>(gr) * drs + gk;
+#pragma unroll
+    for (int p = 0; p < 3; ++p) q[p * seg] = (pieces >> p) & 1 ? lo : hi;
+  }
+}
+
 }  // namespace
 
 // ---- extern "C" entry points (one per declared symbol, see util.toml) ----
+extern "C" __global__ void __launch_bounds__(kCopyThreads)
+    util_split_tf32(const float* src, float* dst, int M, int seg, int src_rows, int src_cols, int srs, int scs,
+                    int drs, int pieces) {
+  split_tf32(src, dst, M, seg, src_rows, src_cols, srs, scs, drs, pieces);
+}
+
 #define UTIL_COPY2D(NAME, T)                                                                             \
   extern "C" __global__ void __launch_bounds__(kCopyThreads)                                              \
       NAME(const T* src, T* dst, int M, int N, int src_rows, int src_cols, int srs, int scs, int drs,    \

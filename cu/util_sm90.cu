@@ -36,7 +36,7 @@ namespace {
 
 using hg90::smem_u32;
 
-constexpr int BK = 64;  // 64 fp16 = 128 B: one 128-byte swizzle row, the layout the descriptors read
+constexpr int kRowBytes = 128;  // a k-block: one 128-byte swizzle row of each operand row (64 fp16, 32 fp32)
 constexpr int kProducerRegs = 40;
 constexpr int kConsumerRegs = 232;
 
@@ -63,7 +63,7 @@ __device__ __forceinline__ void produce(const CUtensorMap& tmA, const CUtensorMa
   for (int kb = 0; kb < nk; ++kb) {
     hg90::mbar_wait(&empty[stage], phase ^ 1);  // a fresh barrier passes the "previous" phase
     hg90::mbar_arrive_expect_tx(&full[stage], W::kStageBytes);
-    const int k0 = (kt0 + kb) * BK;
+    const int k0 = (kt0 + kb) * W::BK;
     if constexpr (kRank4)
       tma_load_4d(sA + stage * W::kABytes, &tmA, &full[stage], k0, m0, ai, ao);
     else
@@ -108,7 +108,8 @@ struct WCfg {
   static constexpr int kStages = STAGES;
   static constexpr int kConsumers = BM / 64;
   static constexpr int kThreads = 128 * (1 + kConsumers);
-  static constexpr int kABytes = BM * BK * 2, kBBytes = BN * BK * 2;
+  static constexpr int BK = kRowBytes / sizeof(T);  // k-block in elements: 64 fp16/bf16, 32 fp32 (tf32)
+  static constexpr int kABytes = BM * kRowBytes, kBBytes = BN * kRowBytes;
   static constexpr int kStageBytes = kABytes + kBBytes;  // what each full barrier expects from TMA
   static constexpr int kRingBytes = kStages * kStageBytes;
   static constexpr int kBarOffset = kRingBytes;
@@ -279,7 +280,7 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
   // This CTA's K slice in whole BK tiles: the slices never share a tile, so each K element is
   // summed exactly once; the last slices may be empty (their partial tile is zero).
   const int splits = gz.splits;
-  const int k_tiles = (K + BK - 1) / BK;
+  const int k_tiles = (K + W::BK - 1) / W::BK;
   const int per = (k_tiles + splits - 1) / splits;
   const int kt0 = min(k_tiles, gz.split * per);
   const int nk = min(k_tiles, kt0 + per) - kt0;
@@ -324,7 +325,7 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
       const uint32_t a_base = smem_u32(sA + stage * W::kABytes) + cw * 64 * 128;
       const uint32_t b_base = smem_u32(sB + stage * W::kBBytes);
       hg90::wgmma_fence();
-      hg90::wgmma_kblock<T, false, W::kNN, BK>(d, a_base, b_base, true);
+      hg90::wgmma_kblock<T, false, W::kNN, W::BK>(d, a_base, b_base, true);
       hg90::wgmma_commit();
       hg90::wgmma_wait<1>();  // one k-block in flight; the one before it has finished reading its stage
       if (prev >= 0 && tid == 0) hg90::mbar_arrive(&empty[prev]);
@@ -404,3 +405,10 @@ UTIL_WGMMA(util_gemm_wgmma_bf16_m64n64_tn, __nv_bfloat16, 64, 64, false, 12)
 UTIL_WGMMA(util_gemm_wgmma_bf16_m64n64_nn, __nv_bfloat16, 64, 64, true, 12)
 UTIL_WGMMA(util_gemm_wgmma_bf16_m128n64_tn, __nv_bfloat16, 128, 64, false, 8)
 UTIL_WGMMA(util_gemm_wgmma_bf16_m128n64_nn, __nv_bfloat16, 128, 64, true, 8)
+// TF32 (fp32 operands, tn only: tf32 wgmma reads K-major operands): the same stage bytes and rings (a k-block
+// of 32 fp32 is one 128-byte row, as 64 fp16 are); matmul's accumulate="tf32" on fp32 inputs and, over the
+// operands util_split_tf32 makes, its 3xTF32 products at fp32 accuracy.
+UTIL_WGMMA(util_gemm_wgmma_tf32_m64_tn, float, 64, 256, false, 5)
+UTIL_WGMMA(util_gemm_wgmma_tf32_m128_tn, float, 128, 256, false, 4)
+UTIL_WGMMA(util_gemm_wgmma_tf32_m64n128_tn, float, 64, 128, false, 8)
+UTIL_WGMMA(util_gemm_wgmma_tf32_m128n128_tn, float, 128, 128, false, 6)

@@ -138,6 +138,11 @@ SECTIONS: dict[str, Section] = {
     "layouts": Section("column-major A and/or B; bf16 and fp32 (informative)", "cublas",
                        (cube(4096, a_order="col"), cube(4096, a_order="col", b_order="col"),
                         cube(4096, b_order="col"), cube(2048, "bf16"), cube(2048, "f32"))),
+    "fp32": Section("fp32 inputs at fp32 accuracy (accumulate='f32': 3xTF32 on the TF32 tensor cores) against cuBLAS's "
+                    "fp32 SGEMM (GemmEx and cuBLASLt at COMPUTE_32F, no TF32); target: every row >= 2x, and the error "
+                    "against float64 (rel_error) within 2x of cuBLAS's (cublas_rel_error)", "cublas",
+                    tuple(cube(s, "f32") for s in (2048, 4096, 8192)) + (cube(4096, "f32", b_order="col"),),
+                    target=2.0),
     "torch": Section("hg.matmul(x, w.t()) vs torch.matmul(x, w.t()), w an (N, K) weight as nn.Linear holds it; "
                      "target on the wall-time ratio",
                      "torch", target=0.95, shapes=tuple(Shape(m, n, k, dt, b_order="col") for dt in ("f16", "bf16")

@@ -72,6 +72,7 @@ C_STORE_SHARE = {"tma": 1.0, "staged": 0.8, "direct": 0.4}
 # 8192-16384 per CTA (256 x 256 x 65536 splits=8) ~1.0x): the arithmetic and panel terms of a split launch
 # are scaled by 1 + SPLIT_K_SHORT_K / (K per CTA), at most 2 (the worst measured: 2.3).
 SPLIT_K_SHORT_K = 1300.0
+TF32_SHARE = 0.5  # the TF32 tensor-core rate over the fp16/bf16 one (H100 datasheet)
 
 
 def c_store_kind(spec: KernelSpec) -> str:
@@ -169,8 +170,8 @@ class CostModel:
         BM, BN, _ = spec.tile
         if spec.role == "gemm_strided_mma":
             return r.strided_mma_tflops.get(BM, 100.0)
-        if spec.role == "gemm_strided_wgmma":
-            return r.strided_wgmma_tflops.get((BM, BN), 400.0)
+        if spec.role == "gemm_strided_wgmma":  # TF32 wgmma: half the fp16/bf16 rate (494.7 vs 989.4 TFLOPS dense)
+            return r.strided_wgmma_tflops.get((BM, BN), 400.0) * (TF32_SHARE if spec.acc == "tf32" else 1.0)
         if spec.role == "gemm_fused_wgmma":
             return r.fused_wgmma_tflops
         if spec.role == "gemm_strided_simt":

@@ -87,6 +87,7 @@ def step_scalars(step: Any) -> dict[str, int]:
         (sso, ssi), (sdo, sdi) = batch_strides(s, step.batch), batch_strides(d, step.batch)
         return {"M": d.rows, "N": d.cols, "src_rows": step.src_rows, "src_cols": step.src_cols,
                 "srs": s.rs, "scs": s.cs, "drs": d.rs, "dcs": d.cs, **epilogue_scalars(step),
+                "seg": d.cols // 3, "pieces": step.pieces,
                 "batch_inner": inner, "bss_o": sso, "bss_i": ssi, "bsd_o": sdo, "bsd_i": sdi}
     a, b, c = step.a, step.b, step.c
     b_row = dict(step.variant).get("b", "row") == "row"
@@ -132,7 +133,8 @@ class _Step:
         self.spec = spec = manifest.kernels[step.kernel]
         outer, inner = kernel_batch(step.batch)
         if isinstance(step, Copy):
-            variant, grid = {}, GemmShape(step.dst.rows, step.dst.cols, 1)
+            # a split's grid covers one piece (each CTA writes its source tile's three pieces)
+            variant, grid = {}, GemmShape(step.dst.rows, step.dst.cols // 3 if step.pieces else step.dst.cols, 1)
             fn, cfg = prepare(manifest, spec, dev, grid, variant, False, None)
             splits = 1
         else:

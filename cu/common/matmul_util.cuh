@@ -162,6 +162,29 @@ __device__ __forceinline__ void store4_values(T* C, long long off, int ldc_c, in
   }
 }
 
+// fp32: one 16-byte store where C's row is contiguous and the address aligned.
+template <>
+__device__ __forceinline__ void store4_values<float>(float* C, long long off, int ldc_c, int cols_left, float (&x)[4],
+                                                     float beta) {
+  float* p = C + off;
+  if (ldc_c == 1 && cols_left >= 4 && (reinterpret_cast<uintptr_t>(p) & 15) == 0) {
+    float4* q = reinterpret_cast<float4*>(p);
+    if (beta != 0.f) {
+      const float4 o = *q;
+      x[0] += beta * o.x, x[1] += beta * o.y, x[2] += beta * o.z, x[3] += beta * o.w;
+    }
+    *q = make_float4(x[0], x[1], x[2], x[3]);
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    if (j < cols_left) {
+      float* e = p + static_cast<long long>(j) * ldc_c;
+      *e = beta != 0.f ? x[j] + beta * *e : x[j];
+    }
+  }
+}
+
 // Output (row, col .. col + 3), sums v: the epilogue, then store4_values. kLinear (ep.linear(), the
 // common case): alpha * v alone. Otherwise bias, activation and scale per element, only for the
 // cols_left columns inside C (no bias element past the last column is read).

@@ -340,6 +340,43 @@ HG90_DEFINE_WGMMA(__nv_bfloat16, "bf16", 1, 0)
 HG90_DEFINE_WGMMA(__nv_bfloat16, "bf16", 1, 1)
 #undef HG90_DEFINE_WGMMA
 
+// TF32 (fp32 operands in shared memory; the tensor core reads their top 19 bits): k8 per instruction,
+// and both operands K-major only (PTX has no transpose immediates for .tf32). The k8 slice of a
+// 128-byte row is 32 bytes, as the k16 slice of fp16, so the same descriptors walk a k-block.
+#define HG90_WGMMA_TF32_ASM(SHAPE, NACC_REGS, DA, DB, SCALE)                                                   \
+  "{\n"                                                                                                        \
+  ".reg .pred p;\n"                                                                                            \
+  "setp.ne.b32 p, " SCALE ", 0;\n"                                                                             \
+  "wgmma.mma_async.sync.aligned." SHAPE ".f32.tf32.tf32\n" NACC_REGS ",\n" DA ", " DB ", p, 1, 1;\n"          \
+  "}\n"
+#define HG90_ACC_REGS32                                                                                        \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                    \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define HG90_ACC_REGS128                                                                                       \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                    \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "                           \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "                            \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "                            \
+  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "                            \
+  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "                            \
+  "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "                \
+  "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}"
+__device__ __forceinline__ void wgmma_tf32(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+  asm volatile(HG90_WGMMA_TF32_ASM("m64n256k8", HG90_ACC_REGS128, "%128", "%129", "%130")
+               : HG90_WGMMA_ACC_LIST(HG90_ACC_OPERAND)
+               : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+__device__ __forceinline__ void wgmma_tf32(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+  asm volatile(HG90_WGMMA_TF32_ASM("m64n128k8", HG90_ACC_REGS64, "%64", "%65", "%66")
+               : HG90_WGMMA_ACC_LIST64(HG90_ACC_OPERAND)
+               : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+__device__ __forceinline__ void wgmma_tf32(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+  asm volatile(HG90_WGMMA_TF32_ASM("m64n64k8", HG90_ACC_REGS32, "%32", "%33", "%34")
+               : HG90_WGMMA_ACC_LIST32(HG90_ACC_OPERAND)
+               : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
 using hg::pack2;  // cu/common/pack.cuh
 
 // One k-block of BK elements as BK/16 wgmma m64nNk16 (N = 2 * accumulators: 256, 128 or 64) from
@@ -348,22 +385,34 @@ using hg::pack2;  // cu/common/pack.cuh
 // 16-element slice of a K-major row starts 32 bytes further (the hardware applies the swizzle to the
 // full address); of an MN-major operand, 16 K rows further. With accumulate == false the first slice
 // overwrites d (scale-d 0), so d needs no zeroing.
+// T = float: BK fp32 elements (128 bytes: BK = 32) as BK/8 tf32 m64nNk8, both operands K-major.
 template <typename T, bool kAT, bool kNN, int BK, int NACC>
 __device__ __forceinline__ void wgmma_kblock(float (&d)[NACC], uint32_t a_base, uint32_t b_base, bool accumulate) {
   static_assert(NACC == 128 || NACC == 64 || NACC == 32, "m64n256, m64n128 or m64n64 accumulators");
-  constexpr int kTA = kAT ? 1 : 0, kTB = kNN ? 1 : 0;
+  static_assert(BK * sizeof(T) == 128, "a k-block is one 128-byte swizzle row");
+  if constexpr (sizeof(T) == 4) {
+    static_assert(!kAT && !kNN, "tf32 wgmma reads K-major operands only");
 #pragma unroll
-  for (int k = 0; k < BK / 16; ++k) {
-    // an m64 MN-major A is exactly one 64-wide panel: its leading byte offset is never used
-    const uint64_t da = kAT ? wgmma_desc(a_base + k * 16 * 128, 64 * 128, 1024) : wgmma_desc(a_base + k * 32, 16, 1024);
-    const uint64_t db = kNN ? wgmma_desc(b_base + k * 16 * 128, 64 * 128, 1024) : wgmma_desc(b_base + k * 32, 16, 1024);
-    const int scale_d = (accumulate || k > 0) ? 1 : 0;
-    if constexpr (NACC == 128)
-      wgmma_m64n256k16<T, kTA, kTB>(d, da, db, scale_d);
-    else if constexpr (NACC == 64)
-      wgmma_m64n128k16<T, kTA, kTB>(d, da, db, scale_d);
-    else
-      wgmma_m64n64k16<T, kTA, kTB>(d, da, db, scale_d);
+    for (int k = 0; k < BK / 8; ++k)
+      wgmma_tf32(d, wgmma_desc(a_base + k * 32, 16, 1024), wgmma_desc(b_base + k * 32, 16, 1024),
+                 (accumulate || k > 0) ? 1 : 0);
+  } else {
+    constexpr int kTA = kAT ? 1 : 0, kTB = kNN ? 1 : 0;
+#pragma unroll
+    for (int k = 0; k < BK / 16; ++k) {
+      // an m64 MN-major A is exactly one 64-wide panel: its leading byte offset is never used
+      const uint64_t da =
+          kAT ? wgmma_desc(a_base + k * 16 * 128, 64 * 128, 1024) : wgmma_desc(a_base + k * 32, 16, 1024);
+      const uint64_t db =
+          kNN ? wgmma_desc(b_base + k * 16 * 128, 64 * 128, 1024) : wgmma_desc(b_base + k * 32, 16, 1024);
+      const int scale_d = (accumulate || k > 0) ? 1 : 0;
+      if constexpr (NACC == 128)
+        wgmma_m64n256k16<T, kTA, kTB>(d, da, db, scale_d);
+      else if constexpr (NACC == 64)
+        wgmma_m64n128k16<T, kTA, kTB>(d, da, db, scale_d);
+      else
+        wgmma_m64n64k16<T, kTA, kTB>(d, da, db, scale_d);
+    }
   }
 }
 
