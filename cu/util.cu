@@ -41,14 +41,14 @@
 //   Smem: stages * (BM + BN) * BK * 2 bytes (the fp32 tile reuses the pipeline buffers).
 //
 // util_split_tf32: an operand of the 3xTF32 product (matmul's fp32 inputs at fp32 accuracy on TF32 tensor
-//   cores). dst (M x 3 seg, row-major, row stride drs) from src (src_rows x src_cols, any strides, zero
-//   outside): dst(r, p * seg + k) = piece p of S(r, k), k < seg, where a piece is the TF32 rounding
-//   hi(x) = tf32_rn(x) (bit p of `pieces` clear) or the residual lo(x) = tf32_rn(x - hi(x)) (bit p set).
-//   With A split as [lo | hi | hi] and B^T (N x K) as [hi | lo | hi], one TF32 GEMM over K' = 3 seg sums
-//   lo(a) hi(b) + hi(a) lo(b) + hi(a) hi(b): each product to ~2^-21 relative (the lo(a) lo(b) term and
-//   the residuals' own rounding are what is dropped), the small terms first. 64 x 64 source tile
-//   through shared memory: read along the source's contiguous dimension, each element written three
-//   times along dst's rows. Grid: (ceil(seg / 64), ceil(M / 64)). sm_80+ (cvt.rna.tf32.f32).
+//   cores, role gemm_tf32x3). src (rows x K, any strides) becomes 2 KB planes of rows x 32 fp32 (KB =
+//   ceil(K / 32) k-blocks; plane q at dst + q * rows * 32, rows of 128 bytes): plane kb holds the TF32 heads
+//   hi(x) = tf32_rn(x) of k-block kb, plane KB + kb the residuals lo(x) = tf32_rn(x - hi(x)); zero past K.
+//   The GEMM sums lo(a) hi(b) + hi(a) lo(b) + hi(a) hi(b) (each product to ~2^-21 relative; the lo(a) lo(b)
+//   term and the residuals' own rounding are what is dropped). A plane per k-block keeps each TMA box of the
+//   GEMM one contiguous run (rows of 3K elements put every box row on another page: at 8192^3 the GEMM ran
+//   at half its rate). 64 x 64 source tile through shared memory, read along the source's contiguous
+//   dimension, written in 128-byte plane rows. Grid: (ceil(K / 64), ceil(rows / 64)). sm_80+ (cvt.rna).
 //
 // util_gemm_simt_{f16,bf16,f32}: C = epilogue(A.B) (+ beta * C) with any strides for A, B and C and any
 //   alignment, fp32 FMA, 256 threads, 64 x 64 tile, 4 x 4 outputs per thread. The correctness fallback
@@ -626,8 +626,8 @@ __device__ __forceinline__ float tf32_rn(float x) {
   return __uint_as_float(r);
 }
 
-__device__ __forceinline__ void split_tf32(const float* __restrict__ src, float* __restrict__ dst, int M, int seg,
-                                           int src_rows, int src_cols, int srs, int scs, int drs, int pieces) {
+__device__ __forceinline__ void split_tf32(const float* __restrict__ src, float* __restrict__ dst, int rows, int K,
+                                           int srs, int scs) {
   constexpr int kPer = kCopyTile * kCopyTile / kCopyThreads;
   __shared__ float tile[kCopyTile][kCopyTile + 1];  // +1: the column walk of a transposed source is conflict-free
   const int r0 = blockIdx.y * kCopyTile, k0 = blockIdx.x * kCopyTile;
@@ -636,24 +636,24 @@ __device__ __forceinline__ void split_tf32(const float* __restrict__ src, float*
   for (int i = 0; i < kPer; ++i) {
     const int e = threadIdx.x + i * kCopyThreads, a = e / kCopyTile, b = e % kCopyTile;
     const int r = kfast ? a : b, k = kfast ? b : a, gr = r0 + r, gk = k0 + k;
-    tile[r][k] = gr < src_rows && gk < src_cols
-                     ? src[static_cast<long long>(gr) * srs + static_cast<long long>(gk) * scs]
-                     : 0.f;  // outside the source (K's padding up to seg): zero
+    tile[r][k] = gr < rows && gk < K ? src[static_cast<long long>(gr) * srs + static_cast<long long>(gk) * scs]
+                                     : 0.f;  // past K: the last k-block's zero padding
   }
   __syncthreads();
+  const int blocks = (K + 31) / 32;
+  const long long lo_planes = static_cast<long long>(blocks) * rows * 32;
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {
     const int e = threadIdx.x + i * kCopyThreads, r = e / kCopyTile, k = e % kCopyTile;
     const int gr = r0 + r, gk = k0 + k;
-    if (gr >= M || gk >= seg) continue;
+    if (gr >= rows || gk >= blocks * 32) continue;
     const float x = tile[r][k];
     float hi = tf32_rn(x);
     // rounding up past FLT_MAX gives inf: keep the truncated head there; an inf or NaN x has no residual
     if (isinf(hi) && !isinf(x)) hi = __uint_as_float(__float_as_uint(x) & 0xffffe000u);
-    const float lo = isfinite(x) ? tf32_rn(x - hi) : 0.f;
-    float* q = dst + static_cast<long long>(gr) * drs + gk;
-#pragma unroll
-    for (int p = 0; p < 3; ++p) q[p * seg] = (pieces >> p) & 1 ? lo : hi;
+    float* q = dst + (static_cast<long long>(gk / 32) * rows + gr) * 32 + gk % 32;
+    q[0] = hi;
+    q[lo_planes] = isfinite(x) ? tf32_rn(x - hi) : 0.f;
   }
 }
 
@@ -661,11 +661,9 @@ __device__ __forceinline__ void split_tf32(const float* __restrict__ src, float*
 
 // ---- extern "C" entry points (one per declared symbol, see util.toml) ----
 extern "C" __global__ void __launch_bounds__(kCopyThreads)
-    util_split_tf32(const float* src, float* dst, int M, int seg, int src_rows, int src_cols, int srs, int scs,
-                    int drs, int pieces) {
-  split_tf32(src, dst, M, seg, src_rows, src_cols, srs, scs, drs, pieces);
+    util_split_tf32(const float* src, float* dst, int src_rows, int src_cols, int srs, int scs) {
+  split_tf32(src, dst, src_rows, src_cols, srs, scs);
 }
-
 #define UTIL_COPY2D(NAME, T)                                                                             \
   extern "C" __global__ void __launch_bounds__(kCopyThreads)                                              \
       NAME(const T* src, T* dst, int M, int N, int src_rows, int src_cols, int srs, int scs, int drs,    \

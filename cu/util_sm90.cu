@@ -53,16 +53,34 @@ using hg90::tma_load_4d;  // cu/common/sm90.cuh
 // BN/2 columns (rows of N for tn), the first from B's column n_lo, the second from n_hi: n0 and
 // n0 + BN/2 for a plain tile, gate n0 and up F + n0 for a SwiGLU one (wgmma_splitk). tn loads each half
 // as one box of BN/2 rows; nn loads 64-column chunks, BN/128 per half (BN = 64: one chunk at n_lo).
+// W::kX3 (3xTF32): the K slice walks 3 x3_blocks k-blocks, the three products lo(a) hi(b), hi(a) lo(b),
+// hi(a) hi(b) of each 32 columns in turn (so the second read of a head plane comes from L2), A and B being
+// rank-4 maps (32, rows, 2 x3_blocks planes, 1) of util_split_tf32's planes.
 template <class W, bool kRank4>
 __device__ __forceinline__ void produce(const CUtensorMap& tmA, const CUtensorMap& tmB, uint8_t* sA, uint8_t* sB,
                                         uint64_t* full, uint64_t* empty, int nk, int kt0, int m0, int n_lo,
-                                        int n_hi, int ai, int ao, int bi, int bo, uint64_t b_policy) {
+                                        int n_hi, int ai, int ao, int bi, int bo, uint64_t b_policy,
+                                        int x3_blocks = 0) {
   constexpr int BN = W::BN;
   int stage = 0;
   uint32_t phase = 0;
   for (int kb = 0; kb < nk; ++kb) {
     hg90::mbar_wait(&empty[stage], phase ^ 1);  // a fresh barrier passes the "previous" phase
     hg90::mbar_arrive_expect_tx(&full[stage], W::kStageBytes);
+    if constexpr (W::kX3) {  // k-block kt: product kt % 3 of the 32 columns kk = kt / 3 (lo planes from KB on)
+      const int kt = kt0 + kb, kk = kt / 3, piece = kt - 3 * kk;
+      tma_load_4d(sA + stage * W::kABytes, &tmA, &full[stage], 0, m0, kk + (piece == 0 ? x3_blocks : 0), 0);
+      const int pb = kk + (piece == 1 ? x3_blocks : 0);
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        hg90::tma_load_4d_hint(sB + stage * W::kBBytes + h * (BN / 2 * 128), &tmB, &full[stage], 0, h ? n_hi : n_lo,
+                               pb, 0, b_policy);
+      if (++stage == W::kStages) {
+        stage = 0;
+        phase ^= 1;
+      }
+      continue;
+    }
     const int k0 = (kt0 + kb) * W::BK;
     if constexpr (kRank4)
       tma_load_4d(sA + stage * W::kABytes, &tmA, &full[stage], k0, m0, ai, ao);
@@ -95,9 +113,19 @@ __device__ __forceinline__ void produce(const CUtensorMap& tmA, const CUtensorMa
   }
 }
 
-template <typename T, int BM_, int BN_, bool NN, int STAGES>
+template <typename T, int BM_, int BN_, bool NN, int STAGES, int X3 = 0>
 struct WCfg {
   using Elem = T;
+  // 3xTF32 (the gemm_tf32x3 kernels): A and B as TF32 hi/lo planes (produce), and each k-block's products summed
+  // in the tensor cores from zero, then added to the accumulators with FADD (consumer): the tensor cores'
+  // accumulation rounds toward zero, so a sum kept there over K = 2048-8192 lost 6-12x cuBLAS SGEMM's accuracy
+  // (H100; docs/tuning_log.md).
+  static constexpr bool kX3 = X3 > 0;
+  static constexpr int kPromote = X3;  // kX3: k-blocks summed in the tensor cores per FADD into the accumulators
+  // kX3: tiles in groups of kGroupM rows of M, walked down M first, so that a wave of ~132 CTAs shares its A
+  // and B panels in L2 (the row-by-row order re-read all of B from DRAM per two rows of tiles: at 4096^3 fp32
+  // that was ~3 GB, most of the 1.5 ms)
+  static constexpr int kGroupM = 8;
   static constexpr int BM = BM_;
   static constexpr int BN = BN_;  // 256: m64n256k16; 128: m64n128k16 (twice the CTAs on small grids)
   static constexpr int kAcc = BN / 2;  // fp32 accumulators per consumer thread
@@ -118,6 +146,7 @@ struct WCfg {
   // Output quads each reducing thread sums at once (reduce_store_wide): up to 2 * kGroup float4
   // DSMEM loads in flight per thread (no spills under the 168-register cap of the 384-thread kernels).
   static constexpr int kGroup = 8;
+  static_assert(!kX3 || (sizeof(T) == 4 && !NN && BN <= 128), "3xTF32: tf32, tn, two accumulator sets in registers");
   static_assert(BM == 64 || BM == 128, "one or two consumer warpgroups of 64 rows");
   static_assert(BN == 64 || BN == 128 || BN == 256, "m64n64k16, m64n128k16 or m64n256k16");
   static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0, "swizzled tiles must stay 1024-byte aligned");
@@ -275,12 +304,20 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
   // output columns from n0: the B stage holds gate columns [n0, n0 + BN/2) then up [F + n0, ...), so
   // the accumulator holds the gate in columns [0, BN/2) and the up part in [BN/2, BN).
   const bool swiglu = W::kSwiGLU && (epi & hge::kSwiGLU) != 0;
-  const int m0 = blockIdx.y * W::BM, n0 = blockIdx.x * (swiglu ? BN / 2 : BN);
+  int mt = blockIdx.y, nt = blockIdx.x;
+  if constexpr (W::kX3) {
+    const int tile = blockIdx.y * gridDim.x + blockIdx.x, per_group = W::kGroupM * gridDim.x;
+    const int first = tile / per_group * W::kGroupM, rows = min(static_cast<int>(gridDim.y) - first, W::kGroupM);
+    mt = first + tile % per_group % rows;
+    nt = tile % per_group / rows;
+  }
+  const int m0 = mt * W::BM, n0 = nt * (swiglu ? BN / 2 : BN);
   const hgu::GridZ gz = hgu::grid_z(batch_inner);
   // This CTA's K slice in whole BK tiles: the slices never share a tile, so each K element is
   // summed exactly once; the last slices may be empty (their partial tile is zero).
   const int splits = gz.splits;
-  const int k_tiles = (K + W::BK - 1) / W::BK;
+  const int x3_blocks = W::kX3 ? (K + W::BK - 1) / W::BK : 0;  // k-blocks of one product (3xTF32: three of them)
+  const int k_tiles = W::kX3 ? 3 * x3_blocks : (K + W::BK - 1) / W::BK;
   const int per = (k_tiles + splits - 1) / splits;
   const int kt0 = min(k_tiles, gz.split * per);
   const int nk = min(k_tiles, kt0 + per) - kt0;
@@ -294,7 +331,10 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
       // 1.04x; but with two CTAs of M and B of 117-134 MB the second reader missed: 0.93 -> 0.80x.
       const uint64_t b_policy =
           hg::l2_policy(gridDim.y == 1 || (gridDim.y == 2 && static_cast<long long>(N) * K * sizeof(T) <= (64ll << 20)));
-      if (tma_levels & kRank4Maps) {
+      if constexpr (W::kX3) {
+        produce<W, false>(tmA, tmB, sA, sB, full, empty, nk, kt0, m0, n0, n0 + BN / 2, 0, 0, 0, 0, b_policy,
+                          x3_blocks);
+      } else if (tma_levels & kRank4Maps) {
         const int ai = tma_levels & kLevelAInner ? gz.inner : 0, ao = tma_levels & kLevelAOuter ? gz.outer : 0;
         const int bi = tma_levels & kLevelBInner ? gz.inner : 0, bo = tma_levels & kLevelBOuter ? gz.outer : 0;
         produce<W, true>(tmA, tmB, sA, sB, full, empty, nk, kt0, m0, n0, swiglu ? N + n0 : n0 + BN / 2, ai, ao, bi,
@@ -320,19 +360,51 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
     for (int i = 0; i < W::kAcc; ++i) d[i] = 0.f;  // an empty K slice still contributes its zeros
     int stage = 0, prev = -1;
     uint32_t phase = 0;
-    for (int kb = 0; kb < nk; ++kb) {
-      hg90::mbar_wait(&full[stage], phase);
-      const uint32_t a_base = smem_u32(sA + stage * W::kABytes) + cw * 64 * 128;
-      const uint32_t b_base = smem_u32(sB + stage * W::kBBytes);
-      hg90::wgmma_fence();
-      hg90::wgmma_kblock<T, false, W::kNN, W::BK>(d, a_base, b_base, true);
-      hg90::wgmma_commit();
-      hg90::wgmma_wait<1>();  // one k-block in flight; the one before it has finished reading its stage
-      if (prev >= 0 && tid == 0) hg90::mbar_arrive(&empty[prev]);
-      prev = stage;
-      if (++stage == W::kStages) {
-        stage = 0;
-        phase ^= 1;
+    if constexpr (W::kX3) {
+      // kPromote k-blocks' products, summed in the tensor cores from zero. The second consumer's groups are
+      // offset by half a group, so that the two never drain the tensor cores' queue at once.
+      float t[W::kAcc];
+      const int offset = cw * (W::kPromote / 2);
+#pragma unroll 1
+      for (int kb = 0; kb < nk; ++kb) {
+        const int g = (kb + offset) % W::kPromote;  // this k-block's place in its group
+        hg90::mbar_wait(&full[stage], phase);
+        hg90::wgmma_fence();
+        hg90::wgmma_kblock<T, false, false, W::BK>(t, smem_u32(sA + stage * W::kABytes) + cw * 64 * 128,
+                                                   smem_u32(sB + stage * W::kBBytes), g != 0 && kb != 0);
+        hg90::wgmma_commit();
+        hg90::wgmma_wait<1>();  // the k-block before this one has finished reading its stage
+        if (prev >= 0 && tid == 0) hg90::mbar_arrive(&empty[prev]);
+        prev = stage;
+        if (g == W::kPromote - 1 || kb == nk - 1) {
+          hg90::wgmma_wait<0>();
+#pragma unroll
+          for (int i = 0; i < W::kAcc; ++i) hg90::fence_regs(t[i]);
+          if (tid == 0) hg90::mbar_arrive(&empty[stage]);
+          prev = -1;
+#pragma unroll
+          for (int i = 0; i < W::kAcc; ++i) d[i] += t[i];  // round to nearest, here
+        }
+        if (++stage == W::kStages) {
+          stage = 0;
+          phase ^= 1;
+        }
+      }
+    } else {
+      for (int kb = 0; kb < nk; ++kb) {
+        hg90::mbar_wait(&full[stage], phase);
+        const uint32_t a_base = smem_u32(sA + stage * W::kABytes) + cw * 64 * 128;
+        const uint32_t b_base = smem_u32(sB + stage * W::kBBytes);
+        hg90::wgmma_fence();
+        hg90::wgmma_kblock<T, false, W::kNN, W::BK>(d, a_base, b_base, true);
+        hg90::wgmma_commit();
+        hg90::wgmma_wait<1>();  // one k-block in flight; the one before it has finished reading its stage
+        if (prev >= 0 && tid == 0) hg90::mbar_arrive(&empty[prev]);
+        prev = stage;
+        if (++stage == W::kStages) {
+          stage = 0;
+          phase ^= 1;
+        }
       }
     }
     hg90::wgmma_wait<0>();
@@ -412,3 +484,18 @@ UTIL_WGMMA(util_gemm_wgmma_tf32_m64_tn, float, 64, 256, false, 5)
 UTIL_WGMMA(util_gemm_wgmma_tf32_m128_tn, float, 128, 256, false, 4)
 UTIL_WGMMA(util_gemm_wgmma_tf32_m64n128_tn, float, 64, 128, false, 8)
 UTIL_WGMMA(util_gemm_wgmma_tf32_m128n128_tn, float, 128, 128, false, 6)
+// 3xTF32 (role gemm_tf32x3): A and B as util_split_tf32's planes, each k-block's products added in fp32 FMA.
+#define UTIL_TF32X3(NAME, BM, BN, STAGES, PROMOTE)                                                                \
+  extern "C" __global__ void __launch_bounds__(WCfg<float, BM, BN, false, STAGES, PROMOTE>::kThreads, 1)         \
+      NAME(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB, float* C, int M,    \
+           int N, int K, int ldc_r, int ldc_c, int alpha_bits, int beta_bits, const float* bias, int bias_stride, \
+           int epi, int scale_bits) {                                                                           \
+    wgmma_splitk<WCfg<float, BM, BN, false, STAGES, PROMOTE>>(tmA, tmB, C, M, N, K, ldc_r, ldc_c, alpha_bits,    \
+                                                           beta_bits, bias, bias_stride, epi, scale_bits, 1, 0, 0, \
+                                                           0);                                                  \
+  }                                                                                                               \
+  HG_EXPORT_DSMEM(NAME, WCfg<float, BM, BN, false, STAGES, PROMOTE>::kSmemBytes)
+// Promotion every 4 k-blocks (128 of K): H100, 2048-8192^3, every 3, 4, 8 or 16 ran alike (237-239 us at 2048^3);
+// errors against float64 3.2-3.5e-7 (3, 4), 6.4e-7 (8), 1.2e-6 (16), cuBLAS SGEMM's 8.1e-7-1.6e-6.
+UTIL_TF32X3(util_gemm_tf32x3_m128n128_tn, 128, 128, 6, 4)
+UTIL_TF32X3(util_gemm_tf32x3_m128n64_tn, 128, 64, 8, 4)

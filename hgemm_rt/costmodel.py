@@ -73,6 +73,7 @@ C_STORE_SHARE = {"tma": 1.0, "staged": 0.8, "direct": 0.4}
 # are scaled by 1 + SPLIT_K_SHORT_K / (K per CTA), at most 2 (the worst measured: 2.3).
 SPLIT_K_SHORT_K = 1300.0
 TF32_SHARE = 0.5  # the TF32 tensor-core rate over the fp16/bf16 one (H100 datasheet)
+TF32X3_SHARE = 0.85  # gemm_tf32x3: the rate left after waiting for each k-block's products to add them
 
 
 def c_store_kind(spec: KernelSpec) -> str:
@@ -172,6 +173,8 @@ class CostModel:
             return r.strided_mma_tflops.get(BM, 100.0)
         if spec.role == "gemm_strided_wgmma":  # TF32 wgmma: half the fp16/bf16 rate (494.7 vs 989.4 TFLOPS dense)
             return r.strided_wgmma_tflops.get((BM, BN), 400.0) * (TF32_SHARE if spec.acc == "tf32" else 1.0)
+        if spec.role == "gemm_tf32x3":  # three TF32 products per product, each k-block's sum added outside
+            return r.strided_wgmma_tflops.get((BM, BN), 400.0) * TF32_SHARE * TF32X3_SHARE / 3
         if spec.role == "gemm_fused_wgmma":
             return r.fused_wgmma_tflops
         if spec.role == "gemm_strided_simt":
@@ -206,7 +209,7 @@ class CostModel:
         panel = load * (BM + BN) * (g.K / g.splits) * isz / r.sm_bytes_per_s * self.split_factor(spec, g)
         epilogue = 0.0
         latency = r.cluster_launch_us if g.splits > 1 else 0.0
-        if spec.role in ("gemm_strided_mma", "gemm_strided_wgmma"):  # the fp32 tile goes through shared memory
+        if spec.role in ("gemm_strided_mma", "gemm_strided_wgmma", "gemm_tf32x3"):  # fp32 tile through shared memory
             tile_bytes = BM * BN * 4
             epilogue = load * (tile_bytes / r.smem_bytes_per_s +
                                (tile_bytes / r.dsmem_bytes_per_s if g.splits > 1 else 0.0))
@@ -240,7 +243,7 @@ class CostModel:
     def split_factor(spec: KernelSpec, g: Gemm) -> float:
         """How much slower than its rate a split-K launch of the Hopper strided kernels runs: more, the
         shorter each CTA's share of K (SPLIT_K_SHORT_K); 1 unsplit and for the other roles."""
-        if g.splits == 1 or spec.role != "gemm_strided_wgmma":
+        if g.splits == 1 or spec.role not in ("gemm_strided_wgmma", "gemm_tf32x3"):
             return 1.0
         return 1.0 + min(SPLIT_K_SHORT_K / (g.K / g.splits), 1.0)
 

@@ -87,7 +87,7 @@ def step_scalars(step: Any) -> dict[str, int]:
         (sso, ssi), (sdo, sdi) = batch_strides(s, step.batch), batch_strides(d, step.batch)
         return {"M": d.rows, "N": d.cols, "src_rows": step.src_rows, "src_cols": step.src_cols,
                 "srs": s.rs, "scs": s.cs, "drs": d.rs, "dcs": d.cs, **epilogue_scalars(step),
-                "seg": d.cols // 3, "pieces": step.pieces,
+
                 "batch_inner": inner, "bss_o": sso, "bss_i": ssi, "bsd_o": sdo, "bsd_i": sdi}
     a, b, c = step.a, step.b, step.c
     b_row = dict(step.variant).get("b", "row") == "row"
@@ -116,6 +116,13 @@ def tma_shape(view: View, batch: tuple[int, ...], isz: int) -> tuple[tuple, tupl
     return (outer[0], inner[0], view.rows, view.cols), (outer[1], inner[1], view.rs * isz, view.cs * isz)
 
 
+def tf32x3_planes(view: View, rows: int, isz: int) -> tuple[tuple, tuple]:
+    """(shape, byte strides) of a gemm_tf32x3 operand's rank-4 TMA map: util_split_tf32's planes (view: their
+    stack, planes x rows rows of `view.cols` elements) as (1, planes, rows, cols)."""
+    planes = view.rows // rows
+    return (1, planes, rows, view.cols), (planes * rows * view.rs * isz, rows * view.rs * isz, view.rs * isz, isz)
+
+
 def loop_offsets(recipe: Recipe, view: View) -> list[int]:
     """`view`'s element offset for each index of the recipe's loop levels, in launch order."""
     if not recipe.loop:
@@ -133,8 +140,10 @@ class _Step:
         self.spec = spec = manifest.kernels[step.kernel]
         outer, inner = kernel_batch(step.batch)
         if isinstance(step, Copy):
-            # a split's grid covers one piece (each CTA writes its source tile's three pieces)
-            variant, grid = {}, GemmShape(step.dst.rows, step.dst.cols // 3 if step.pieces else step.dst.cols, 1)
+            # a split's grid covers its source (each CTA writes its tile's planes)
+            grid = GemmShape(step.src_rows, step.src_cols, 1) if step.tf32_split else \
+                GemmShape(step.dst.rows, step.dst.cols, 1)
+            variant = {}
             fn, cfg = prepare(manifest, spec, dev, grid, variant, False, None)
             splits = 1
         else:
@@ -163,7 +172,9 @@ class _Step:
         self.refs = {}
         for name, v in step_operands(step).items():
             where = OPERAND_SLOTS.get(v.base, v.base)
-            if name in tmaps and batched_launch(step):
+            if name in tmaps and spec.role == "gemm_tf32x3" and name in ("A", "B"):
+                shape, strides = tf32x3_planes(v, step.M if name == "A" else step.N, isz)
+            elif name in tmaps and batched_launch(step):
                 shape, strides = tma_shape(v, step.batch, isz)
             else:
                 shape, strides = (v.rows, v.cols), (v.rs * isz, v.cs * isz)

@@ -32,9 +32,10 @@ LADDERS = ("cuda", "wmma", "mma", "cute", "hopper", "sgemm", "util")  # util: he
 #   gemm_strided_simt   CUDA-core GEMM on any strides, alpha/beta: the fallback for every shape
 #   gemm_strided_stream the gemm_strided_mma ABI for a short A (decoding): B streamed once from HBM, priced by its bytes
 #   gemm_fused_wgmma    the persistent wgmma GEMM with the fused epilogue, batches and grouped GEMM (sm_90a)
-#   split_tf32          util_split_tf32: an fp32 operand as TF32 [hi | lo] pieces, for the 3xTF32 product
+#   gemm_tf32x3         fp32 at fp32 accuracy on TF32 wgmma: the product of split_tf32's planes of A and B^T (sm_90a)
+#   split_tf32          util_split_tf32: an fp32 operand as TF32 head and residual planes, for gemm_tf32x3
 ROLES = ("gemm", "copy", "gemm_strided_mma", "gemm_strided_wgmma", "gemm_strided_simt", "gemm_strided_stream",
-         "gemm_fused_wgmma", "split_tf32")
+         "gemm_fused_wgmma", "gemm_tf32x3", "split_tf32")
 ARCHS = ("80", "86", "89", "90", "90a")
 DEFAULT_PARAMS = ("ptr:A", "ptr:B", "ptr:C", "i32:M", "i32:N", "i32:K")
 PTX_ARCH = "90"  # the build keeps the PTX of its sm_90 cubin: the newest non-"a" target, JIT-able by newer GPUs

@@ -35,17 +35,12 @@ STRIDED_MMA_ALIGN = 16  # 16-byte chunks of A and B: 16-byte aligned rows, leadi
 TMA_ROW_BYTES = 128  # row pitch of the padded copies that TMA maps read (TMA itself needs 16)
 # A and B by pointer and leading dimension, B row- or column-major (the `b` variant)
 LEADING_DIM_ROLES = ("gemm_strided_mma", "gemm_strided_stream")
-SPLIT_K_ROLES = ("gemm_strided_mma", "gemm_strided_wgmma", "gemm_strided_stream")
+SPLIT_K_ROLES = ("gemm_strided_mma", "gemm_strided_wgmma", "gemm_strided_stream", "gemm_tf32x3")
+SPLIT_ROLE = "split_tf32"  # the gemm_tf32x3 operands' kernel
 DECODE_ROWS = 16  # see ranked_recipes
 SHORT_SIDE = 128  # see ranked_recipes
 NEAR_TIE = 0.01  # see ranked_recipes
 TMA_MAX_STRIDE = 2**40  # bytes: a tensor map's strides must stay below it
-# 3xTF32 (fp32 inputs, accumulate="f32", on the TF32 wgmma kernels): A split as [lo | hi | hi], B^T as
-# [hi | lo | hi] (util_split_tf32's `pieces`: bit p set = piece p is the residual), so that one TF32 GEMM over
-# K' = 3 seg sums lo(a) hi(b) + hi(a) lo(b) + hi(a) hi(b). The route option TF32X3 marks these routes.
-TF32X3 = "tf32x3"
-TF32X3_A_PIECES, TF32X3_B_PIECES = 0b001, 0b010
-TF32X3_SEG = 4  # elements: each piece starts on a 16-byte boundary (TMA reads the row as one K' = 3 seg)
 
 
 def _round_up(x: int, m: int) -> int:
@@ -106,13 +101,6 @@ def copy_kernel(manifest: Manifest, dtype: str, role: str = "copy") -> str | Non
     return None
 
 
-def tf32x3_applies(spec: KernelSpec, prob: Problem, manifest: Manifest) -> bool:
-    """Whether `spec` can run `prob` as a 3xTF32 product: fp32 accuracy asked of fp32 inputs, a TF32 wgmma
-    kernel, a build with the split kernel, one matrix (the split copies take no batch)."""
-    return spec.role == "gemm_strided_wgmma" and spec.acc == "tf32" and prob.dtype == "f32" and \
-        prob.acc == "f32" and not prob.batched and copy_kernel(manifest, "f32", "split_tf32") is not None
-
-
 class _NoCopyKernel(Exception):
     """The recipe needs a copy and the build has no "copy" kernel for the dtype."""
 
@@ -129,7 +117,7 @@ class _Glue:
 
     def __init__(self, manifest: Manifest, dtype: str, batch: tuple[int, ...] = ()):
         self.copier = copy_kernel(manifest, dtype)
-        self.splitter = copy_kernel(manifest, dtype, "split_tf32")
+        self.splitter = copy_kernel(manifest, dtype, SPLIT_ROLE)
         self.isz = ITEMSIZE[dtype]
         self.batch = batch
         self.temps: list[Temp] = []
@@ -159,16 +147,17 @@ class _Glue:
         self.copy_bytes += (src.rows * src.cols + rows * cols) * self.isz * _prod(copies)
         return dst
 
-    def split_tf32(self, name: str, src: View, rows: int, seg: int, pieces: int) -> View:
-        """The 3xTF32 operand of `src` (rows x K, K <= seg): its three TF32 pieces of seg columns side by side,
-        zero past K, in whole 128-byte rows (a TMA map reads it), filled by a split step."""
-        cols = 3 * seg
-        stride = _round_up(cols, TMA_ROW_BYTES // self.isz)
-        self.temps.append(Temp(name, rows, cols, 0 if stride == cols else stride))
-        self.steps.append(Copy(self.splitter, src, View.make(name, rows, cols, stride, 1, 256), src.rows, src.cols,
-                               epilogue=False, pieces=pieces))
-        self.copy_bytes += (src.rows * src.cols + rows * cols) * self.isz
-        return self.steps[-1].dst
+    def split_tf32(self, name: str, src: View, block: int) -> View:
+        """The gemm_tf32x3 operand of `src` (rows x K): its TF32 head and residual planes, rows x `block` each,
+        2 ceil(K / block) of them stacked (their stack as the view), filled by a split step."""
+        if self.splitter is None:
+            raise _NoCopyKernel
+        planes = 2 * -(-src.cols // block)
+        self.temps.append(Temp(name, planes * src.rows, block))
+        dst = _dense(name, planes * src.rows, block)
+        self.steps.append(Copy(self.splitter, src, dst, src.rows, src.cols, epilogue=False, tf32_split=True))
+        self.copy_bytes += (src.rows * src.cols + dst.rows * dst.cols) * self.isz
+        return dst
 
     def recipe(self, route: Route, *last: Any) -> Recipe:
         return Recipe(route, tuple(self.temps), tuple(self.steps) + last, self.copy_bytes,
@@ -181,16 +170,15 @@ def recipe_for(route: Route, prob: Problem, manifest: Manifest) -> Recipe | None
         return None  # the gate/up halves are column blocks of C
     p = prob.transposed() if route.transpose else prob
     spec = manifest.kernels.get(route.kernel)
-    if spec is None or spec.dtype != p.dtype or spec.role in ("copy", "split_tf32"):
+    if spec is None or spec.dtype != p.dtype or spec.role in ("copy", SPLIT_ROLE):
         return None
     if p.batched and (spec.role == "gemm" or int(route.opts().get("splits", 1)) * _prod(p.kernel_batch) >
                       MAX_GRID_BATCH):
         return None  # the catalogue ABI has no batch; grid.z holds splits x the kernel's batch
-    if route.opts().get(TF32X3):
-        if not tf32x3_applies(spec, p, manifest):
-            return None
-    elif spec.role != "gemm" and acc_variant(spec, p.dtype, p.acc) is False:
+    if spec.role != "gemm" and acc_variant(spec, p.dtype, p.acc) is False:
         return None  # (the catalogue role resolves its acc variant in _recipe)
+    if spec.role == "gemm_tf32x3" and p.batched:
+        return None  # the split takes one matrix
     if p.epi is not None:  # a build whose kernels predate the fused epilogue: never a silently dropped epilogue
         applier = _epilogue_kernel(p, spec, manifest)
         if applier is None or not applies_epilogue(applier):
@@ -243,12 +231,9 @@ def _recipe(route: Route, p: Problem, spec: KernelSpec, glue: _Glue) -> Recipe |
         if route.transpose:
             return None  # strides are general: transposing buys nothing
         return glue.recipe(route, Gemm(route.kernel, spec.role, p.a, p.b, p.c, M, N, K, **fused))
-    if opts.get(TF32X3):  # both operands split (whatever their layout): the TN kernel reads A3 and B3^T
-        seg = _round_up(K, TF32X3_SEG)
-        a3 = glue.split_tf32("tA3", p.a, M, seg, TF32X3_A_PIECES)
-        b3 = glue.split_tf32("tB3", p.b.T, N, seg, TF32X3_B_PIECES)
-        return glue.recipe(route, Gemm(route.kernel, spec.role, a3, b3, p.c, M, p.c.cols, 3 * seg, splits=splits,
-                                       **fused))
+    if spec.role == "gemm_tf32x3":  # both operands split, whatever their layout: the kernel reads A's and B^T's planes
+        a3, b3 = glue.split_tf32("tA3", p.a, spec.tile[2]), glue.split_tf32("tB3", p.b.T, spec.tile[2])
+        return glue.recipe(route, Gemm(route.kernel, spec.role, a3, b3, p.c, M, p.c.cols, K, splits=splits, **fused))
     if spec.role in ("gemm_strided_wgmma", "gemm_fused_wgmma"):
         # TMA maps of A and B as they are where their rows are contiguous with 16-byte-multiple
         # strides; otherwise a packed copy (B packed as N x K, which the TN kernel reads)
@@ -359,7 +344,7 @@ def candidate_routes(prob: Problem, manifest: Manifest, cc: tuple[int, int], ker
     for spec in manifest.kernels.values():
         if spec.dtype != prob.dtype or (kernel and spec.name != kernel) or not _built(manifest, spec, cc):
             continue
-        if spec.role in ("copy", "split_tf32") or (prob.batched and spec.role == "gemm"):
+        if spec.role in ("copy", SPLIT_ROLE) or (prob.batched and spec.role == "gemm"):
             continue
         if spec.role == "gemm_strided_simt":
             out.append(Route(spec.name))
@@ -368,15 +353,12 @@ def candidate_routes(prob: Problem, manifest: Manifest, cc: tuple[int, int], ker
             out += [Route(spec.name, t) for t in (False, True)]
             continue
         if spec.role in SPLIT_K_ROLES:
-            x3 = ()
-            if acc_variant(spec, prob.dtype, prob.acc) is False:  # fp32 accuracy from TF32 kernels: 3xTF32
-                if not tf32x3_applies(spec, prob, manifest):
-                    continue
-                x3 = ((TF32X3, True),)
+            if acc_variant(spec, prob.dtype, prob.acc) is False or (spec.role == "gemm_tf32x3" and prob.batched):
+                continue  # (a TF32 kernel for an fp32-accuracy request: the gemm_tf32x3 role is that)
             for t in (False, True):
                 for s in SPLITS:  # thread-block clusters are sm_90+; grid.z holds splits x batch
                     if (s == 1 or cc >= (9, 0)) and s * batch <= MAX_GRID_BATCH:
-                        out.append(Route(spec.name, t, (("splits", s),) + x3))
+                        out.append(Route(spec.name, t, (("splits", s),)))
             continue
         if spec.out != prob.dtype or acc_variant(spec, prob.dtype, prob.acc) is False:
             continue
@@ -463,8 +445,8 @@ def describe(recipe: Recipe) -> str:
 
     parts = []
     for s in recipe.steps:
-        if isinstance(s, Copy) and s.pieces:
-            parts.append(f"split {s.src.base}->{s.dst.base} (TF32 pieces)")
+        if isinstance(s, Copy) and s.tf32_split:
+            parts.append(f"split {s.src.base}->{s.dst.base} (TF32 hi/lo)")
         elif isinstance(s, Copy):
             parts.append(f"copy {batch(s)}{s.src.base}->{s.dst.base}{epi(s)}")
         else:

@@ -235,9 +235,9 @@ class Copy:
     batch: tuple[int, ...] = ()  # the problem's batch levels: one copy per matrix (views' `bs`)
     epi: Epilogue | None = None  # with epilogue: the bias/activation/scale it applies too (SwiGLU:
     bias: View | None = None  # src has 2 * dst.cols columns, gate | up)
-    # a "split_tf32"-role kernel instead (3xTF32): dst = src's TF32 pieces side by side, dst.cols / 3 columns
-    # each, piece p the residual where bit p is set, else the rounded head (cu/util.cu, util_split_tf32)
-    pieces: int = 0
+    # a "split_tf32"-role kernel instead (3xTF32): dst = src's TF32 head and residual planes, 32 columns a
+    # k-block (cu/util.cu, util_split_tf32): 2 ceil(src_cols / 32) planes of src_rows x 32, dst their stack
+    tf32_split: bool = False
 
 
 @dataclass(frozen=True)

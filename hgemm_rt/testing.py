@@ -6,7 +6,7 @@ and a ragged shape, and the checked run of those plans."""
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -220,6 +220,7 @@ class UtilCase:
     c: Operand
     alpha: float
     beta: float
+    acc: str = "f32"  # the accumulate= request (fp32 cases also ask for "tf32": the one-pass TF32 kernels)
 
     @property
     def MNK(self) -> tuple[int, int, int]:
@@ -241,11 +242,12 @@ class UtilCase:
         from . import problem
 
         a, b, c = self.views()
-        return problem.Problem(self.dtype, "f32", a, b, c, plain=self.alpha == 1.0 and self.beta == 0.0,
+        return problem.Problem(self.dtype, self.acc, a, b, c, plain=self.alpha == 1.0 and self.beta == 0.0,
                                beta_zero=self.beta == 0.0)
 
     def __str__(self) -> str:
-        return f"{self.dtype} {self.shape} {'x'.join(map(str, self.MNK))} {self.what}"
+        acc = "" if self.acc == "f32" else f" accumulate={self.acc}"
+        return f"{self.dtype} {self.shape} {'x'.join(map(str, self.MNK))} {self.what}{acc}"
 
 
 def util_cases(dtypes) -> list[UtilCase]:
@@ -273,6 +275,8 @@ def util_cases(dtypes) -> list[UtilCase]:
                 cases.append(UtilCase(dtype, shape, "row-major, leading dimensions padded to 8, alpha/beta",
                                       Operand("row", 0, -K % 8), Operand("row", 0, -N % 8),
                                       Operand("row", 0, -N % 8), 0.5, 0.25))
+    # fp32 inputs at TF32 precision: the one-pass TF32 kernels (fp32 accuracy runs the 3xTF32 ones above)
+    cases += [replace(c, acc="tf32") for c in cases if c.dtype == "f32"]
     return cases
 
 
@@ -428,7 +432,7 @@ def run_util(names: set[str], report: Callable[[str], Any] = lambda line: None) 
                           Buffer(rng.standard_normal((K, N)), case.dtype, case.b, False),
                           Buffer(c0, case.dtype, case.c, True)]
         A, B, C = bufs[case]
-        prob = problem_of_arrays(A.view, B.view, C.view, "f32", case.alpha, case.beta)
+        prob = problem_of_arrays(A.view, B.view, C.view, case.acc, case.alpha, case.beta)
         if prob.key() != case.problem().key():  # the plan was chosen for these exact views
             raise RuntimeError(f"{case}: views {prob.key()} differ from the planned {case.problem().key()}")
         C.upload()
@@ -440,7 +444,7 @@ def run_util(names: set[str], report: Callable[[str], Any] = lambda line: None) 
         runnable.close()
         got = storage_to_f64(now[C.idx], case.dtype)
         ref = case.alpha * (A.exact @ B.exact) + (case.beta * C.exact if case.beta else 0.0)
-        err, bound = rel_error(got, ref), error_floor(case.dtype, "f32", case.dtype, case.MNK[2])
+        err, bound = rel_error(got, ref), error_floor(case.dtype, case.acc, case.dtype, case.MNK[2])
         outside = np.ones(now.shape, bool)
         outside[C.idx] = False
         ok = err <= bound and np.array_equal(now[outside].view(np.uint8), C.host[outside].view(np.uint8))
@@ -511,10 +515,10 @@ def download(array, like: np.ndarray) -> np.ndarray:
 
 
 def each_route(prob, dtype: str, a: GuardedArray, b: GuardedArray, c: GuardedArray, alpha: float, beta: float,
-               bias: GuardedArray | None = None):
-    """Every recipe the planner ranks for `prob`, forced once on a, b, c (and the bias of a fused epilogue;
-    C set back to its initial values before each): yields (recipe, C's view as float64) with the GPU idle,
-    C's surroundings as left."""
+               bias: GuardedArray | None = None, plans=None):
+    """Every recipe the planner ranks for `prob` (or the recipes `plans`), forced once on a, b, c (and the bias
+    of a fused epilogue; C set back to its initial values before each): yields (recipe, C's view as float64)
+    with the GPU idle, C's surroundings as left."""
     from . import planner
     from .device import get_device
     from .executor import Execution
@@ -522,7 +526,9 @@ def each_route(prob, dtype: str, a: GuardedArray, b: GuardedArray, c: GuardedArr
 
     dev = get_device()
     manifest = get_registry().manifest
-    for _est, plan in planner.ranked_recipes(prob, manifest, dev.info.cc, dev.info.sm_count):
+    if plans is None:
+        plans = [plan for _est, plan in planner.ranked_recipes(prob, manifest, dev.info.cc, dev.info.sm_count)]
+    for plan in plans:
         c.buf.copy_from_host(c.host)
         ex = Execution(plan, dtype, 0, manifest)
         try:

@@ -3,7 +3,7 @@
 median), and each result's error against float64. A probe for tuning, not the product bench
 (`bench.py --matmul fp32` is).
 
-    PYTHONPATH=.:$PYTHONPATH python3 scripts/fp32_probe.py 2048 4096 8192
+    PYTHONPATH=.:$PYTHONPATH python3 scripts/fp32_probe.py 2048 4096 8192 [KERNEL ...]  (each forced, fp32 accuracy)
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def rel(x: torch.Tensor, ref: torch.Tensor) -> float:
     return float(torch.linalg.norm(x.double() - ref) / torch.linalg.norm(ref))
 
 
-def main(sizes: list[int]) -> None:
+def main(sizes: list[int], kernels: list[str]) -> None:
     print(torch.cuda.get_device_name(), flush=True)
     for n in sizes:
         a = torch.randn(n, n, device="cuda")
@@ -37,8 +37,8 @@ def main(sizes: list[int]) -> None:
         torch.backends.cuda.matmul.allow_tf32 = False
         out = torch.empty(n, n, device="cuda")
         rows = [("torch fp32 SGEMM", t_sgemm, rel(c_sgemm, ref)), ("torch TF32", t_tf32, rel(c_tf32, ref))]
-        for acc in ("f32", "tf32"):
-            mm = hg.Matmul(a, b, out, accumulate=acc)
+        for acc, kernel in [("f32", "auto"), ("tf32", "auto")] + [("f32", k) for k in kernels]:
+            mm = hg.Matmul(a, b, out, accumulate=acc, kernel=kernel)
             mm(a, b, out)
             torch.cuda.synchronize()
             err = rel(out, ref)
@@ -59,4 +59,5 @@ def main(sizes: list[int]) -> None:
 
 
 if __name__ == "__main__":
-    main([int(x) for x in sys.argv[1:]] or [2048, 4096, 8192])
+    args = sys.argv[1:]
+    main([int(x) for x in args if x.isdigit()] or [2048, 4096, 8192], [x for x in args if not x.isdigit()])
