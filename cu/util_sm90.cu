@@ -146,9 +146,9 @@ struct WCfg {
   // Output quads each reducing thread sums at once (reduce_store_wide): up to 2 * kGroup float4
   // DSMEM loads in flight per thread (no spills under the 168-register cap of the 384-thread kernels).
   static constexpr int kGroup = 8;
-  static_assert(!kX3 || (sizeof(T) == 4 && !NN && BN <= 128), "3xTF32: tf32, tn, two accumulator sets in registers");
+  static_assert(!kX3 || (sizeof(T) == 4 && !NN && BN <= 192), "3xTF32: tf32, tn, two accumulator sets in registers");
   static_assert(BM == 64 || BM == 128, "one or two consumer warpgroups of 64 rows");
-  static_assert(BN == 64 || BN == 128 || BN == 256, "m64n64k16, m64n128k16 or m64n256k16");
+  static_assert(BN == 64 || BN == 128 || BN == 256 || (kX3 && BN == 192), "m64n64, m64n128, m64n256 (3xTF32: m64n192)");
   static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0, "swizzled tiles must stay 1024-byte aligned");
   static_assert(BM * kRedStride * 4 <= kRingBytes, "the fp32 partial tile reuses the ring");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory over the 227 KB per-block limit");
@@ -499,3 +499,4 @@ UTIL_WGMMA(util_gemm_wgmma_tf32_m128n128_tn, float, 128, 128, false, 6)
 // errors against float64 3.2-3.5e-7 (3, 4), 6.4e-7 (8), 1.2e-6 (16), cuBLAS SGEMM's 8.1e-7-1.6e-6.
 UTIL_TF32X3(util_gemm_tf32x3_m128n128_tn, 128, 128, 6, 4)
 UTIL_TF32X3(util_gemm_tf32x3_m128n64_tn, 128, 64, 8, 4)
+UTIL_TF32X3(util_gemm_tf32x3_m128n192_tn, 128, 192, 5, 4)

@@ -28,6 +28,7 @@ class ArchRates:
     strided_wgmma_tflops: Mapping[tuple[int, int], float]  # gemm_strided_wgmma by (BM, BN)
     fused_wgmma_tflops: float  # gemm_fused_wgmma: the persistent Hopper kernel with the fused epilogue
     fused_c_read_bytes_per_s: float  # its epilogue reading C_old for beta != 0 (partly overlapped with the MMAs)
+    tf32x3_tflops: Mapping[tuple[int, int], float]  # gemm_tf32x3 by (BM, BN), in FLOPs of the product (2MNK)
     simt_tflops: Mapping[str, float]
     dram_bytes_per_s: float
     stream_bytes_per_s: float  # gemm_strided_stream: B read once, straight from HBM
@@ -73,7 +74,6 @@ C_STORE_SHARE = {"tma": 1.0, "staged": 0.8, "direct": 0.4}
 # are scaled by 1 + SPLIT_K_SHORT_K / (K per CTA), at most 2 (the worst measured: 2.3).
 SPLIT_K_SHORT_K = 1300.0
 TF32_SHARE = 0.5  # the TF32 tensor-core rate over the fp16/bf16 one (H100 datasheet)
-TF32X3_SHARE = 0.85  # gemm_tf32x3: the rate left after waiting for each k-block's products to add them
 
 
 def c_store_kind(spec: KernelSpec) -> str:
@@ -95,6 +95,9 @@ HOPPER = ArchRates(
     fused_wgmma_tflops=740.0,
     # beta = 1 at 4096 x 8192 x 2048 fp16 (64 MB of C_old, TMA-loaded per pass): 214.5 us against 189.6 plain (H100)
     fused_c_read_bytes_per_s=2.6e12,
+    # the GEMM step alone, H100, 2048-8192^3 (three TF32 products; 2048^3 fills 176 of 264 slots at 128 x 192);
+    # 128 x 64 not measured (the 128 x 128 rate scaled by its tile reuse, as REUSE_FULL does elsewhere)
+    tf32x3_tflops={(128, 64): 60.0, (128, 128): 79.0, (128, 192): 90.0},
     simt_tflops={"f16": 15.0, "bf16": 15.0, "f32": 20.0},
     dram_bytes_per_s=2.6e12,  # achievable on H100 SXM / H200 (3.35 / 4.8 TB/s peak)
     stream_bytes_per_s=2.9e12,
@@ -130,6 +133,7 @@ AMPERE = ArchRates(
     strided_wgmma_tflops={},
     fused_wgmma_tflops=0.0,  # sm_90a only
     fused_c_read_bytes_per_s=0.3e12,
+    tf32x3_tflops={},  # sm_90a only
     simt_tflops={"f16": 8.0, "bf16": 8.0, "f32": 12.0},
     dram_bytes_per_s=1.3e12,
     stream_bytes_per_s=1.45e12,
@@ -173,8 +177,8 @@ class CostModel:
             return r.strided_mma_tflops.get(BM, 100.0)
         if spec.role == "gemm_strided_wgmma":  # TF32 wgmma: half the fp16/bf16 rate (494.7 vs 989.4 TFLOPS dense)
             return r.strided_wgmma_tflops.get((BM, BN), 400.0) * (TF32_SHARE if spec.acc == "tf32" else 1.0)
-        if spec.role == "gemm_tf32x3":  # three TF32 products per product, each k-block's sum added outside
-            return r.strided_wgmma_tflops.get((BM, BN), 400.0) * TF32_SHARE * TF32X3_SHARE / 3
+        if spec.role == "gemm_tf32x3":
+            return r.tf32x3_tflops.get((BM, BN), 40.0)
         if spec.role == "gemm_fused_wgmma":
             return r.fused_wgmma_tflops
         if spec.role == "gemm_strided_simt":
