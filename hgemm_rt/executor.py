@@ -134,7 +134,7 @@ def loop_offsets(recipe: Recipe, view: View) -> list[int]:
 class _Step:
     """One prepared launch of an Execution."""
 
-    __slots__ = ("spec", "launch", "refs", "scalars", "epilogue")
+    __slots__ = ("spec", "launch", "refs", "scalars", "alpha", "beta")
 
     def __init__(self, manifest: Manifest, step: Any, dev: Any, recipe: Recipe):
         self.spec = spec = manifest.kernels[step.kernel]
@@ -185,7 +185,9 @@ class _Step:
             if f"ptr:{name}" in spec.params and name not in self.refs:
                 self.refs[name] = (None, (1, 1), (isz, isz), [0] * max(1, math.prod(recipe.loop)))
         self.scalars = step_scalars(step)
-        self.epilogue = step.epilogue  # applies the caller's alpha/beta (else alpha 1, beta 0)
+        # the caller's alpha and beta where the step applies them (else alpha 1, beta 0)
+        self.alpha = step.epilogue and "a" in step.scalars
+        self.beta = step.epilogue and "b" in step.scalars
 
 
 class Execution:
@@ -215,8 +217,8 @@ class Execution:
         packers = self._packers_by_scalars.get((alpha, beta))
         if packers is None:
             ab, bb = f32_bits(alpha), f32_bits(beta)
-            packers = [ParamPacker(st.spec, dict(st.scalars, alpha_bits=ab if st.epilogue else f32_bits(1.0),
-                                                 beta_bits=bb if st.epilogue else 0)) for st in self.steps]
+            packers = [ParamPacker(st.spec, dict(st.scalars, alpha_bits=ab if st.alpha else f32_bits(1.0),
+                                                 beta_bits=bb if st.beta else 0)) for st in self.steps]
             with self._lock:
                 self._packers_by_scalars[(alpha, beta)] = packers
                 if len(self._packers_by_scalars) > PACKED_PER_EXECUTION:

@@ -27,6 +27,7 @@ from .errors import NotBuiltForDeviceError
 from .launcher import default_swizzle_stride
 from .manifest import KernelSpec, Manifest
 from .dtypes import ITEMSIZE
+from .epilogue import Epilogue
 from .problem import KERNEL_LEVELS, MAX_GRID_BATCH, Copy, Gemm, Problem, Recipe, Route, Temp, View, \
     batch_align, kernel_batch
 
@@ -201,20 +202,29 @@ def _epilogue_kernel(p: Problem, spec: KernelSpec, manifest: Manifest) -> Kernel
 
 
 def _swiglu_after(route: Route, p: Problem, spec: KernelSpec, glue: _Glue, manifest: Manifest) -> Recipe | None:
-    """SwiGLU with a kernel that cannot pair gate and up columns itself: the plain product, all 2F columns,
-    into a temporary, then the copy kernel's SwiGLU pass into C (unbatched problems)."""
+    """SwiGLU with a kernel that cannot pair gate and up columns itself: the product, all 2F columns, into a
+    temporary, then the copy kernel's SwiGLU pass into C (unbatched problems). A GEMM that applies the fused
+    epilogue adds alpha and the bias to its fp32 sums, as the fused kernels do (the copy then pairs, scales and
+    adds beta * C): a gate or up sum that the bias cancels keeps its digits, where a bias added after the
+    rounding into the temporary keeps only the rounding's. A catalogue kernel writes the plain product, so it
+    takes no bias here."""
     copier = manifest.kernels.get(glue.copier) if glue.copier else None
     if copier is None or not copier.swiglu or p.batched:
         return None
-    full = replace(p, c=_dense("tS", p.M, p.N), plain=True, beta_zero=True, epi=None, bias=None)
+    fuses = applies_epilogue(spec)
+    if p.bias is not None and not fuses:
+        return None
+    before = Epilogue(p.epi.bias) if p.bias is not None else None  # the bias alone, in the product
+    full = replace(p, c=_dense("tS", p.M, p.N), plain=True, beta_zero=True, epi=before, bias=p.bias)
     inner = _recipe(route, full, spec, glue)
     if inner is None:
         return None
-    out = Copy(glue.copier, full.c, p.c, p.M, p.N, epilogue=True, epi=p.epi, bias=p.bias)
+    after = Epilogue(None, p.epi.activation, p.epi.scale)
+    out = Copy(glue.copier, full.c, p.c, p.M, p.N, epilogue=True, epi=after, scalars="b" if fuses else "ab")
     nbytes = (p.M * p.N + p.c.rows * p.c.cols * (1 if p.beta_zero else 2)) * glue.isz
-    # the user's alpha/beta belong to the SwiGLU copy alone: the steps into tS run plain
-    plain = tuple(replace(s, epilogue=False) for s in inner.steps)
-    return replace(inner, temps=inner.temps + (Temp("tS", p.M, p.N),), steps=plain + (out,),
+    # the user's beta belongs to the SwiGLU copy alone; alpha to the GEMM where it applies the epilogue
+    steps = tuple(replace(s, epilogue=fuses and isinstance(s, Gemm), scalars="a") for s in inner.steps)
+    return replace(inner, temps=inner.temps + (Temp("tS", p.M, p.N),), steps=steps + (out,),
                    copy_bytes=inner.copy_bytes + nbytes)
 
 
@@ -440,7 +450,8 @@ def describe(recipe: Recipe) -> str:
     def epi(s: Any) -> str:  # what the step's epilogue fuses
         if not s.epilogue:
             return ""
-        what = ", ".join(x for x in ("alpha/beta", str(s.epi) if s.epi else "") if x)
+        scalars = {"ab": "alpha/beta", "a": "alpha", "b": "beta"}[s.scalars]
+        what = ", ".join(x for x in (scalars, str(s.epi) if s.epi else "") if x)
         return f" ({what})" if isinstance(s, Copy) or s.epi else ""
 
     parts = []

@@ -233,6 +233,7 @@ class Copy:
     src_cols: int
     epilogue: bool  # True: the user's alpha/beta; False: a plain copy (alpha 1, beta 0)
     batch: tuple[int, ...] = ()  # the problem's batch levels: one copy per matrix (views' `bs`)
+    scalars: str = "ab"  # with epilogue: which of the user's alpha ("a") and beta ("b") it takes (else 1 and 0)
     epi: Epilogue | None = None  # with epilogue: the bias/activation/scale it applies too (SwiGLU:
     bias: View | None = None  # src has 2 * dst.cols columns, gate | up)
     # a "split_tf32"-role kernel instead (3xTF32): dst = src's TF32 head and residual planes, 32 columns a
@@ -256,6 +257,7 @@ class Gemm:
     splits: int = 1
     epilogue: bool = False  # the kernel applies the user's alpha/beta itself
     batch: tuple[int, ...] = ()  # the problem's batch levels: one product per matrix (views' `bs`)
+    scalars: str = "ab"  # with epilogue: which of the user's alpha ("a") and beta ("b") it takes (else 1 and 0)
     epi: Epilogue | None = None  # with epilogue: the bias/activation/scale it applies too
     bias: View | None = None
     group: int = 0  # grouped_matmul's i32:group_mode (grouped.GROUP_MODES; the batch is the experts)
