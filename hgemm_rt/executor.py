@@ -63,6 +63,13 @@ def epilogue_scalars(step: Any) -> dict[str, int]:
             "bias_stride": step.bias.cs if step.epilogue and step.bias is not None else 0}
 
 
+def alpha_beta_bits(step: Any, alpha: float, beta: float) -> dict[str, int]:
+    """The i32:alpha_bits / i32:beta_bits a step's kernel gets: the caller's alpha and beta where the step applies
+    them (its `scalars`), else alpha 1 and beta 0."""
+    return {"alpha_bits": f32_bits(alpha if step.epilogue and "a" in step.scalars else 1.0),
+            "beta_bits": f32_bits(beta) if step.epilogue and "b" in step.scalars else 0}
+
+
 def kernel_levels(batch: tuple[int, ...]) -> tuple[int | None, int | None]:
     """The indices of the (outer, inner) batch levels a kernel takes (None where absent)."""
     n = len(batch)
@@ -134,7 +141,7 @@ def loop_offsets(recipe: Recipe, view: View) -> list[int]:
 class _Step:
     """One prepared launch of an Execution."""
 
-    __slots__ = ("spec", "launch", "refs", "scalars", "alpha", "beta")
+    __slots__ = ("spec", "launch", "refs", "scalars", "step")
 
     def __init__(self, manifest: Manifest, step: Any, dev: Any, recipe: Recipe):
         self.spec = spec = manifest.kernels[step.kernel]
@@ -185,9 +192,7 @@ class _Step:
             if f"ptr:{name}" in spec.params and name not in self.refs:
                 self.refs[name] = (None, (1, 1), (isz, isz), [0] * max(1, math.prod(recipe.loop)))
         self.scalars = step_scalars(step)
-        # the caller's alpha and beta where the step applies them (else alpha 1, beta 0)
-        self.alpha = step.epilogue and "a" in step.scalars
-        self.beta = step.epilogue and "b" in step.scalars
+        self.step = step
 
 
 class Execution:
@@ -216,9 +221,8 @@ class Execution:
     def _packers(self, alpha: float, beta: float) -> list[ParamPacker]:
         packers = self._packers_by_scalars.get((alpha, beta))
         if packers is None:
-            ab, bb = f32_bits(alpha), f32_bits(beta)
-            packers = [ParamPacker(st.spec, dict(st.scalars, alpha_bits=ab if st.alpha else f32_bits(1.0),
-                                                 beta_bits=bb if st.beta else 0)) for st in self.steps]
+            packers = [ParamPacker(st.spec, dict(st.scalars, **alpha_beta_bits(st.step, alpha, beta)))
+                       for st in self.steps]
             with self._lock:
                 self._packers_by_scalars[(alpha, beta)] = packers
                 if len(self._packers_by_scalars) > PACKED_PER_EXECUTION:

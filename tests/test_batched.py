@@ -673,7 +673,6 @@ def _simulate(heap, recipe, ptrs, alpha, beta, manifest):
         heap.mem[start:start + t.count * t.rows * t.row_stride] = 0.0
         temps[t.name] = heap.addr(start)
     parts = int(np.prod(recipe.loop)) if recipe.loop else 1
-    ab, bb = executor.f32_bits(alpha), executor.f32_bits(beta)
     for part in range(parts):
         for step in recipe.steps:
             spec = manifest.kernels[step.kernel]
@@ -688,8 +687,7 @@ def _simulate(heap, recipe, ptrs, alpha, beta, manifest):
                 refs[name] = ArrayRef(base + executor.loop_offsets(recipe, v)[part] * isz, shape, strides, spec.dtype)
             for name in executor.OPTIONAL_POINTERS:  # (a plain product: null pointers)
                 refs.setdefault(name, ArrayRef(0, (1, 1), (isz, isz), spec.dtype))
-            scalars = dict(executor.step_scalars(step), alpha_bits=ab if step.epilogue else executor.f32_bits(1.0),
-                           beta_bits=bb if step.epilogue else 0)
+            scalars = dict(executor.step_scalars(step), **executor.alpha_beta_bits(step, alpha, beta))
             p = _params(spec, scalars, refs)
             outer, inner = problem.kernel_batch(step.batch)
             b_row = dict(getattr(step, "variant", ())).get("b", "row") == "row"
