@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import hgemm_rt as hg
-from hgemm_rt import DeviceArray, api, planner
+from hgemm_rt import DeviceArray, api, executor, planner
 from hgemm_rt.dtypes import storage_to_f64, to_storage
 from hgemm_rt.epilogue import ACT_SHIFT, ACTIVATIONS, BIAS_BITS, SWIGLU_BIT, Epilogue, reference
 from hgemm_rt.errors import ValidationError
@@ -167,6 +167,9 @@ def test_swiglu_fallback_adds_the_bias_before_rounding(cc):
         assert planner.applies_epilogue(MANIFEST.kernels[gemm.kernel]), planner.describe(recipe)
         assert gemm.epilogue and gemm.scalars == "a" and gemm.epi == Epilogue("col") and gemm.bias is not None
         assert recipe.steps[-1].bias is None and "(beta, swiglu)" in planner.describe(recipe)
+        bits = [executor.alpha_beta_bits(s, 0.5, 1.0) for s in (gemm, recipe.steps[-1])]
+        assert bits == [{"alpha_bits": executor.f32_bits(0.5), "beta_bits": 0},  # alpha in the GEMM, beta in the copy
+                        {"alpha_bits": executor.f32_bits(1.0), "beta_bits": executor.f32_bits(1.0)}]
     assert fallbacks
 
 
