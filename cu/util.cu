@@ -626,6 +626,8 @@ __device__ __forceinline__ float tf32_rn(float x) {
   return __uint_as_float(r);
 }
 
+constexpr int kSplitBlock = 32;  // a plane's width: one 128-byte row of fp32 (hgemm_rt.planner.SPLIT_BLOCK)
+
 __device__ __forceinline__ void split_tf32(const float* __restrict__ src, float* __restrict__ dst, int rows, int K,
                                            int srs, int scs) {
   constexpr int kPer = kCopyTile * kCopyTile / kCopyThreads;
@@ -640,18 +642,18 @@ __device__ __forceinline__ void split_tf32(const float* __restrict__ src, float*
                                      : 0.f;  // past K: the last k-block's zero padding
   }
   __syncthreads();
-  const int blocks = (K + 31) / 32;
-  const long long lo_planes = static_cast<long long>(blocks) * rows * 32;
+  const int blocks = (K + kSplitBlock - 1) / kSplitBlock;
+  const long long lo_planes = static_cast<long long>(blocks) * rows * kSplitBlock;
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {
     const int e = threadIdx.x + i * kCopyThreads, r = e / kCopyTile, k = e % kCopyTile;
     const int gr = r0 + r, gk = k0 + k;
-    if (gr >= rows || gk >= blocks * 32) continue;
+    if (gr >= rows || gk >= blocks * kSplitBlock) continue;
     const float x = tile[r][k];
     float hi = tf32_rn(x);
     // rounding up past FLT_MAX gives inf: keep the truncated head there; an inf or NaN x has no residual
     if (isinf(hi) && !isinf(x)) hi = __uint_as_float(__float_as_uint(x) & 0xffffe000u);
-    float* q = dst + (static_cast<long long>(gk / 32) * rows + gr) * 32 + gk % 32;
+    float* q = dst + (static_cast<long long>(gk / kSplitBlock) * rows + gr) * kSplitBlock + gk % kSplitBlock;
     q[0] = hi;
     q[lo_planes] = isfinite(x) ? tf32_rn(x - hi) : 0.f;
   }

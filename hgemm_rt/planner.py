@@ -38,6 +38,7 @@ TMA_ROW_BYTES = 128  # row pitch of the padded copies that TMA maps read (TMA it
 LEADING_DIM_ROLES = ("gemm_strided_mma", "gemm_strided_stream")
 SPLIT_K_ROLES = ("gemm_strided_mma", "gemm_strided_wgmma", "gemm_strided_stream", "gemm_tf32x3")
 SPLIT_ROLE = "split_tf32"  # the gemm_tf32x3 operands' kernel
+SPLIT_BLOCK = 32  # its planes' width (cu/util.cu): one 128-byte row of fp32, the k-block the TF32 kernels read
 DECODE_ROWS = 16  # see ranked_recipes
 SHORT_SIDE = 128  # see ranked_recipes
 NEAR_TIE = 0.01  # see ranked_recipes
@@ -148,14 +149,14 @@ class _Glue:
         self.copy_bytes += (src.rows * src.cols + rows * cols) * self.isz * _prod(copies)
         return dst
 
-    def split_tf32(self, name: str, src: View, block: int) -> View:
-        """The gemm_tf32x3 operand of `src` (rows x K): its TF32 head and residual planes, rows x `block` each,
-        2 ceil(K / block) of them stacked (their stack as the view), filled by a split step."""
+    def split_tf32(self, name: str, src: View) -> View:
+        """The gemm_tf32x3 operand of `src` (rows x K): its TF32 head and residual planes, rows x SPLIT_BLOCK
+        each, 2 ceil(K / SPLIT_BLOCK) of them stacked (their stack as the view), filled by a split step."""
         if self.splitter is None:
             raise _NoCopyKernel
-        planes = 2 * -(-src.cols // block)
-        self.temps.append(Temp(name, planes * src.rows, block))
-        dst = _dense(name, planes * src.rows, block)
+        planes = 2 * -(-src.cols // SPLIT_BLOCK)
+        self.temps.append(Temp(name, planes * src.rows, SPLIT_BLOCK))
+        dst = _dense(name, planes * src.rows, SPLIT_BLOCK)
         self.steps.append(Copy(self.splitter, src, dst, src.rows, src.cols, epilogue=False, tf32_split=True))
         self.copy_bytes += (src.rows * src.cols + dst.rows * dst.cols) * self.isz
         return dst
@@ -242,7 +243,9 @@ def _recipe(route: Route, p: Problem, spec: KernelSpec, glue: _Glue) -> Recipe |
             return None  # strides are general: transposing buys nothing
         return glue.recipe(route, Gemm(route.kernel, spec.role, p.a, p.b, p.c, M, N, K, **fused))
     if spec.role == "gemm_tf32x3":  # both operands split, whatever their layout: the kernel reads A's and B^T's planes
-        a3, b3 = glue.split_tf32("tA3", p.a, spec.tile[2]), glue.split_tf32("tB3", p.b.T, spec.tile[2])
+        if spec.tile[2] != SPLIT_BLOCK:
+            return None  # its k-block is not the split's plane
+        a3, b3 = glue.split_tf32("tA3", p.a), glue.split_tf32("tB3", p.b.T)
         return glue.recipe(route, Gemm(route.kernel, spec.role, a3, b3, p.c, M, p.c.cols, K, splits=splits, **fused))
     if spec.role in ("gemm_strided_wgmma", "gemm_fused_wgmma"):
         # TMA maps of A and B as they are where their rows are contiguous with 16-byte-multiple
@@ -363,7 +366,7 @@ def candidate_routes(prob: Problem, manifest: Manifest, cc: tuple[int, int], ker
             out += [Route(spec.name, t) for t in (False, True)]
             continue
         if spec.role in SPLIT_K_ROLES:
-            if acc_variant(spec, prob.dtype, prob.acc) is False or (spec.role == "gemm_tf32x3" and prob.batched):
+            if acc_variant(spec, prob.dtype, prob.acc) is False:
                 continue  # (a TF32 kernel for an fp32-accuracy request: the gemm_tf32x3 role is that)
             for t in (False, True):
                 for s in SPLITS:  # thread-block clusters are sm_90+; grid.z holds splits x batch
