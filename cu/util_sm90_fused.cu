@@ -72,3 +72,25 @@ UTIL_FUSED(util_gemm_wgmma_fused_f16_tn, Fused)
 UTIL_FUSED(util_gemm_wgmma_fused_f16_nn, Nn<Fused>)
 UTIL_FUSED(util_gemm_wgmma_fused_bf16_tn, Bf16<Fused>)
 UTIL_FUSED(util_gemm_wgmma_fused_bf16_nn, Bf16<Nn<Fused>>)
+
+// Stream-K (cu/common/sm90_gemm.cuh, StreamK): the same GEMM and epilogue, the last sk_tiles tiles' k-blocks
+// spread evenly over the grid, partial tiles summed through the workspace `work` (fp32; its flags zero
+// between launches). For the shapes whose last wave of tiles leaves SMs idle (1024 x 6144 x 4096: 192 tiles
+// on 132 SMs) or that have fewer tiles than SMs (256 x 8192 x 8192: 64). No grouped GEMM.
+#define UTIL_STREAMK(NAME, RUNG)                                                                                 \
+  extern "C" __global__ void __launch_bounds__(kThreads, 1)                                                      \
+      NAME(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,                     \
+           const __grid_constant__ CUtensorMap tmC, RUNG::T* C, int M, int N, int K, int ldc_r, int alpha_bits,  \
+           int beta_bits, const RUNG::T* bias, int bias_stride, int epi, int scale_bits, int batch_count,        \
+           int batch_inner, int tma_levels, long long bsc_o, long long bsc_i, float* work, int sk_tiles) {       \
+    sm90_gemm<Config<RUNG>>(tmA, tmB, tmC, M, N, K,                                                              \
+                            FusedArgs<RUNG::T>{C, ldc_r, alpha_bits, beta_bits, bias, bias_stride, epi,          \
+                                               scale_bits, batch_count, batch_inner, tma_levels, bsc_o, bsc_i,   \
+                                               nullptr, 0, 0, work, sk_tiles});                                  \
+  }                                                                                                              \
+  HG_EXPORT_DSMEM(NAME, Config<RUNG>::kSmemBytes)
+
+UTIL_STREAMK(util_gemm_wgmma_streamk_f16_tn, FusedStreamK)
+UTIL_STREAMK(util_gemm_wgmma_streamk_f16_nn, Nn<FusedStreamK>)
+UTIL_STREAMK(util_gemm_wgmma_streamk_bf16_tn, Bf16<FusedStreamK>)
+UTIL_STREAMK(util_gemm_wgmma_streamk_bf16_nn, Bf16<Nn<FusedStreamK>>)

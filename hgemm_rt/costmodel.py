@@ -76,6 +76,12 @@ SPLIT_K_SHORT_K = 1300.0
 TF32_SHARE = 0.5  # the TF32 tensor-core rate over the fp16/bf16 one (H100 datasheet)
 
 
+def streamk_splits(sk_tiles: int, ctas: int, k_blocks: int) -> int:
+    """The pieces each stream-K tile is cut into (cu/common/sm90_gemm.cuh, sk_config): one per CTA, at least a
+    k-block each."""
+    return max(min(ctas // sk_tiles, k_blocks), 1)
+
+
 def c_store_kind(spec: KernelSpec) -> str:
     if "tmap:C" in spec.params:
         return "tma"
@@ -207,6 +213,8 @@ class CostModel:
         load = math.ceil(tiles / self.sm_count)  # CTAs on the busiest SM
         if spec.role == "gemm_strided_stream":
             return self._stream_us(g, BM, BN, isz, load)
+        if g.ctas:  # stream-K: the busiest CTA's k-blocks, whole tiles and pieces
+            load = self._streamk_blocks(spec, g) / math.ceil(g.K / spec.tile[2])
         compute = self._compute_s(spec, g)
         memory = (g.M * g.K * _matrices(g.a, g.batch) + g.K * g.N * _matrices(g.b, g.batch) +
                   g.M * g.N * _matrices(g.c, g.batch) / C_STORE_SHARE[c_store_kind(spec)]) * isz / r.dram_bytes_per_s
@@ -220,13 +228,37 @@ class CostModel:
             latency += r.strided_tile_latency_us * BM * BN / (128 * 128)
         if spec.role == "gemm_fused_wgmma" and g.epilogue and not beta_zero:
             epilogue = g.M * g.N * nb * isz / r.fused_c_read_bytes_per_s
+        if g.ctas:  # stream-K: a partial tile written, and the owner reading a tile's others
+            epilogue += (1 + self._streamk_peers(spec, g)) * BM * BN * 4 / r.sm_bytes_per_s
         # a problem too small to keep the GPU busy costs the launch's latency instead
         return max((max(compute, memory, panel) + epilogue) * 1e6, latency)
 
+    @staticmethod
+    def _streamk_tiles(spec: KernelSpec, g: Gemm) -> tuple[int, int]:
+        """(tiles, k-blocks per tile) of a stream-K launch."""
+        BM, BN, BK = spec.tile
+        cols = BN // 2 if g.epi is not None and g.epi.swiglu else BN
+        return math.ceil(g.M / BM) * math.ceil(g.N / cols) * math.prod(kernel_batch(g.batch)), math.ceil(g.K / BK)
+
+    def _streamk_blocks(self, spec: KernelSpec, g: Gemm) -> int:
+        """The k-blocks of a stream-K launch's busiest CTA: its whole tiles, then its piece."""
+        tiles, nk = self._streamk_tiles(spec, g)
+        return (tiles - g.sk_tiles) // g.ctas * nk + math.ceil(nk / self._streamk_splits(spec, g))
+
+    def _streamk_splits(self, spec: KernelSpec, g: Gemm) -> int:
+        return streamk_splits(g.sk_tiles, g.ctas, self._streamk_tiles(spec, g)[1])
+
+    def _streamk_peers(self, spec: KernelSpec, g: Gemm) -> int:
+        """The partial tiles a stream-K tile's owner adds: its other pieces."""
+        return self._streamk_splits(spec, g) - 1
+
     def _compute_s(self, spec: KernelSpec, g: Gemm) -> float:
         """Seconds of arithmetic of one GEMM launch: the tiles' work, wasted or not, at the class rate over
-        the SMs its grid keeps busy."""
+        the SMs its grid keeps busy (stream-K: the busiest CTA's k-blocks at the rate of one SM)."""
         BM, BN, _ = spec.tile
+        if g.ctas:
+            per_sm = self.kernel_tflops(spec) * 1e12 / self.sm_count
+            return 2.0 * BM * BN * spec.tile[2] * self._streamk_blocks(spec, g) / per_sm
         nb = math.prod(kernel_batch(g.batch))
         tiles = math.ceil(g.M / BM) * math.ceil(g.N / BN) * g.splits * nb
         eff = tiles / (math.ceil(tiles / self.sm_count) * self.sm_count)  # how evenly the CTAs spread

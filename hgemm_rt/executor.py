@@ -48,6 +48,8 @@ def step_operands(step: Any) -> dict[str, View]:
     views = {"src": step.src, "dst": step.dst} if isinstance(step, Copy) else {"A": step.a, "B": step.b, "C": step.c}
     if step.epilogue and step.bias is not None:
         views["bias"] = step.bias
+    if getattr(step, "work", None) is not None:  # a stream-K GEMM's workspace
+        views["work"] = step.work
     return views
 
 
@@ -101,7 +103,7 @@ def step_scalars(step: Any) -> dict[str, int]:
     out = {"M": step.M, "N": step.N, "K": step.K, "lda": a.rs, "ldb": b.rs if b_row else b.cs,
            "ldc_r": c.rs, "ldc_c": c.cs, "ars": a.rs, "acs": a.cs, "brs": b.rs, "bcs": b.cs, "crs": c.rs,
            "ccs": c.cs, "batch_inner": inner, "batch_count": outer * inner, **epilogue_scalars(step),
-           "group_mode": step.group, "groups": step.groups}
+           "group_mode": step.group, "groups": step.groups, "sk_tiles": step.sk_tiles}
     levels = 0
     for name, v in (("A", a), ("B", b), ("C", c)):
         so, si = batch_strides(v, step.batch)
@@ -165,7 +167,11 @@ class _Step:
             if spec.role == "gemm_fused_wgmma":  # persistent over every matrix's tiles: one CTA per SM at most
                 BM, BN, _ = spec.tile
                 tiles = -(-step.M // BM) * -(-n_tiles // BN) * outer * inner
-                cfg = replace(cfg, grid=(min(tiles, dev.info.sm_count), 1, 1))
+                ctas = step.ctas or min(tiles, dev.info.sm_count)  # (stream-K: the recipe's grid)
+                if ctas > dev.info.sm_count:
+                    raise ValueError(f"{spec.name}: a stream-K grid of {ctas} CTAs on {dev.info.sm_count} SMs: its CTAs "
+                                     "wait on each other, so all must be resident")
+                cfg = replace(cfg, grid=(ctas, 1, 1))
                 outer = inner = 1  # (the batch is in the tile schedule, not on grid.z)
         if splits > 1 or outer * inner > 1:  # grid.z: the splits of each matrix of the batch, batch slowest
             if cfg.grid[2] != 1:

@@ -85,7 +85,7 @@ def _index(x: Any, what: str) -> GroupIndex:
 
 def _kernel(manifest: Any, dtype: str, layout: str) -> str:
     for spec in manifest.kernels.values():
-        if spec.role == ROLE and spec.dtype == dtype and spec.layout == layout:
+        if spec.role == ROLE and spec.dtype == dtype and spec.layout == layout and "ptr:group" in spec.params:
             return spec.name
     raise NotBuiltForDeviceError(f"grouped_matmul: this build has no {ROLE} kernel for {dtype} {layout} "
                                  "(Hopper sm_90a only; rebuild with build_kernels.py)")

@@ -22,7 +22,7 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from .costmodel import CostModel
+from .costmodel import CostModel, streamk_splits
 from .errors import NotBuiltForDeviceError
 from .launcher import default_swizzle_stride
 from .manifest import KernelSpec, Manifest
@@ -43,6 +43,12 @@ DECODE_ROWS = 16  # see ranked_recipes
 SHORT_SIDE = 128  # see ranked_recipes
 NEAR_TIE = 0.01  # see ranked_recipes
 TMA_MAX_STRIDE = 2**40  # bytes: a tensor map's strides must stay below it
+# Stream-K (the gemm_fused_wgmma kernels with a `ptr:work` workspace; StreamK in cu/common/sm90_gemm.cuh): the
+# workspace's int32 flags (kSkFlagSlots) and one fp32 partial tile per CTA (two consumers of 64 x 256 each)
+SK_FLAG_BYTES = 1024 * 4
+SK_PART_BYTES = 128 * 256 * 4
+SK_MAX_CTAS = 512  # the flags' slots, two per CTA
+SK_MAX_BLOCKS = 2**31 - 1  # the kernel cuts K at j x k-blocks / pieces in 32 bits
 
 
 def _round_up(x: int, m: int) -> int:
@@ -88,6 +94,24 @@ def pairs_swiglu(spec: KernelSpec) -> bool:
     SwiGLU copy). The util_sm90 split-K kernels declare it, but on the H100 one of them (m64n128 nn, 233 x 92 x
     115, beta != 0) stopped with an illegal instruction: not used until that is understood."""
     return spec.swiglu and spec.role != "gemm_strided_wgmma"
+
+
+def streamk(spec: KernelSpec) -> bool:
+    """A stream-K kernel: its grid and stream-K tiles are the recipe's, and it takes a workspace."""
+    return spec.role == "gemm_fused_wgmma" and "ptr:work" in spec.params
+
+
+def streamk_tiles(tiles: int, ctas: int) -> int:
+    """How many of the last tiles a stream-K launch of `ctas` CTAs cuts into pieces along K: the last partial
+    wave (all of them where there are fewer tiles than CTAs); 0 where that would not cut them in two at least
+    (whole waves, or a last wave of more than half the CTAs): the plain persistent kernel runs those."""
+    sk = tiles % ctas
+    return sk if sk and ctas // sk >= 2 else 0
+
+
+def streamk_grids(tiles: int, k_blocks: int, sm_count: int) -> list[int]:
+    """The grids a stream-K route is offered with: one CTA per SM (at most SK_MAX_CTAS)."""
+    return [min(sm_count, SK_MAX_CTAS)]
 
 
 def applies_epilogue(spec: KernelSpec) -> bool:
@@ -265,10 +289,22 @@ def _recipe(route: Route, p: Problem, spec: KernelSpec, glue: _Glue) -> Recipe |
             # 16-byte runs: C's width must end on one (H100: a 97 x 141 fp16 C with rows of 144 got its 3
             # padding columns zeroed)
             if "splits" in opts or not fits(p.c, M, p.c.cols, tma=True, align=16, itemsize=isz) or \
-                    p.c.cols * isz % 16:
+                    p.c.cols * isz % 16 or ("ctas" in opts) != streamk(spec):
                 return None
         # (SwiGLU: the kernel's N is C's width, half of B's)
         g = Gemm(route.kernel, spec.role, a, b, p.c, M, p.c.cols, K, splits=splits, **fused)
+        if streamk(spec):
+            ctas = int(opts["ctas"])
+            BM, BN, BK = spec.tile
+            cols = BN // 2 if p.swiglu else BN
+            tiles = -(-M // BM) * -(-p.c.cols // cols) * _prod(p.kernel_batch)
+            nk = -(-K // BK)
+            sk = streamk_tiles(tiles, ctas) if 1 <= ctas <= SK_MAX_CTAS else 0
+            if sk == 0 or streamk_splits(sk, ctas, nk) < 2 or streamk_splits(sk, ctas, nk) * nk > SK_MAX_BLOCKS:
+                return None  # nothing to cut (the plain fused kernel), or a tile of one k-block
+            nbytes = SK_FLAG_BYTES + ctas * SK_PART_BYTES
+            glue.temps.append(Temp("tW", 1, -(-nbytes // isz)))
+            g = replace(g, ctas=ctas, sk_tiles=sk, work=_dense("tW", 1, -(-nbytes // isz)))
         return glue.recipe(route, g)
     if spec.role in LEADING_DIM_ROLES:
         a = p.a
@@ -349,9 +385,10 @@ def _built(manifest: Manifest, spec: KernelSpec, cc: tuple[int, int]) -> bool:
         return False
 
 
-def candidate_routes(prob: Problem, manifest: Manifest, cc: tuple[int, int], kernel: str | None = None
-                     ) -> list[Route]:
-    """Every route that could run `prob` on a GPU of compute capability cc (before recipe_for)."""
+def candidate_routes(prob: Problem, manifest: Manifest, cc: tuple[int, int], kernel: str | None = None,
+                     sm_count: int = 0) -> list[Route]:
+    """Every route that could run `prob` on a GPU of compute capability cc and sm_count SMs (0: unknown, no
+    stream-K routes) (before recipe_for)."""
     out: list[Route] = []
     batch = _prod(prob.kernel_batch)
     for spec in manifest.kernels.values():
@@ -361,6 +398,14 @@ def candidate_routes(prob: Problem, manifest: Manifest, cc: tuple[int, int], ker
             continue
         if spec.role == "gemm_strided_simt":
             out.append(Route(spec.name))
+            continue
+        if spec.role == "gemm_fused_wgmma" and streamk(spec):  # its grid: see streamk_grids
+            for t in (False, True):
+                M, N = (prob.N, prob.M) if t else (prob.M, prob.N)
+                BM, BN, BK = spec.tile
+                tiles = -(-M // BM) * -(-N // (BN // 2 if prob.swiglu else BN)) * batch
+                grids = streamk_grids(tiles, -(-prob.K // BK), sm_count) if sm_count else []
+                out += [Route(spec.name, t, (("ctas", g),)) for g in grids]
             continue
         if spec.role == "gemm_fused_wgmma":  # persistent: no split-K
             out += [Route(spec.name, t) for t in (False, True)]
@@ -412,7 +457,7 @@ def ranked_recipes(prob: Problem, manifest: Manifest, cc: tuple[int, int], sm_co
     tiles 60.5 / 62.7, at equal estimates); they stay listed (autotune and the sanitizer's schedule)."""
     model = CostModel.for_device(cc, sm_count, manifest)
     out = []
-    for route in candidate_routes(prob, manifest, cc, kernel):
+    for route in candidate_routes(prob, manifest, cc, kernel, sm_count):
         recipe = recipe_for(route, prob, manifest)
         if recipe is not None:
             out.append((model.estimate_us(recipe, prob.dtype, prob.beta_zero), recipe))
@@ -465,6 +510,7 @@ def describe(recipe: Recipe) -> str:
             parts.append(f"copy {batch(s)}{s.src.base}->{s.dst.base}{epi(s)}")
         else:
             extra = f" splits={s.splits}" if s.splits > 1 else ""
+            extra += f" stream-K {s.sk_tiles} tiles over {s.ctas} CTAs" if s.ctas else ""
             v = ",".join(f"{k}={v}" for k, v in s.variant)
             parts.append(f"{s.kernel}{'[' + v + ']' if v else ''}{extra} {batch(s)}{s.M}x{s.N}x{s.K}{epi(s)}")
     loop = f" (x {'x'.join(map(str, recipe.loop))} launches)" if recipe.loop else ""

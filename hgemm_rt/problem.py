@@ -262,6 +262,9 @@ class Gemm:
     bias: View | None = None
     group: int = 0  # grouped_matmul's i32:group_mode (grouped.GROUP_MODES; the batch is the experts)
     groups: int = 0
+    ctas: int = 0  # stream-K (a kernel with ptr:work): its grid, ...
+    sk_tiles: int = 0  # ... how many of the last tiles it spreads over the grid ...
+    work: View | None = None  # ... and its workspace (a temporary)
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,9 @@ struct Knobs {
   // cluster, A row-major): hge::Epilogue applied to the accumulators (bias, activation, scale,
   // beta * C_old read through a pointer), batch_count matrices over rank-4 tensor maps, SwiGLU tiles.
   static constexpr bool kFused = false;
+  // kFused + stream-K (StreamK below): the last tiles' k-blocks spread evenly over the CTAs, partial tiles
+  // summed through a workspace (ptr:work) by the CTA holding each tile's k-block 0.
+  static constexpr bool kStreamK = false;
 };
 template <class Rung>
 struct Nn : Rung {
@@ -108,6 +111,7 @@ struct Config : Rung {
   static_assert(kStages >= 2, "the TMA ring needs at least two stages");
   static_assert(kClusterM == 1 || kClusterM == 2, "cluster of 1 or 2 CTAs along M");
   static_assert(!(kClusterM > 1 && !kPersistent), "clusters only with the persistent schedule");
+  static_assert(!Rung::kStreamK || Rung::kFused, "stream-K: the fused GEMM's epilogue and batch");
   static_assert(!Rung::kFused || (kPersistent && kTmaStore && kClusterM == 1 && !Rung::kAT && kCStageCols == BN / 2),
                 "the fused GEMM: persistent, TMA store with half-tile staging (one SwiGLU tile), no cluster, A row-major");
 };
@@ -143,6 +147,8 @@ struct FusedArgs {
   long long bsc_o, bsc_i;
   const int* group;  // grouped GEMM: ends or counts, `groups` of them (group_mode 0: not grouped, unread)
   int group_mode, groups;
+  float* work = nullptr;  // kStreamK: the workspace (StreamK) ...
+  int sk_tiles = 0;       // ... and how many of the last tiles are stream-K tiles
 };
 struct NoFused {};  // the catalogue kernels' (none)
 
@@ -256,9 +262,14 @@ struct TileSched {
   __device__ bool next(int& m0, int& n0, int& outer, int& inner) {
     outer = inner = 0;
     if (next_t >= total) return false;
+    at(next_t, m0, n0, outer, inner);
+    next_t += stride;
+    return true;
+  }
+  // Tile t's first row and column and its matrix (the stream-K schedule walks tiles by index too).
+  __device__ __forceinline__ void at(int t, int& m0, int& n0, int& outer, int& inner) {
     if (kPersistent) {
       constexpr int group = kGroupRows / (BM * kClusterM);
-      int t = next_t;
       int b = 0;
       if constexpr (kBatched) {
         b = t / per_matrix;
@@ -293,10 +304,112 @@ struct TileSched {
       m0 = blockIdx.y * BM;
       n0 = blockIdx.x * BN;
     }
-    next_t += stride;
+  }
+};
+
+// ---- stream-K (kStreamK; cu/util_sm90_fused.cu's util_gemm_wgmma_streamk_*) ----
+// Where a persistent grid's last wave of tiles would leave SMs idle (tiles % G of the G CTAs busy, or fewer
+// tiles than CTAs), the last sk_tiles tiles are each cut along K into s = min(G / sk_tiles, nk) equal pieces,
+// one per CTA: unit u = the piece u % s of tile u / s, run by CTA u, after the whole tiles before them (tile t
+// by CTA t mod G, dp_tiles = tiles - sk_tiles a multiple of G). The pieces of one wave cover the same k-range
+// of each tile at the same time, as whole tiles do, so the CTAs sharing an operand panel read it together from
+// L2 (pieces at unrelated k offsets, as a plain even split of all k-blocks makes them, each read their panels
+// from DRAM: 2-4x slower on the H100).
+// Piece 0 (k-block 0) is the tile's owner: its CTA adds the other pieces' fp32 partial tiles (CTAs u + 1 ..
+// u + s - 1, which only publish) to its accumulators, in that order (deterministic), and runs the epilogue.
+// No CTA waits on one that waits: no deadlock while every CTA is resident (grid <= SMs, one CTA per SM).
+// The workspace: kSkFlagSlots int32 flags, then one 64 x 256 fp32 partial per CTA and consumer warpgroup
+// (slot 2c + cw), thread tid's float4 i at i * 128 + tid (each warp's stores one 512-byte run). A writer
+// sets its flag to 1 once its partial is in L2; the owner resets it to 0 once seen, so every launch leaves
+// the flags as it found them (zero: the runtime zeroes the workspace once).
+constexpr int kSkFlagSlots = 1024;           // ints: up to 512 CTAs x 2 consumers
+constexpr int kSkPartFloats = kWgRows * BN;  // one consumer warpgroup's partial tile
+
+// The schedule's constants live in shared memory (the group table's room, which stream-K does not use), read
+// at each piece: in registers they pushed the consumers (128 accumulators under 232 registers) into spills.
+struct SkConfig {
+  int nk, dp_tiles, splits, units;  // k-blocks per tile; whole tiles first; pieces per stream-K tile; pieces
+};
+__device__ __forceinline__ void sk_config(SkConfig* cfg, int total, int sk_tiles, int nk) {
+  const int sk = min(max(sk_tiles, 1), total), G = static_cast<int>(gridDim.x);
+  cfg->nk = nk;
+  cfg->dp_tiles = total - sk;
+  cfg->splits = max(min(G / sk, nk), 1);
+  cfg->units = sk * cfg->splits;
+}
+
+// One register of state (the consumers have none to spare): cur, the next whole tile while below dp_tiles,
+// then this CTA's piece (if it has one), then kDone.
+struct StreamK {  // (cfg: the shared SkConfig, passed in, not held)
+  static constexpr int kDone = 0x7fffffff;
+  int cur;
+  __device__ explicit StreamK(const volatile SkConfig*) : cur(static_cast<int>(blockIdx.x)) {}
+  // This CTA's next piece: tile t, k-blocks [kb0, kb1). False when it has none left.
+  __device__ __forceinline__ bool next(const volatile SkConfig* cfg, int& t, int& kb0, int& kb1) {
+    const int nk = cfg->nk, dp_tiles = cfg->dp_tiles, c = static_cast<int>(blockIdx.x);
+    if (cur < dp_tiles) {
+      t = cur;
+      kb0 = 0;
+      kb1 = nk;
+      cur += static_cast<int>(gridDim.x);
+      return true;
+    }
+    if (cur == kDone || c >= cfg->units) return false;
+    cur = kDone;
+    const int s = cfg->splits, j = c % s;
+    t = dp_tiles + c / s;
+    kb0 = j * nk / s;  // (s x nk < 2^31: the runtime's bound)
+    kb1 = (j + 1) * nk / s;
     return true;
   }
 };
+
+__device__ __forceinline__ int ld_acquire(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// A non-owner piece: this warpgroup's accumulators into its slot (2 blockIdx.x + cw), then its flag, once all
+// 128 threads' stores are done (named barrier 1 + cw, the warpgroup's own).
+__device__ __forceinline__ void sk_publish(const float (&d)[128], float* work, int cw, int tid) {
+  const int slot = 2 * static_cast<int>(blockIdx.x) + cw;
+  float4* part = reinterpret_cast<float4*>(work + kSkFlagSlots + static_cast<long long>(slot) * kSkPartFloats);
+#pragma unroll
+  for (int i = 0; i < 32; ++i)
+    __stcg(part + i * 128 + tid, make_float4(d[4 * i], d[4 * i + 1], d[4 * i + 2], d[4 * i + 3]));
+  hg90::named_bar_sync(1 + cw, 128);
+  if (tid == 0) {
+    __threadfence();
+    atomicExch(reinterpret_cast<int*>(work) + slot, 1);
+  }
+}
+
+// An owner piece (piece 0 of its tile, CTA blockIdx.x): the partials of the tile's other pieces (CTAs
+// blockIdx.x + 1 .. + splits - 1) added to this warpgroup's accumulators, in that order.
+__device__ __forceinline__ void sk_gather(float (&d)[128], float* work, const volatile SkConfig* cfg, int cw, int tid) {
+  const int c0 = static_cast<int>(blockIdx.x), s = cfg->splits;
+  for (int c = c0 + 1; c < c0 + s; ++c) {
+    const int slot = 2 * c + cw;
+    int* flag = reinterpret_cast<int*>(work) + slot;
+    if (tid == 0) {
+      while (ld_acquire(flag) == 0) {
+      }
+      *flag = 0;  // (read once per launch: the next launch finds it zero)
+    }
+    hg90::named_bar_sync(1 + cw, 128);
+    const float4* part =
+        reinterpret_cast<const float4*>(work + kSkFlagSlots + static_cast<long long>(slot) * kSkPartFloats);
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      const float4 v = __ldcg(part + i * 128 + tid);
+      d[4 * i] += v.x;
+      d[4 * i + 1] += v.y;
+      d[4 * i + 2] += v.z;
+      d[4 * i + 3] += v.w;
+    }
+  }
+}
 
 // ---- epilogues: 64 x 256 fp32 accumulators of one consumer warpgroup -> C ----
 // Accumulator layout of wgmma m64nNk16 (per warp w of the warpgroup, lane l): for each 8-column
@@ -694,6 +807,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
 
   const int nk = (K_ + BK - 1) / BK;
   using Sched = TileSched<kClusterM, K::kPersistent, K::kFused>;
+  static_assert(!K::kStreamK || K::kGroupBytes >= static_cast<int>(sizeof(SkConfig)), "SkConfig's room");
   Sched sched = [&] {
     if constexpr (K::kFused) {
       const int cols = (x.epi & hge::kSwiGLU) ? kSwiGLUCols : BN;
@@ -701,7 +815,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
       // Grouped GEMM: the table of the groups' m-tile prefix sums, built by the whole CTA (the staging
       // buffer, unused before the first epilogue, holds the scan's warp sums). More groups than the table
       // holds: trap (the runtime refuses them); more than there are matrices: those have no tiles.
-      if (x.groups > kMaxGroups) __trap();
+      if (x.groups > kMaxGroups || K::kStreamK) __trap();  // (stream-K: no grouped GEMM)
       const int E = min(x.groups, x.batch_count);
       int* tab = reinterpret_cast<int*>(smem + K::kGroupOffset);
       group_scan(tab, reinterpret_cast<int*>(sC), x.group, x.group_mode, E, M);
@@ -710,7 +824,35 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
       return Sched(M, N);
     }
   }();
+  if constexpr (K::kStreamK) {
+    if (threadIdx.x == 0) sk_config(reinterpret_cast<SkConfig*>(smem + K::kGroupOffset), sched.total, x.sk_tiles, nk);
+    __syncthreads();
+  }
   int m0, n0, outer, inner;
+  // The next piece of work: a tile and its k-blocks [kb0, kb1) (the whole K but for stream-K pieces).
+  // (made by each warpgroup after its setmaxnreg: state live across it went to the stack)
+  using SkState = std::conditional_t<K::kStreamK, StreamK, int>;
+  auto sk_cfg = [&] { return reinterpret_cast<const volatile SkConfig*>(smem + K::kGroupOffset); };
+  auto make_sk = [&]() -> SkState {
+    if constexpr (K::kStreamK)
+      return StreamK(sk_cfg());
+    else
+      return 0;
+  };
+  auto next_piece = [&](SkState& sk, int& kb0, int& kb1) -> bool {
+    if constexpr (K::kStreamK) {
+      int t;
+      if (!sk.next(sk_cfg(), t, kb0, kb1)) return false;
+      outer = inner = 0;
+      sched.at(t, m0, n0, outer, inner);
+      return true;
+    } else {
+      kb0 = 0;
+      kb1 = nk;
+      return sched.next(m0, n0, outer, inner);
+    }
+  };
+  int kb0, kb1;
 
   if (wg == 0) {
     // ---------------- producer ----------------
@@ -719,7 +861,8 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
       const uint32_t rank = sched.rank;
       int stage = 0;
       uint32_t phase = 0;
-      while (sched.next(m0, n0, outer, inner)) {
+      [[maybe_unused]] SkState sk = make_sk();
+      while (next_piece(sk, kb0, kb1)) {
         // kFused: the tile's batch coordinates in each map, and where B's second half starts: the
         // up rows/columns of the tile's output columns (SwiGLU, B has 2N rows/columns) or n0 + BN/2.
         [[maybe_unused]] int ai = 0, ao = 0, bi = 0, bo = 0, nb1 = 0;
@@ -732,7 +875,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
           bo = (x.tma_levels & kLevelBOuter) ? outer : 0;
           nb1 = (x.epi & hge::kSwiGLU) ? N + n0 : n0 + BN / 2;
         }
-        for (int kb = 0; kb < nk; ++kb) {
+        for (int kb = kb0; kb < kb1; ++kb) {
           // A fresh barrier counts as having completed the phase before phase 0, so the first pass
           // over the ring does not block.
           hg90::mbar_wait(&empty[stage], phase ^ 1);
@@ -810,18 +953,22 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
         hg90::mbar_arrive(&empty[s]);
       }
     };
-    while (sched.next(m0, n0, outer, inner)) {
+    [[maybe_unused]] SkState sk = make_sk();
+    while (next_piece(sk, kb0, kb1)) {
+      // (stream-K: a piece without k-block 0 writes a partial tile, no epilogue)
+      [[maybe_unused]] const bool owner = !K::kStreamK || kb0 == 0;
       if constexpr (K::kFused) {
-        if (tid == 0) cold_prefetch(CMapAt(&cArg, x, outer, inner), x, n0, N, m0 + cw * kWgRows, sched.row_end);
+        if (tid == 0 && owner)
+          cold_prefetch(CMapAt(&cArg, x, outer, inner), x, n0, N, m0 + cw * kWgRows, sched.row_end);
       }
       int prev = -1;
-      for (int kb = 0; kb < nk; ++kb) {
+      for (int kb = kb0; kb < kb1; ++kb) {
         hg90::mbar_wait(&full[stage], phase);
         // K-major: this consumer's 64 rows of 128 B; MN-major (kAT): its 64-column panel, the same offset
         const uint32_t a_base = smem_u32(sA + stage * K::kABytes) + cw * kWgRows * 128;
         const uint32_t b_base = smem_u32(sB + stage * K::kBBytes);
         hg90::wgmma_fence();
-        hg90::wgmma_kblock<T, K::kAT, K::kNN, BK>(d, a_base, b_base, kb > 0);
+        hg90::wgmma_kblock<T, K::kAT, K::kNN, BK>(d, a_base, b_base, kb > kb0);
         hg90::wgmma_commit();
         // Keep one k-block of MMAs in flight; the one before it is done, so its stage is free.
         hg90::wgmma_wait<1>();
@@ -836,7 +983,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
       if constexpr (K::kFused) {
         // beta * C_old of a full warpgroup tile: pass 0's C_old into the staging buffer by TMA now, while the
         // last k-block's wgmma run (the previous tile's last store was issued a main loop ago: no wait).
-        cold = fused_cold(x, sched.row_end, m0 + cw * kWgRows);
+        cold = owner && fused_cold(x, sched.row_end, m0 + cw * kWgRows);
         if (cold && tid == 0)
           cold_load<T>(CMapAt(&cArg, x, outer, inner), sC + cw * (kWgRows * K::kCStageCols * 2), &cbar[cw], n0,
                        m0 + cw * kWgRows);
@@ -846,6 +993,13 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
       for (int i = 0; i < 128; ++i) hg90::fence_regs(d[i]);
       if (prev >= 0) release(prev);
       const int row0 = m0 + cw * kWgRows;
+      if constexpr (K::kStreamK) {
+        if (!owner) {
+          sk_publish(d, x.work, cw, tid);
+          continue;
+        }
+        if (kb1 < nk) sk_gather(d, x.work, sk_cfg(), cw, tid);
+      }
       if constexpr (K::kFused) {
         epilogue_fused<T>(d, CMapAt(&cArg, x, outer, inner), sC + cw * (kWgRows * K::kCStageCols * 2), &cbar[cw],
                           cphase, cold, cw, row0, n0, M, N, sched.row_end, outer, inner, x);
@@ -884,6 +1038,9 @@ struct Acol : Persistent {  // A column-major
 // staging + the fused epilogue, batch and SwiGLU.
 struct Fused : Stages<Persistent, 4> {
   static constexpr bool kFused = true;
+};
+struct FusedStreamK : Fused {
+  static constexpr bool kStreamK = true;
 };
 
 }  // namespace hg90g

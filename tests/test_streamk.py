@@ -1,0 +1,169 @@
+"""Stream-K (util_gemm_wgmma_streamk_*, StreamK in cu/common/sm90_gemm.cuh): the schedule's pieces emulated
+from the kernel's integer formulas (CPU), the planner's routes and workspace (CPU), and every stream-K kernel at
+several grids against float64, twice (bitwise the same: the partial tiles are added in a fixed order), its
+workspace flags zero afterwards (GPU)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hgemm_rt import api, planner, problem
+from hgemm_rt.costmodel import CostModel, streamk_splits
+from hgemm_rt.dtypes import storage_to_f64, to_storage
+from hgemm_rt.epilogue import Epilogue, reference
+from hgemm_rt.problem import Gemm, Route
+from hgemm_rt.testing import GuardedArray, error_floor
+from kernel_cases import load_manifest_or_none
+
+MANIFEST = load_manifest_or_none()
+needs_manifest = pytest.mark.skipif(MANIFEST is None, reason="no build manifest (python build_kernels.py)")
+
+
+def _problem(M, N, K, dtype="f16", orders=("row", "row", "row")):
+    views = []
+    for base, (rows, cols), order in zip("ABC", ((M, K), (K, N), (M, N)), orders):
+        views.append(problem.View.make(base, rows, cols, cols, 1, 256) if order == "row" else
+                     problem.View.make(base, rows, cols, 1, rows, 256))
+    return problem.Problem(dtype, "f32", *views, plain=True, beta_zero=True)
+
+
+def _pieces(tiles: int, sk_tiles: int, nk: int, ctas: int) -> list[list[tuple[int, int, int]]]:
+    """Each CTA's pieces (tile, kb0, kb1) in its order, as StreamK computes them."""
+    dp = tiles - sk_tiles
+    s = streamk_splits(sk_tiles, ctas, nk)
+    out = []
+    for c in range(ctas):
+        mine = [(t, 0, nk) for t in range(c, dp, ctas)]
+        if c < sk_tiles * s:
+            j = c % s
+            mine.append((dp + c // s, j * nk // s, (j + 1) * nk // s))
+        out.append(mine)
+    return out
+
+
+@pytest.mark.parametrize("tiles,nk,ctas", [(192, 64, 132), (448, 64, 132), (64, 128, 132), (256, 224, 132),
+                                           (9, 16, 100), (9, 16, 7), (5, 3, 13), (133, 1, 132), (1000, 7, 97)])
+def test_every_k_block_once_and_owners_wait_only_on_peers_that_never_wait(tiles, nk, ctas):
+    sk = planner.streamk_tiles(tiles, ctas)
+    if sk == 0 or streamk_splits(sk, ctas, nk) < 2:  # whole waves, a last wave too full to cut, one k-block
+        assert tiles % ctas == 0 or ctas // (tiles % ctas) < 2 or nk == 1
+        return
+    assert sk == tiles % ctas and (tiles - sk) % ctas == 0
+    pieces = _pieces(tiles, sk, nk, ctas)
+    seen = np.zeros((tiles, nk), int)
+    for c, mine in enumerate(pieces):
+        for i, (t, kb0, kb1) in enumerate(mine):
+            seen[t, kb0:kb1] += 1
+            if kb1 - kb0 < nk:  # a piece: the CTA's last work; its tile's owner is the CTA of piece 0
+                assert i == len(mine) - 1
+                s = streamk_splits(sk, ctas, nk)
+                assert (kb0 == 0) == (c % s == 0)
+                if kb0 == 0:  # the peers it waits on hold only their piece
+                    assert all(pieces[p][-1][0] == t and pieces[p][-1][1] > 0 for p in range(c + 1, c + s))
+    assert (seen == 1).all()
+    # the whole tiles fill waves: every CTA has as many
+    assert len({sum(1 for p in mine if p[2] - p[1] == nk) for mine in pieces}) == 1
+
+
+@needs_manifest
+def test_hopper_plans_stream_k_where_the_last_wave_idles_and_sizes_its_workspace():
+    prob = _problem(1024, 6144, 4096, orders=("row", "col", "row"))
+    recipe = planner.heuristic_recipe(prob, MANIFEST, (9, 0), 132)
+    g = next(s for s in recipe.steps if isinstance(s, Gemm))
+    assert planner.streamk(MANIFEST.kernels[g.kernel]), planner.describe(recipe)
+    assert (g.ctas, g.sk_tiles) == (132, 60) and "stream-K 60 tiles over 132 CTAs" in planner.describe(recipe)
+    (work,) = [t for t in recipe.temps if t.name == "tW"]
+    assert work.rows * work.cols * 2 >= planner.SK_FLAG_BYTES + 132 * planner.SK_PART_BYTES
+    assert g.work is not None and g.work.base == "tW"
+    # whole waves keep the plain kernels; no SM count (an unknown GPU), no stream-K route
+    whole = planner.heuristic_recipe(_problem(4096, 8448, 4096, orders=("row", "col", "row")), MANIFEST, (9, 0), 132)
+    assert not any(s.ctas for s in whole.steps if isinstance(s, Gemm)), planner.describe(whole)
+    assert not any("ctas" in r.opts() for r in planner.candidate_routes(prob, MANIFEST, (9, 0)))
+    # a tile of one k-block, whole waves or a last wave of more than half the CTAs: nothing to cut
+    k = next(n for n, s in MANIFEST.kernels.items() if planner.streamk(s) and s.dtype == "f16" and s.layout == "TN")
+    assert planner.recipe_for(Route(k, False, (("ctas", 132),)), _problem(128, 256, 64), MANIFEST) is None
+    assert planner.recipe_for(Route(k, False, (("ctas", 96),)), _problem(1024, 3072, 4096), MANIFEST) is None
+    assert planner.recipe_for(Route(k, False, (("ctas", 132),)), _problem(4096, 4096, 4096), MANIFEST) is None
+    assert planner.recipe_for(Route(k, False), prob, MANIFEST) is None  # its grid is the route's
+
+
+@needs_manifest
+def test_the_cost_model_prices_the_busiest_cta():
+    k = next(n for n, s in MANIFEST.kernels.items() if planner.streamk(s) and s.dtype == "f16" and s.layout == "TN")
+    prob = _problem(256, 8192, 8192, orders=("row", "col", "row"))
+    model = CostModel.for_device((9, 0), 132, MANIFEST)
+    r = planner.recipe_for(Route(k, False, (("ctas", 132),)), prob, MANIFEST)
+    g = next(s for s in r.steps if isinstance(s, Gemm))
+    assert (g.sk_tiles, streamk_splits(g.sk_tiles, g.ctas, 128)) == (64, 2)
+    plain = planner.heuristic_recipe(prob, MANIFEST, (9, 0), 132, "hgemm_sm90_wgmma_tma_ws_persistent_tn")
+    # 64 tiles on 132 SMs: the plain persistent kernel runs at half the machine, stream-K at twice its rate
+    assert model.estimate_us(plain, "f16") > 1.5 * model.estimate_us(r, "f16")
+
+
+# ---------------------------------------------------------------------------------------------------
+# GPU
+# ---------------------------------------------------------------------------------------------------
+
+CASES = [  # dtype, M, N, K, batch, bias, activation, alpha, beta
+    ("f16", 300, 520, 1000, (), None, None, 1.0, 0.0),
+    ("bf16", 300, 520, 1000, (), "col", "gelu", 0.5, 1.0),
+    ("f16", 257, 264, 4099, (), "row", "relu", 1.0, -0.5),
+    ("f16", 200, 1024, 777, (), "col", "swiglu", 1.0, 0.0),
+    ("bf16", 130, 384, 520, (3,), "col", "silu", 1.0, 0.0),
+]
+GRIDS = (2, 4, 7, 13, 100, 132)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,M,N,K,batch,bias,act,alpha,beta", CASES)
+def test_every_stream_k_kernel_and_grid_matches_float64_and_repeats_bitwise(dtype, M, N, K, batch, bias, act, alpha,
+                                                                           beta, rng):
+    from hgemm_rt.device import get_device
+    from hgemm_rt.executor import Execution
+    from hgemm_rt.registry import get_registry
+
+    manifest = get_registry().manifest
+    dev = get_device()
+    n_out = N // 2 if act == "swiglu" else N
+    a = GuardedArray(rng.standard_normal((*batch, M, K)), dtype, "row", 1, 0)
+    b = GuardedArray(rng.standard_normal((*batch, K, N)), dtype, "row", 0, 0)
+    c = GuardedArray(rng.standard_normal((*batch, M, n_out)), dtype, "row", 0, 0)
+    bv = None
+    if bias is not None:
+        bv = GuardedArray(rng.standard_normal((1, N) if bias == "col" else (M, 1)), dtype, "row", 0, 0)
+    call = api.validate_call(a.view, b.view, c.view, alpha, beta, None, "auto", None,
+                             None if bv is None else bv.view, act, 1.0)
+    prob = api.problem_of(call)
+    want = reference(a.exact @ b.exact, prob.epi or Epilogue(None), alpha, beta, c.exact, None if bv is None else bv.exact)
+    want = storage_to_f64(to_storage(np.asarray(want, np.float32), dtype), dtype)
+    floor = error_floor(dtype, "f32", dtype, K) * (2 if act == "swiglu" else 1)
+    ptrs = (a.view.ptr, b.view.ptr, c.view.ptr, bv.view.ptr if bv is not None else 0)
+    tested, bad = 0, []
+    for name, spec in manifest.kernels.items():
+        if not planner.streamk(spec) or spec.dtype != dtype:
+            continue
+        for grid in GRIDS:
+            plan = planner.recipe_for(Route(name, False, (("ctas", grid),)), prob, manifest)
+            if plan is None:
+                continue
+            ex = Execution(plan, dtype, 0, manifest)
+            try:
+                runs = []
+                for _ in range(2):
+                    c.buf.copy_from_host(c.host)
+                    ex.run(ptrs, alpha, beta, 0)
+                    dev.synchronize()
+                    runs.append(c.read())
+                flags = ex.temps["tW"].to_host().reshape(-1).view(np.int32)[: planner.SK_FLAG_BYTES // 4]
+            finally:
+                ex.close()
+            got = runs[0]
+            err = float(np.linalg.norm(got - want) / np.linalg.norm(want)) if np.isfinite(got).all() else np.inf
+            tested += 1
+            if not err <= floor or not c.outside_untouched():
+                bad.append(f"{planner.describe(plan)}: {err:.2e} > {floor:.2e}")
+            if not np.array_equal(runs[0], runs[1], equal_nan=True):
+                bad.append(f"{planner.describe(plan)}: two runs differ")
+            if flags.any():
+                bad.append(f"{planner.describe(plan)}: {int((flags != 0).sum())} workspace flags left set")
+    assert tested >= 4 and not bad, "\n".join(bad)
