@@ -43,6 +43,7 @@ class ArchRates:
     cluster_launch_us: float = 0.0  # extra latency of a split-K launch (a cluster of CTAs along K)
     strided_tile_latency_us: float = 0.0  # per 128 x 128 of tile: a strided-role CTA's fill and fp32 epilogue
     hopper_bonus: Mapping[str, float] = field(default_factory=dict)  # persistent / cluster / tma_store
+    streamk_fixup_us: float = 0.0  # what a stream-K launch takes beyond its busiest CTA's k-blocks
 
 
 def _matrices(view: View, batch: tuple[int, ...]) -> int:
@@ -123,6 +124,10 @@ HOPPER = ArchRates(
     # tiles add ~1.2-3 us per 128 x 128 (pipeline fill, fp32 epilogue through shared memory)
     cluster_launch_us=1.2,
     strided_tile_latency_us=1.5,
+    # H100 (scripts/streamk_probe.py, fp16, B as nn.Linear holds it): measured minus the k-block estimate,
+    # 256 x {4096, 6144} x 4096 +12.4 / +11.6 us, 256 x 8192 x 8192 +10.8, 256 x 4096 x 14336 +12.4 (2-4 pieces
+    # a tile), 1024 x {6144, 14336} x 4096 +3.3 / +9.3 (after a wave of whole tiles): whatever the pieces' length
+    streamk_fixup_us=11.0,
 )
 
 # sm_80/86/89 (A100, A10/3090, L4/4090 class): the Hopper class rates without wgmma, scaled to an A100's
@@ -228,8 +233,8 @@ class CostModel:
             latency += r.strided_tile_latency_us * BM * BN / (128 * 128)
         if spec.role == "gemm_fused_wgmma" and g.epilogue and not beta_zero:
             epilogue = g.M * g.N * nb * isz / r.fused_c_read_bytes_per_s
-        if g.ctas:  # stream-K: a partial tile written, and the owner reading a tile's others
-            epilogue += (1 + self._streamk_peers(spec, g)) * BM * BN * 4 / r.sm_bytes_per_s
+        if g.ctas:  # stream-K: the pieces' partial tiles published, waited for and added by the owners
+            epilogue += r.streamk_fixup_us * 1e-6
         # a problem too small to keep the GPU busy costs the launch's latency instead
         return max((max(compute, memory, panel) + epilogue) * 1e6, latency)
 
@@ -247,10 +252,6 @@ class CostModel:
 
     def _streamk_splits(self, spec: KernelSpec, g: Gemm) -> int:
         return streamk_splits(g.sk_tiles, g.ctas, self._streamk_tiles(spec, g)[1])
-
-    def _streamk_peers(self, spec: KernelSpec, g: Gemm) -> int:
-        """The partial tiles a stream-K tile's owner adds: its other pieces."""
-        return self._streamk_splits(spec, g) - 1
 
     def _compute_s(self, spec: KernelSpec, g: Gemm) -> float:
         """Seconds of arithmetic of one GEMM launch: the tiles' work, wasted or not, at the class rate over

@@ -96,8 +96,11 @@ def test_the_cost_model_prices_the_busiest_cta():
     g = next(s for s in r.steps if isinstance(s, Gemm))
     assert (g.sk_tiles, streamk_splits(g.sk_tiles, g.ctas, 128)) == (64, 2)
     plain = planner.heuristic_recipe(prob, MANIFEST, (9, 0), 132, "hgemm_sm90_wgmma_tma_ws_persistent_tn")
-    # 64 tiles on 132 SMs: the plain persistent kernel runs at half the machine, stream-K at twice its rate
-    assert model.estimate_us(plain, "f16") > 1.5 * model.estimate_us(r, "f16")
+    # 64 tiles on 132 SMs: the plain persistent kernel runs at half the machine, stream-K at twice its rate, but
+    # for the fix-up (H100: 70.3 against 104 us for the plain kernel's two tile times)
+    busiest = 64 * 128 * 256 * 64 * 2 / (model.kernel_tflops(MANIFEST.kernels[k]) * 1e6 / 132)
+    assert model.estimate_us(r, "f16") == pytest.approx(busiest + model.rates.streamk_fixup_us + 2.5, rel=0.01)
+    assert model.estimate_us(plain, "f16") > 1.4 * model.estimate_us(r, "f16")
 
 
 # ---------------------------------------------------------------------------------------------------

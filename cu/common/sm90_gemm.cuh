@@ -386,8 +386,13 @@ __device__ __forceinline__ void sk_publish(const float (&d)[128], float* work, i
 }
 
 // An owner piece (piece 0 of its tile, CTA blockIdx.x): the partials of the tile's other pieces (CTAs
-// blockIdx.x + 1 .. + splits - 1) added to this warpgroup's accumulators, in that order.
-__device__ __forceinline__ void sk_gather(float (&d)[128], float* work, const volatile SkConfig* cfg, int cw, int tid) {
+// blockIdx.x + 1 .. + splits - 1) added to this warpgroup's accumulators, in that order. Each thread copies its
+// 32 float4 of a partial into shared memory with cp.async (all in flight at once, no registers: with 128
+// accumulators live, loads into registers went two at a time, a round trip to L2 each, and made the fix-up the
+// largest cost of a short piece), then adds them from there. `buf`: this warpgroup's 64 KB of the TMA ring,
+// idle by then (a CTA's piece is its last work: its producer loads nothing more).
+__device__ __forceinline__ void sk_gather(float (&d)[128], float* work, const volatile SkConfig* cfg, uint32_t buf,
+                                          int cw, int tid) {
   const int c0 = static_cast<int>(blockIdx.x), s = cfg->splits;
   for (int c = c0 + 1; c < c0 + s; ++c) {
     const int slot = 2 * c + cw;
@@ -401,8 +406,17 @@ __device__ __forceinline__ void sk_gather(float (&d)[128], float* work, const vo
     const float4* part =
         reinterpret_cast<const float4*>(work + kSkFlagSlots + static_cast<long long>(slot) * kSkPartFloats);
 #pragma unroll
-    for (int i = 0; i < 32; ++i) {
-      const float4 v = __ldcg(part + i * 128 + tid);
+    for (int i = 0; i < 32; ++i)
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(buf + (i * 128 + tid) * 16),
+                   "l"(part + i * 128 + tid)
+                   : "memory");
+    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {  // (each thread reads back only what it copied)
+      float4 v;
+      asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                   : "r"(buf + (i * 128 + tid) * 16));
       d[4 * i] += v.x;
       d[4 * i + 1] += v.y;
       d[4 * i + 2] += v.z;
@@ -808,6 +822,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
   const int nk = (K_ + BK - 1) / BK;
   using Sched = TileSched<kClusterM, K::kPersistent, K::kFused>;
   static_assert(!K::kStreamK || K::kGroupBytes >= static_cast<int>(sizeof(SkConfig)), "SkConfig's room");
+  static_assert(!K::kStreamK || kConsumers * kSkPartFloats * 4 <= kStages * K::kStageBytes, "sk_gather's buffers");
   Sched sched = [&] {
     if constexpr (K::kFused) {
       const int cols = (x.epi & hge::kSwiGLU) ? kSwiGLUCols : BN;
@@ -998,7 +1013,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
           sk_publish(d, x.work, cw, tid);
           continue;
         }
-        if (kb1 < nk) sk_gather(d, x.work, sk_cfg(), cw, tid);
+        if (kb1 < nk) sk_gather(d, x.work, sk_cfg(), smem_u32(smem) + cw * kSkPartFloats * 4, cw, tid);
       }
       if constexpr (K::kFused) {
         epilogue_fused<T>(d, CMapAt(&cArg, x, outer, inner), sC + cw * (kWgRows * K::kCStageCols * 2), &cbar[cw],
