@@ -99,7 +99,9 @@ def test_the_cost_model_prices_the_busiest_cta():
     # 64 tiles on 132 SMs: the plain persistent kernel runs at half the machine, stream-K at twice its rate, but
     # for the fix-up (H100: 70.3 against 104 us for the plain kernel's two tile times)
     busiest = 64 * 128 * 256 * 64 * 2 / (model.kernel_tflops(MANIFEST.kernels[k]) * 1e6 / 132)
-    assert model.estimate_us(r, "f16") == pytest.approx(busiest + model.rates.streamk_fixup_us + 2.5, rel=0.01)
+    dram = (256 * 8192 + 8192 * 8192 + 256 * 8192) * 2 / model.rates.dram_bytes_per_s * 1e6  # (B: 128 MB)
+    want = max(busiest, dram) + model.rates.streamk_fixup_us + model.rates.launch_us
+    assert model.estimate_us(r, "f16") == pytest.approx(want, rel=0.01)
     assert model.estimate_us(plain, "f16") > 1.4 * model.estimate_us(r, "f16")
 
 
