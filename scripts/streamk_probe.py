@@ -16,6 +16,7 @@ import hgemm_rt as hg
 from hgemm_rt import planner
 from hgemm_rt.device import get_device
 from hgemm_rt.executor import Execution
+from hgemm_rt.problem import Route
 
 
 def main() -> None:
@@ -23,6 +24,7 @@ def main() -> None:
     ap.add_argument("shapes", nargs="+", help="MxNxK, B as nn.Linear holds it (column-major)")
     ap.add_argument("--dtype", default="f16", choices=["f16", "bf16"])
     ap.add_argument("--top", type=int, default=6, help="plain routes timed besides every stream-K one")
+    ap.add_argument("--grids", default="", help="comma-separated stream-K grids to time too (at most the SMs)")
     args = ap.parse_args()
     tdt = {"f16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
     dev = get_device()
@@ -38,6 +40,11 @@ def main() -> None:
         prob = hg.Matmul(a, w.t(), out).problem
         ranked = planner.ranked_recipes(prob, manifest, dev.info.cc, dev.info.sm_count)
         chosen = [r for r in ranked[:args.top]] + [r for r in ranked[args.top:] if "stream-K" in planner.describe(r[1])]
+        sk = next((r for _, r in ranked if "stream-K" in planner.describe(r)), None)
+        for g in filter(None, args.grids.split(",")):
+            forced = sk and planner.recipe_for(Route(sk.route.kernel, False, (("ctas", int(g)),)), prob, manifest)
+            if forced:
+                chosen.append((float("nan"), forced))
         print(f"\n{shape}: torch.matmul {t_torch:.1f} us")
         for est, recipe in chosen:
             ex = Execution(recipe, args.dtype, 0, manifest)
