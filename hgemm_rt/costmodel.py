@@ -272,9 +272,11 @@ class CostModel:
     def compute_us(self, recipe: Recipe) -> float:
         """The arithmetic part of the recipe's GEMM steps alone: what breaks a tie between recipes whose
         estimates are the same memory-bound time (the one with the most arithmetic slack keeps up with the
-        memory system best)."""
-        return 1e6 * sum(self._compute_s(self.manifest.kernels[s.kernel], s) for s in recipe.steps
-                         if isinstance(s, Gemm) and self.manifest.kernels[s.kernel].role != "gemm_strided_stream")
+        memory system best; a stream-K step's fix-up counts: it is work, not waiting on memory)."""
+        return sum(1e6 * self._compute_s(self.manifest.kernels[s.kernel], s) + (self.rates.streamk_fixup_us if s.ctas
+                                                                                 else 0.0)
+                   for s in recipe.steps
+                   if isinstance(s, Gemm) and self.manifest.kernels[s.kernel].role != "gemm_strided_stream")
 
     @staticmethod
     def split_factor(spec: KernelSpec, g: Gemm) -> float:

@@ -48,6 +48,11 @@ TMA_MAX_STRIDE = 2**40  # bytes: a tensor map's strides must stay below it
 SK_FLAG_BYTES = 1024 * 4
 SK_PART_BYTES = 128 * 256 * 4
 SK_MAX_CTAS = 512  # the flags' slots, two per CTA
+# Stream-K only behind at most this many waves of whole tiles: on the H100 it gained 5-14% after 0-3 waves
+# (1024 x {6144, 14336} x 4096: 91.0 -> 79.8, 188.7 -> 168.7 us) but lost 1-1.5% after 23 and 62 (16384 x 6144 x
+# 4096: 1087 -> 1104 us, 16384 x 8192 x 8192: 2904 -> 2934): there the plain kernel's short last wave runs on few
+# SMs at the clock the power cap then allows, cheaper than the model's full-load rate says.
+SK_MAX_WAVES = 4
 SK_MAX_BLOCKS = 2**31 - 1  # the kernel cuts K at j x k-blocks / pieces in 32 bits
 
 
@@ -104,9 +109,10 @@ def streamk(spec: KernelSpec) -> bool:
 def streamk_tiles(tiles: int, ctas: int) -> int:
     """How many of the last tiles a stream-K launch of `ctas` CTAs cuts into pieces along K: the last partial
     wave (all of them where there are fewer tiles than CTAs); 0 where that would not cut them in two at least
-    (whole waves, or a last wave of more than half the CTAs): the plain persistent kernel runs those."""
+    (whole waves, or a last wave of more than half the CTAs) or where more than SK_MAX_WAVES whole waves come
+    before it: the plain persistent kernel runs those."""
     sk = tiles % ctas
-    return sk if sk and ctas // sk >= 2 else 0
+    return sk if sk and ctas // sk >= 2 and tiles // ctas <= SK_MAX_WAVES else 0
 
 
 def streamk_grids(tiles: int, k_blocks: int, sm_count: int) -> list[int]:

@@ -42,11 +42,12 @@ def _pieces(tiles: int, sk_tiles: int, nk: int, ctas: int) -> list[list[tuple[in
 
 
 @pytest.mark.parametrize("tiles,nk,ctas", [(192, 64, 132), (448, 64, 132), (64, 128, 132), (256, 224, 132),
-                                           (9, 16, 100), (9, 16, 7), (5, 3, 13), (133, 1, 132), (1000, 7, 97)])
+                                           (9, 16, 100), (9, 16, 7), (5, 3, 13), (133, 1, 132), (1000, 7, 97),
+                                           (300, 7, 97)])
 def test_every_k_block_once_and_owners_wait_only_on_peers_that_never_wait(tiles, nk, ctas):
     sk = planner.streamk_tiles(tiles, ctas)
     if sk == 0 or streamk_splits(sk, ctas, nk) < 2:  # whole waves, a last wave too full to cut, one k-block
-        assert tiles % ctas == 0 or ctas // (tiles % ctas) < 2 or nk == 1
+        assert tiles % ctas == 0 or ctas // (tiles % ctas) < 2 or nk == 1 or tiles // ctas > planner.SK_MAX_WAVES
         return
     assert sk == tiles % ctas and (tiles - sk) % ctas == 0
     pieces = _pieces(tiles, sk, nk, ctas)
