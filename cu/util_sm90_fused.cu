@@ -52,43 +52,36 @@
 using namespace hg90g;  // the knobs, rungs and sm90_gemm (cu/common/sm90_gemm.cuh)
 
 // Parameters in the toml's order: the three maps, then C's pointer (C_old, and the grouped GEMM's partial
-// tiles), the shape, C's row stride, the epilogue (cu/common/epilogue.cuh), the batch and the groups. RUNG
-// is a knobs type without commas.
-#define UTIL_FUSED(NAME, RUNG)                                                                                   \
+// tiles), the shape, C's row stride, the epilogue (cu/common/epilogue.cuh), the batch, then TAIL: the grouped
+// GEMM's (group, group_mode, groups) or stream-K's (work, sk_tiles), each kernel passing the other's unused.
+// RUNG is a knobs type without commas; TAIL_PARAMS and TAIL_ARGS are parenthesised lists.
+#define HG_UNPAREN(...) __VA_ARGS__
+#define UTIL_FUSED_KERNEL(NAME, RUNG, TAIL_PARAMS, TAIL_ARGS)                                                    \
   extern "C" __global__ void __launch_bounds__(kThreads, 1)                                                      \
       NAME(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,                     \
            const __grid_constant__ CUtensorMap tmC, RUNG::T* C, int M, int N, int K, int ldc_r, int alpha_bits,  \
            int beta_bits, const RUNG::T* bias, int bias_stride, int epi, int scale_bits, int batch_count,        \
-           int batch_inner, int tma_levels, long long bsc_o, long long bsc_i, const int* group, int group_mode,  \
-           int groups) {                                                                                         \
+           int batch_inner, int tma_levels, long long bsc_o, long long bsc_i, HG_UNPAREN TAIL_PARAMS) {          \
     sm90_gemm<Config<RUNG>>(tmA, tmB, tmC, M, N, K,                                                              \
                             FusedArgs<RUNG::T>{C, ldc_r, alpha_bits, beta_bits, bias, bias_stride, epi,          \
                                                scale_bits, batch_count, batch_inner, tma_levels, bsc_o, bsc_i,   \
-                                               group, group_mode, groups});                                      \
+                                               HG_UNPAREN TAIL_ARGS});                                           \
   }                                                                                                              \
   HG_EXPORT_DSMEM(NAME, Config<RUNG>::kSmemBytes)
+#define UTIL_FUSED(NAME, RUNG) \
+  UTIL_FUSED_KERNEL(NAME, RUNG, (const int* group, int group_mode, int groups), (group, group_mode, groups))
 
 UTIL_FUSED(util_gemm_wgmma_fused_f16_tn, Fused)
 UTIL_FUSED(util_gemm_wgmma_fused_f16_nn, Nn<Fused>)
 UTIL_FUSED(util_gemm_wgmma_fused_bf16_tn, Bf16<Fused>)
 UTIL_FUSED(util_gemm_wgmma_fused_bf16_nn, Bf16<Nn<Fused>>)
 
-// Stream-K (cu/common/sm90_gemm.cuh, StreamK): the same GEMM and epilogue, the last sk_tiles tiles' k-blocks
-// spread evenly over the grid, partial tiles summed through the workspace `work` (fp32; its flags zero
-// between launches). For the shapes whose last wave of tiles leaves SMs idle (1024 x 6144 x 4096: 192 tiles
-// on 132 SMs) or that have fewer tiles than SMs (256 x 8192 x 8192: 64). No grouped GEMM.
-#define UTIL_STREAMK(NAME, RUNG)                                                                                 \
-  extern "C" __global__ void __launch_bounds__(kThreads, 1)                                                      \
-      NAME(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,                     \
-           const __grid_constant__ CUtensorMap tmC, RUNG::T* C, int M, int N, int K, int ldc_r, int alpha_bits,  \
-           int beta_bits, const RUNG::T* bias, int bias_stride, int epi, int scale_bits, int batch_count,        \
-           int batch_inner, int tma_levels, long long bsc_o, long long bsc_i, float* work, int sk_tiles) {       \
-    sm90_gemm<Config<RUNG>>(tmA, tmB, tmC, M, N, K,                                                              \
-                            FusedArgs<RUNG::T>{C, ldc_r, alpha_bits, beta_bits, bias, bias_stride, epi,          \
-                                               scale_bits, batch_count, batch_inner, tma_levels, bsc_o, bsc_i,   \
-                                               nullptr, 0, 0, work, sk_tiles});                                  \
-  }                                                                                                              \
-  HG_EXPORT_DSMEM(NAME, Config<RUNG>::kSmemBytes)
+// Stream-K (cu/common/sm90_gemm.cuh, StreamK): the same GEMM and epilogue; the last sk_tiles tiles (the last
+// partial wave) cut along K into one piece per CTA, partial tiles summed through the workspace `work` (fp32;
+// its flags zero between launches). For the shapes whose last wave of tiles leaves SMs idle (1024 x 6144 x
+// 4096: 192 tiles on 132 SMs) or that have fewer tiles than SMs (256 x 4096 x 14336: 32). No grouped GEMM.
+#define UTIL_STREAMK(NAME, RUNG) \
+  UTIL_FUSED_KERNEL(NAME, RUNG, (float* work, int sk_tiles), (nullptr, 0, 0, work, sk_tiles))
 
 UTIL_STREAMK(util_gemm_wgmma_streamk_f16_tn, FusedStreamK)
 UTIL_STREAMK(util_gemm_wgmma_streamk_f16_nn, Nn<FusedStreamK>)

@@ -64,8 +64,8 @@ struct Knobs {
   // cluster, A row-major): hge::Epilogue applied to the accumulators (bias, activation, scale,
   // beta * C_old read through a pointer), batch_count matrices over rank-4 tensor maps, SwiGLU tiles.
   static constexpr bool kFused = false;
-  // kFused + stream-K (StreamK below): the last tiles' k-blocks spread evenly over the CTAs, partial tiles
-  // summed through a workspace (ptr:work) by the CTA holding each tile's k-block 0.
+  // kFused + stream-K (StreamK below): the last partial wave's tiles cut along K, one piece per CTA, partial
+  // tiles summed through a workspace (ptr:work) by the CTA holding each tile's k-block 0.
   static constexpr bool kStreamK = false;
 };
 template <class Rung>
