@@ -53,6 +53,9 @@ SK_MAX_CTAS = 512  # the flags' slots, two per CTA
 # 4096: 1087 -> 1104 us, 16384 x 8192 x 8192: 2904 -> 2934): there the plain kernel's short last wave runs on few
 # SMs at the clock the power cap then allows, cheaper than the model's full-load rate says.
 SK_MAX_WAVES = 4
+# ... and with at most this many pieces a tile: an owner adds its peers' partial tiles one after another, and the
+# fix-up the cost model charges (costmodel.ArchRates.streamk_fixup_us) was measured with 2-4 pieces
+SK_MAX_SPLITS = 4
 SK_MAX_BLOCKS = 2**31 - 1  # the kernel cuts K at j x k-blocks / pieces in 32 bits
 
 
@@ -116,8 +119,15 @@ def streamk_tiles(tiles: int, ctas: int) -> int:
 
 
 def streamk_grids(tiles: int, k_blocks: int, sm_count: int) -> list[int]:
-    """The grids a stream-K route is offered with: one CTA per SM (at most SK_MAX_CTAS)."""
-    return [min(sm_count, SK_MAX_CTAS)]
+    """The grids a stream-K route is offered with: one CTA per SM (at most SK_MAX_CTAS), and where there are fewer
+    tiles than SMs, as many CTAs as cut each tile into the most pieces allowed (SK_MAX_SPLITS, a k-block each)."""
+    sms = min(sm_count, SK_MAX_CTAS)
+    out = [sms]
+    if tiles < sms:
+        g = tiles * min(sms // tiles, k_blocks, SK_MAX_SPLITS)
+        if g not in out:
+            out.append(g)
+    return out
 
 
 def applies_epilogue(spec: KernelSpec) -> bool:
@@ -306,8 +316,9 @@ def _recipe(route: Route, p: Problem, spec: KernelSpec, glue: _Glue) -> Recipe |
             tiles = -(-M // BM) * -(-p.c.cols // cols) * _prod(p.kernel_batch)
             nk = -(-K // BK)
             sk = streamk_tiles(tiles, ctas) if 1 <= ctas <= SK_MAX_CTAS else 0
-            if sk == 0 or streamk_splits(sk, ctas, nk) < 2 or streamk_splits(sk, ctas, nk) * nk > SK_MAX_BLOCKS:
-                return None  # nothing to cut (the plain fused kernel), or a tile of one k-block
+            pieces = streamk_splits(sk, ctas, nk) if sk else 0
+            if not 2 <= pieces <= SK_MAX_SPLITS or pieces * nk > SK_MAX_BLOCKS:
+                return None  # nothing to cut (the plain fused kernel), a tile of one k-block, or too many pieces
             nbytes = SK_FLAG_BYTES + ctas * SK_PART_BYTES
             glue.temps.append(Temp("tW", 1, -(-nbytes // isz)))
             g = replace(g, ctas=ctas, sk_tiles=sk, work=_dense("tW", 1, -(-nbytes // isz)))

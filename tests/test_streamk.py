@@ -85,6 +85,10 @@ def test_hopper_plans_stream_k_where_the_last_wave_idles_and_sizes_its_workspace
     assert planner.recipe_for(Route(k, False, (("ctas", 132),)), _problem(128, 256, 64), MANIFEST) is None
     assert planner.recipe_for(Route(k, False, (("ctas", 96),)), _problem(1024, 3072, 4096), MANIFEST) is None
     assert planner.recipe_for(Route(k, False, (("ctas", 132),)), _problem(4096, 4096, 4096), MANIFEST) is None
+    # more pieces a tile than the fix-up was measured with (256 x 256 x 65536: 2 tiles, 66 pieces each)
+    assert planner.recipe_for(Route(k, False, (("ctas", 132),)), _problem(256, 256, 65536), MANIFEST) is None
+    assert planner.recipe_for(Route(k, False, (("ctas", 64),)), _problem(256, 256, 65536), MANIFEST) is None
+    assert planner.recipe_for(Route(k, False, (("ctas", 8),)), _problem(256, 256, 65536), MANIFEST) is not None
     assert planner.recipe_for(Route(k, False), prob, MANIFEST) is None  # its grid is the route's
 
 
@@ -117,7 +121,7 @@ CASES = [  # dtype, M, N, K, batch, bias, activation, alpha, beta
     ("f16", 200, 1024, 777, (), "col", "swiglu", 1.0, 0.0),
     ("bf16", 130, 384, 520, (3,), "col", "silu", 1.0, 0.0),
 ]
-GRIDS = (2, 4, 7, 13, 100, 132)
+GRIDS = (2, 4, 7, 13, 20, 100, 132)
 
 
 @pytest.mark.gpu
