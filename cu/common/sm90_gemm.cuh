@@ -486,10 +486,11 @@ __device__ __forceinline__ void stage_blocks(const float (&d)[128], int j0, uint
 }
 
 // TMA store: stmatrix the tile (as fp16) into the staging buffer, then one thread issues the bulk tensor
-// stores. The store runs asynchronously while this warpgroup starts the next tile; the buffer is reused
-// only after the previous store has finished reading it. kCols < BN stages the tile in BN / kCols passes.
-template <typename T, int kCols>
-__device__ __forceinline__ void epilogue_tma(const float (&d)[128], const CUtensorMap* tmC, uint8_t* sCw, int wg,
+// stores (store(src, col, row): a 64 x 64 box). The store runs asynchronously while this warpgroup starts the
+// next tile; the buffer is reused only after the previous store has finished reading it. kCols < BN stages the
+// tile in BN / kCols passes.
+template <typename T, int kCols, class Store>
+__device__ __forceinline__ void epilogue_tma(const float (&d)[128], const Store& store, uint8_t* sCw, int wg,
                                              int row0, int n0) {
   static_assert(BN % kCols == 0 && kCols % 64 == 0, "passes of whole 64-column boxes");
   const int tid = threadIdx.x % 128;
@@ -505,8 +506,7 @@ __device__ __forceinline__ void epilogue_tma(const float (&d)[128], const CUtens
     hg90::named_bar_sync(1 + wg, 128);
     if (tid == 0) {
 #pragma unroll
-      for (int c = 0; c < kCols / 64; ++c)
-        hg90::tma_store_2d(tmC, sCw + c * (64 * 128), n0 + pass * kCols + 64 * c, row0);
+      for (int c = 0; c < kCols / 64; ++c) store(sCw + c * (64 * 128), n0 + pass * kCols + 64 * c, row0);
       hg90::tma_store_commit();
     }
   }
@@ -546,6 +546,16 @@ struct CMapAt {
       hg90::tma_prefetch_2d(map, col, row);
   }
 };
+
+// A launch whose epilogue is the plain store (alpha 1, beta 0, no bias, activation, SwiGLU or scale; not grouped):
+// the fused kernel then stores as the catalogue's does (epilogue_tma, the passes unrolled). H100, 4096 x 4096 x
+// 256 fp16, ncu: the general epilogue_fused path ran 29.2 us against the catalogue kernel's 23.1, with 1.6x the
+// instructions and 4x its no-instruction stalls.
+template <typename T>
+__device__ __forceinline__ bool plain_epilogue(const FusedArgs<T>& x) {
+  return x.group_mode == 0 && x.epi == 0 && x.alpha_bits == 0x3f800000 && x.beta_bits == 0 &&
+         x.scale_bits == 0x3f800000;
+}
 
 // beta * C_old through the staging buffer (cold_load): beta != 0 and this warpgroup's 64 rows at row0 all
 // before the group's end (the grouped GEMM's partial tiles read it through x.C; rows all at or past the end,
@@ -1016,10 +1026,19 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
         if (kb1 < nk) sk_gather(d, x.work, sk_cfg(), smem_u32(smem) + cw * kSkPartFloats * 4, cw, tid);
       }
       if constexpr (K::kFused) {
-        epilogue_fused<T>(d, CMapAt(&cArg, x, outer, inner), sC + cw * (kWgRows * K::kCStageCols * 2), &cbar[cw],
-                          cphase, cold, cw, row0, n0, M, N, sched.row_end, outer, inner, x);
+        const CMapAt cm(&cArg, x, outer, inner);
+        uint8_t* sCw = sC + cw * (kWgRows * K::kCStageCols * 2);
+        if (plain_epilogue(x)) {  // the catalogue's epilogue: no math, the passes unrolled
+          epilogue_tma<T, K::kCStageCols>(
+              d, [&](const uint8_t* src, int col, int row) { cm.store(src, col, row); }, sCw, cw, row0, n0);
+        } else {
+          epilogue_fused<T>(d, cm, sCw, &cbar[cw], cphase, cold, cw, row0, n0, M, N, sched.row_end, outer, inner, x);
+        }
       } else if constexpr (K::kTmaStore) {
-        epilogue_tma<T, K::kCStageCols>(d, &cArg, sC + cw * (kWgRows * K::kCStageCols * 2), cw, row0, n0);
+        const CUtensorMap* tmC = &cArg;
+        epilogue_tma<T, K::kCStageCols>(
+            d, [&](const uint8_t* src, int col, int row) { hg90::tma_store_2d(tmC, src, col, row); },
+            sC + cw * (kWgRows * K::kCStageCols * 2), cw, row0, n0);
       } else {
         epilogue_direct<T>(d, cArg, M, N, row0, n0);
       }
