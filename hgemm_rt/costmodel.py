@@ -241,9 +241,8 @@ class CostModel:
     @staticmethod
     def _streamk_tiles(spec: KernelSpec, g: Gemm) -> tuple[int, int]:
         """(tiles, k-blocks per tile) of a stream-K launch."""
-        BM, BN, BK = spec.tile
-        cols = BN // 2 if g.epi is not None and g.epi.swiglu else BN
-        return math.ceil(g.M / BM) * math.ceil(g.N / cols) * math.prod(kernel_batch(g.batch)), math.ceil(g.K / BK)
+        swiglu = g.epi is not None and g.epi.swiglu
+        return spec.output_tiles(g.M, g.N, swiglu) * math.prod(kernel_batch(g.batch)), math.ceil(g.K / spec.tile[2])
 
     def _streamk_blocks(self, spec: KernelSpec, g: Gemm) -> int:
         """The k-blocks of a stream-K launch's busiest CTA: its whole tiles, then its piece."""

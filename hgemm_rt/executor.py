@@ -158,15 +158,15 @@ class _Step:
         else:
             variant = spec.resolve_variant(dict(step.variant))  # declared axis order: the symbol name
             # SwiGLU: the kernel's N is C's width, its tiles span as many of B's 2N columns
-            n_tiles = 2 * step.N if step.epi is not None and step.epi.swiglu else step.N
+            swiglu = step.epi is not None and step.epi.swiglu
+            n_tiles = 2 * step.N if swiglu else step.N
             fn, cfg = prepare(manifest, spec, dev, GemmShape(step.M, n_tiles, step.K), variant, step.swizzle,
                               step.swizzle_stride)
             splits = step.splits
             if splits > 1:  # split-K: one CTA per split of a tile, the splits of a tile in one cluster
                 cfg = replace(cfg, cluster=(1, 1, splits))
             if spec.role == "gemm_fused_wgmma":  # persistent over every matrix's tiles: one CTA per SM at most
-                BM, BN, _ = spec.tile
-                tiles = -(-step.M // BM) * -(-n_tiles // BN) * outer * inner
+                tiles = spec.output_tiles(step.M, step.N, swiglu) * outer * inner
                 ctas = step.ctas or min(tiles, dev.info.sm_count)  # (stream-K: the recipe's grid)
                 if ctas > dev.info.sm_count:
                     raise ValueError(f"{spec.name}: a stream-K grid of {ctas} CTAs on {dev.info.sm_count} SMs: its CTAs "

@@ -136,6 +136,12 @@ class KernelSpec:
     def symbols(self) -> list[str]:
         return [variant_symbol(self.name, c) for c in self.variant_choices()]
 
+    def output_tiles(self, M: int, N: int, swiglu: bool = False) -> int:
+        """Tiles of one M x N output (C's width N): BM x BN each, BM x BN/2 for a SwiGLU kernel pairing gate and up
+        columns (its B stage holds BN/2 of each)."""
+        BM, BN, _ = self.tile
+        return -(-M // BM) * -(-N // (BN // 2 if swiglu else BN))
+
     def resolve_variant(self, given: Mapping[str, Any]) -> dict[str, Any]:
         """Fill defaults (`default`, else the first value of each axis) and check the given values."""
         from .errors import ValidationError

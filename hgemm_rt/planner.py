@@ -311,10 +311,8 @@ def _recipe(route: Route, p: Problem, spec: KernelSpec, glue: _Glue) -> Recipe |
         g = Gemm(route.kernel, spec.role, a, b, p.c, M, p.c.cols, K, splits=splits, **fused)
         if streamk(spec):
             ctas = int(opts["ctas"])
-            BM, BN, BK = spec.tile
-            cols = BN // 2 if p.swiglu else BN
-            tiles = -(-M // BM) * -(-p.c.cols // cols) * _prod(p.kernel_batch)
-            nk = -(-K // BK)
+            tiles = spec.output_tiles(M, p.c.cols, p.swiglu) * _prod(p.kernel_batch)
+            nk = -(-K // spec.tile[2])
             sk = streamk_tiles(tiles, ctas) if 1 <= ctas <= SK_MAX_CTAS else 0
             pieces = streamk_splits(sk, ctas, nk) if sk else 0
             if not 2 <= pieces <= SK_MAX_SPLITS or pieces * nk > SK_MAX_BLOCKS:
@@ -419,9 +417,8 @@ def candidate_routes(prob: Problem, manifest: Manifest, cc: tuple[int, int], ker
         if spec.role == "gemm_fused_wgmma" and streamk(spec):  # its grid: see streamk_grids
             for t in (False, True):
                 M, N = (prob.N, prob.M) if t else (prob.M, prob.N)
-                BM, BN, BK = spec.tile
-                tiles = -(-M // BM) * -(-N // (BN // 2 if prob.swiglu else BN)) * batch
-                grids = streamk_grids(tiles, -(-prob.K // BK), sm_count) if sm_count else []
+                tiles = spec.output_tiles(M, N, prob.swiglu) * batch
+                grids = streamk_grids(tiles, -(-prob.K // spec.tile[2]), sm_count) if sm_count else []
                 out += [Route(spec.name, t, (("ctas", g),)) for g in grids]
             continue
         if spec.role == "gemm_fused_wgmma":  # persistent: no split-K
