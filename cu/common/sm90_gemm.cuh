@@ -343,7 +343,7 @@ __device__ __forceinline__ void sk_config(SkConfig* cfg, int total, int sk_tiles
 struct StreamK {  // (cfg: the shared SkConfig, passed in, not held)
   static constexpr int kDone = 0x7fffffff;
   int cur;
-  __device__ explicit StreamK(const volatile SkConfig*) : cur(static_cast<int>(blockIdx.x)) {}
+  __device__ StreamK() : cur(static_cast<int>(blockIdx.x)) {}
   // This CTA's next piece: tile t, k-blocks [kb0, kb1). False when it has none left.
   __device__ __forceinline__ bool next(const volatile SkConfig* cfg, int& t, int& kb0, int& kb1) {
     const int nk = cfg->nk, dp_tiles = cfg->dp_tiles, c = static_cast<int>(blockIdx.x);
@@ -860,7 +860,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
   auto sk_cfg = [&] { return reinterpret_cast<const volatile SkConfig*>(smem + K::kGroupOffset); };
   auto make_sk = [&]() -> SkState {
     if constexpr (K::kStreamK)
-      return StreamK(sk_cfg());
+      return StreamK();
     else
       return 0;
   };
