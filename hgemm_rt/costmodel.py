@@ -43,7 +43,8 @@ class ArchRates:
     cluster_launch_us: float = 0.0  # extra latency of a split-K launch (a cluster of CTAs along K)
     strided_tile_latency_us: float = 0.0  # per 128 x 128 of tile: a strided-role CTA's fill and fp32 epilogue
     hopper_bonus: Mapping[str, float] = field(default_factory=dict)  # persistent / cluster / tma_store
-    streamk_fixup_us: float = 0.0  # what a stream-K launch takes beyond its busiest CTA's k-blocks
+    streamk_fixup_us: float = 0.0  # what a stream-K launch takes beyond its busiest CTA's k-blocks ...
+    streamk_shared_fixup_us: float = 0.0  # ... where its peers share the sum (more than SK_SERIAL_PIECES pieces)
 
 
 def _matrices(view: View, batch: tuple[int, ...]) -> int:
@@ -81,6 +82,11 @@ def streamk_splits(sk_tiles: int, ctas: int, k_blocks: int) -> int:
     """The pieces each stream-K tile is cut into (cu/common/sm90_gemm.cuh, sk_config): one per CTA, at least a
     k-block each."""
     return max(min(ctas // sk_tiles, k_blocks), 1)
+
+
+# Tiles of at most this many pieces: the owner adds its peers' partials itself; more: the peers share the sum
+# (kSkSerialPieces in cu/common/sm90_gemm.cuh)
+SK_SERIAL_PIECES = 4
 
 
 def c_store_kind(spec: KernelSpec) -> str:
@@ -128,6 +134,10 @@ HOPPER = ArchRates(
     # 256 x {4096, 6144} x 4096 +12.4 / +11.6 us, 256 x 8192 x 8192 +10.8, 256 x 4096 x 14336 +12.4 (2-4 pieces
     # a tile), 1024 x {6144, 14336} x 4096 +3.3 / +9.3 (after a wave of whole tiles): whatever the pieces' length
     streamk_fixup_us=11.0,
+    # more than 4 pieces a tile (the peers share the sum), fp16: measured minus the DRAM term, 256 x 256 x 65536
+    # and 128 x 128 x 131072 cut 66 / 132 ways +25.1 / +24.4 us, 64 x 64 x 65536 (132 ways) +22.2, 512 x 1024 x
+    # 16384 (8 ways) +27.7
+    streamk_shared_fixup_us=25.0,
 )
 
 # sm_80/86/89 (A100, A10/3090, L4/4090 class): the Hopper class rates without wgmma, scaled to an A100's
@@ -234,7 +244,7 @@ class CostModel:
         if spec.role == "gemm_fused_wgmma" and g.epilogue and not beta_zero:
             epilogue = g.M * g.N * nb * isz / r.fused_c_read_bytes_per_s
         if g.ctas:  # stream-K: the pieces' partial tiles published, waited for and added by the owners
-            epilogue += r.streamk_fixup_us * 1e-6
+            epilogue += self._streamk_fixup_us(spec, g) * 1e-6
         # a problem too small to keep the GPU busy costs the launch's latency instead
         return max((max(compute, memory, panel) + epilogue) * 1e6, latency)
 
@@ -251,6 +261,15 @@ class CostModel:
 
     def _streamk_splits(self, spec: KernelSpec, g: Gemm) -> int:
         return streamk_splits(g.sk_tiles, g.ctas, self._streamk_tiles(spec, g)[1])
+
+    def _streamk_fixup_us(self, spec: KernelSpec, g: Gemm) -> float:
+        """What a stream-K launch takes beyond its k-blocks: the owners adding their peers' partials, or (more
+        pieces) the peers sharing the sum first; 0 for any other launch."""
+        if not g.ctas:
+            return 0.0
+        if self._streamk_splits(spec, g) <= SK_SERIAL_PIECES:
+            return self.rates.streamk_fixup_us
+        return self.rates.streamk_shared_fixup_us
 
     def _compute_s(self, spec: KernelSpec, g: Gemm) -> float:
         """Seconds of arithmetic of one GEMM launch: the tiles' work, wasted or not, at the class rate over
@@ -272,10 +291,9 @@ class CostModel:
         """The arithmetic part of the recipe's GEMM steps alone: what breaks a tie between recipes whose
         estimates are the same memory-bound time (the one with the most arithmetic slack keeps up with the
         memory system best; a stream-K step's fix-up counts: it is work, not waiting on memory)."""
-        return sum(1e6 * self._compute_s(self.manifest.kernels[s.kernel], s) + (self.rates.streamk_fixup_us if s.ctas
-                                                                                 else 0.0)
-                   for s in recipe.steps
-                   if isinstance(s, Gemm) and self.manifest.kernels[s.kernel].role != "gemm_strided_stream")
+        specs = [(self.manifest.kernels[s.kernel], s) for s in recipe.steps if isinstance(s, Gemm)]
+        return sum(1e6 * self._compute_s(spec, s) + self._streamk_fixup_us(spec, s)
+                   for spec, s in specs if spec.role != "gemm_strided_stream")
 
     @staticmethod
     def split_factor(spec: KernelSpec, g: Gemm) -> float:

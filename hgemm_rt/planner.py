@@ -42,10 +42,12 @@ SPLIT_BLOCK = 32  # its planes' width (cu/util.cu): one 128-byte row of fp32, th
 DECODE_ROWS = 16  # see ranked_recipes
 SHORT_SIDE = 128  # see ranked_recipes
 NEAR_TIE = 0.01  # see ranked_recipes
+WASTE_MARGIN = 0.1  # see ranked_recipes
 TMA_MAX_STRIDE = 2**40  # bytes: a tensor map's strides must stay below it
 # Stream-K (the gemm_fused_wgmma kernels with a `ptr:work` workspace; StreamK in cu/common/sm90_gemm.cuh): the
-# workspace's int32 flags (kSkFlagSlots) and one fp32 partial tile per CTA (two consumers of 64 x 256 each)
-SK_FLAG_BYTES = 1024 * 4
+# workspace's int32 flags and counters (kSkFlagSlots) and one fp32 partial tile per CTA (two consumers of 64 x 256
+# each)
+SK_FLAG_BYTES = 2048 * 4
 SK_PART_BYTES = 128 * 256 * 4
 SK_MAX_CTAS = 512  # the flags' slots, two per CTA
 # Stream-K only behind at most this many waves of whole tiles: on the H100 it gained 5-14% after 0-3 waves
@@ -53,9 +55,9 @@ SK_MAX_CTAS = 512  # the flags' slots, two per CTA
 # 4096: 1087 -> 1104 us, 16384 x 8192 x 8192: 2904 -> 2934): there the plain kernel's short last wave runs on few
 # SMs at the clock the power cap then allows, cheaper than the model's full-load rate says.
 SK_MAX_WAVES = 4
-# ... and with at most this many pieces a tile: an owner adds its peers' partial tiles one after another, and the
-# fix-up the cost model charges (costmodel.ArchRates.streamk_fixup_us) was measured with 2-4 pieces
-SK_MAX_SPLITS = 4
+# ... and with at most this many pieces a tile: one per CTA (the fix-up the cost model charges was measured with
+# 2-4 pieces, the owner adding its peers' partials, and 8-132, the peers sharing the sum first)
+SK_MAX_SPLITS = SK_MAX_CTAS
 SK_MAX_BLOCKS = 2**31 - 1  # the kernel cuts K at j x k-blocks / pieces in 32 bits
 
 
@@ -468,7 +470,9 @@ def ranked_recipes(prob: Problem, manifest: Manifest, cc: tuple[int, int], sm_co
     rates alone do not see). Likewise with a side of at most SHORT_SIDE, recipes whose tiles leave half
     their area or more empty rank after the rest where others fill their tiles over twice as well (H100,
     fp16, 16384 x 64 / 128 x 4096: the 128 x 256-tile kernels ran 96.5 / 85.9 us, 128 x 64 / 128 x 128
-    tiles 60.5 / 62.7, at equal estimates); they stay listed (autotune and the sanitizer's schedule)."""
+    tiles 60.5 / 62.7, at equal estimates), unless estimated over WASTE_MARGIN below the best of those (128 x
+    128 x 131072: stream-K's 128 x 256 tiles, estimated 20% below 64 x 64-tile split-K, ran 50.2 against 60.8
+    us); they stay listed (autotune and the sanitizer's schedule)."""
     model = CostModel.for_device(cc, sm_count, manifest)
     out = []
     for route in candidate_routes(prob, manifest, cc, kernel, sm_count):
@@ -480,7 +484,8 @@ def ranked_recipes(prob: Problem, manifest: Manifest, cc: tuple[int, int], sm_co
     wasteful = set()
     if DECODE_ROWS < min(prob.M, prob.N) <= SHORT_SIDE and out:
         best = max(tile_fill(r, manifest) for _, r in out)
-        wasteful = {id(r) for _, r in out if tile_fill(r, manifest) <= best / 2}
+        filled = min(e for e, r in out if tile_fill(r, manifest) > best / 2)
+        wasteful = {id(r) for e, r in out if tile_fill(r, manifest) <= best / 2 and e >= filled * (1 - WASTE_MARGIN)}
     out.sort(key=lambda x: (id(x[1]) in wasteful, x[0], model.compute_us(x[1]), str(x[1].route)))
     # Estimates within NEAR_TIE of the best are the same memory-bound time to the model's precision: of
     # those with the best's split count, the one with the least arithmetic time goes first (H100, fp16, 256 x (2048 x 128 x 2048): 64 x 64

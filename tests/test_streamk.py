@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from hgemm_rt import api, planner, problem
-from hgemm_rt.costmodel import CostModel, streamk_splits
+from hgemm_rt.costmodel import SK_SERIAL_PIECES, CostModel, streamk_splits
 from hgemm_rt.dtypes import storage_to_f64, to_storage
 from hgemm_rt.epilogue import Epilogue, reference
 from hgemm_rt.problem import Gemm, Route
@@ -85,10 +85,11 @@ def test_hopper_plans_stream_k_where_the_last_wave_idles_and_sizes_its_workspace
     assert planner.recipe_for(Route(k, False, (("ctas", 132),)), _problem(128, 256, 64), MANIFEST) is None
     assert planner.recipe_for(Route(k, False, (("ctas", 96),)), _problem(1024, 3072, 4096), MANIFEST) is None
     assert planner.recipe_for(Route(k, False, (("ctas", 132),)), _problem(4096, 4096, 4096), MANIFEST) is None
-    # more pieces a tile than the fix-up was measured with (256 x 256 x 65536: 2 tiles, 66 pieces each)
-    assert planner.recipe_for(Route(k, False, (("ctas", 132),)), _problem(256, 256, 65536), MANIFEST) is None
-    assert planner.recipe_for(Route(k, False, (("ctas", 64),)), _problem(256, 256, 65536), MANIFEST) is None
-    assert planner.recipe_for(Route(k, False, (("ctas", 8),)), _problem(256, 256, 65536), MANIFEST) is not None
+    # up to a piece per CTA (256 x 256 x 65536: 2 tiles, 66 pieces each at 132 CTAs)
+    for ctas, pieces in ((132, 66), (64, 32), (8, 4)):
+        r = planner.recipe_for(Route(k, False, (("ctas", ctas),)), _problem(256, 256, 65536), MANIFEST)
+        g = next(s for s in r.steps if isinstance(s, Gemm))
+        assert (g.sk_tiles, streamk_splits(g.sk_tiles, g.ctas, 1024)) == (2, pieces)
     assert planner.recipe_for(Route(k, False), prob, MANIFEST) is None  # its grid is the route's
 
 
@@ -110,6 +111,26 @@ def test_the_cost_model_prices_the_busiest_cta():
     assert model.estimate_us(plain, "f16") > 1.4 * model.estimate_us(r, "f16")
 
 
+@needs_manifest
+def test_the_cost_model_charges_the_fix_up_of_the_path_the_pieces_take():
+    """Up to SK_SERIAL_PIECES pieces the owner adds its peers' partials (streamk_fixup_us); more, and the peers
+    share the sum first (streamk_shared_fixup_us): 128 x 128 x 131072 (one tile) cut 4 and 132 ways."""
+    k = next(n for n, s in MANIFEST.kernels.items() if planner.streamk(s) and s.dtype == "f16" and s.layout == "TN")
+    prob = _problem(128, 128, 131072, orders=("row", "col", "row"))
+    model = CostModel.for_device((9, 0), 132, MANIFEST)
+    rates = model.rates
+    dram = (2 * 128 * 131072 + 128 * 128) * 2 / rates.dram_bytes_per_s * 1e6
+    for ctas, fixup in ((SK_SERIAL_PIECES, rates.streamk_fixup_us), (132, rates.streamk_shared_fixup_us)):
+        r = planner.recipe_for(Route(k, False, (("ctas", ctas),)), prob, MANIFEST)
+        busiest = -(-2048 // ctas) * 128 * 256 * 64 * 2 / (model.kernel_tflops(MANIFEST.kernels[k]) * 1e6 / 132)
+        assert model.estimate_us(r, "f16") == pytest.approx(max(busiest, dram) + fixup + rates.launch_us, rel=0.01)
+    assert rates.streamk_shared_fixup_us > rates.streamk_fixup_us > 0
+    # where it is estimated well below the split-K kernels that fill their tiles, matmul takes it despite its
+    # half-empty 128 x 256 tile (H100: 50.2 us against 60.8 for 64 x 64 tiles split 8 ways)
+    best = planner.heuristic_recipe(prob, MANIFEST, (9, 0), 132)
+    assert "stream-K 1 tiles over 132 CTAs" in planner.describe(best), planner.describe(best)
+
+
 # ---------------------------------------------------------------------------------------------------
 # GPU
 # ---------------------------------------------------------------------------------------------------
@@ -120,8 +141,10 @@ CASES = [  # dtype, M, N, K, batch, bias, activation, alpha, beta
     ("f16", 257, 264, 4099, (), "row", "relu", 1.0, -0.5),
     ("f16", 200, 1024, 777, (), "col", "swiglu", 1.0, 0.0),
     ("bf16", 130, 384, 520, (3,), "col", "silu", 1.0, 0.0),
+    ("f16", 70, 200, 30000, (), "row", "gelu", 1.0, 0.5),  # one tile, up to a piece per SM: the peers share the sum
 ]
-GRIDS_PER_CASE = 6  # of the grids the planner takes for the case (pieces 2-4, whole waves before or not), spread
+GRIDS_PER_CASE = 6  # of the grids the planner takes for the case (pieces 2-4: the owner adds its peers' partials;
+# more: the peers share the sum; whole waves before or not), spread
 
 
 def _grids(name, prob, manifest, sm_count):

@@ -315,15 +315,26 @@ struct TileSched {
 // of each tile at the same time, as whole tiles do, so the CTAs sharing an operand panel read it together from
 // L2 (pieces at unrelated k offsets, as a plain even split of all k-blocks makes them, each read their panels
 // from DRAM: 2-4x slower on the H100).
-// Piece 0 (k-block 0) is the tile's owner: its CTA adds the other pieces' fp32 partial tiles (CTAs u + 1 ..
-// u + s - 1, which only publish) to its accumulators, in that order (deterministic), and runs the epilogue.
-// No CTA waits on one that waits: no deadlock while every CTA is resident (grid <= SMs, one CTA per SM).
-// The workspace: kSkFlagSlots int32 flags, then one 64 x 256 fp32 partial per CTA and consumer warpgroup
-// (slot 2c + cw), thread tid's float4 i at i * 128 + tid (each warp's stores one 512-byte run). A writer
-// sets its flag to 1 once its partial is in L2; the owner resets it to 0 once seen, so every launch leaves
-// the flags as it found them (zero: the runtime zeroes the workspace once).
-constexpr int kSkFlagSlots = 1024;           // ints: up to 512 CTAs x 2 consumers
+// Piece 0 (k-block 0) is the tile's owner: it adds the other pieces' fp32 partial tiles (CTAs u + 1 .. u + s - 1,
+// which run no epilogue) to its accumulators and runs the epilogue. With at most kSkSerialPieces pieces it reads
+// each peer's partial itself, in order. With more, one SM reading s - 1 partials one after another is what
+// limits (H100, 256 x 256 x 65536 cut 66 ways: ~1.5 us a partial, 118 us in all; shared as below, 50 us), so
+// the peers share the sum: each, once all of them have published, adds its 1 / (s - 1) of every peer's partial
+// (peer 1 first) into the owner's slot, and the owner adds that one tile. Either way the order of the additions
+// is fixed: results are bitwise repeatable.
+// Every CTA signals what others wait for before it waits itself: no deadlock while every CTA is resident (grid
+// <= SMs, one CTA per SM). The workspace: kSkFlagSlots int32 flags and counters, then one 64 x 256 fp32 partial
+// per CTA and consumer warpgroup (slot 2c + cw), thread tid's float4 i at i * 128 + tid (each warp's stores one
+// 512-byte run).
+// - serial: CTA c's writer sets flag 2c + cw once its partial is in L2; the owner resets it once seen;
+// - shared: stream-K tile st's consumer cw counts its published peers at kSkCounters + 4 st + cw and the peers
+//   whose share of the sum is done at that + 2; the owner resets both once the second reaches s - 1.
+// Every launch leaves them as it found them: zero (the runtime zeroes the workspace once).
+constexpr int kSkCounters = 1024;            // ints: first the flags, up to 512 CTAs x 2 consumers
+constexpr int kSkFlagSlots = 2048;           // ... then the counters, 4 per stream-K tile (at most 256 of them)
 constexpr int kSkPartFloats = kWgRows * BN;  // one consumer warpgroup's partial tile
+constexpr int kSkSerialPieces = 4;           // the owner reads its peers' partials itself up to this many pieces
+constexpr int kSkQuads = kSkPartFloats / 4;  // float4s of a partial
 
 // The schedule's constants live in shared memory (the group table's room, which stream-K does not use), read
 // at each piece: in registers they pushed the consumers (128 accumulators under 232 registers) into spills.
@@ -370,59 +381,119 @@ __device__ __forceinline__ int ld_acquire(const int* p) {
   return v;
 }
 
-// A non-owner piece: this warpgroup's accumulators into its slot (2 blockIdx.x + cw), then its flag, once all
-// 128 threads' stores are done (named barrier 1 + cw, the warpgroup's own).
-__device__ __forceinline__ void sk_publish(const float (&d)[128], float* work, int cw, int tid) {
-  const int slot = 2 * static_cast<int>(blockIdx.x) + cw;
-  float4* part = reinterpret_cast<float4*>(work + kSkFlagSlots + static_cast<long long>(slot) * kSkPartFloats);
-#pragma unroll
-  for (int i = 0; i < 32; ++i)
-    __stcg(part + i * 128 + tid, make_float4(d[4 * i], d[4 * i + 1], d[4 * i + 2], d[4 * i + 3]));
+__device__ __forceinline__ float4* sk_part(float* work, int slot) {
+  return reinterpret_cast<float4*>(work + kSkFlagSlots + static_cast<long long>(slot) * kSkPartFloats);
+}
+
+// Thread 0 of the warpgroup waits until *flag == value (then all 128 threads go on: named barrier 1 + cw).
+__device__ __forceinline__ void sk_wait(const int* flag, int value, int cw, int tid) {
+  if (tid == 0) {
+    while (ld_acquire(flag) != value) {
+    }
+  }
+  hg90::named_bar_sync(1 + cw, 128);
+}
+
+// Thread 0 adds 1 to *flag once all 128 threads' stores are in L2.
+__device__ __forceinline__ void sk_signal(int* flag, int cw, int tid) {
   hg90::named_bar_sync(1 + cw, 128);
   if (tid == 0) {
     __threadfence();
-    atomicExch(reinterpret_cast<int*>(work) + slot, 1);
+    atomicAdd(flag, 1);
   }
 }
 
-// An owner piece (piece 0 of its tile, CTA blockIdx.x): the partials of the tile's other pieces (CTAs
-// blockIdx.x + 1 .. + splits - 1) added to this warpgroup's accumulators, in that order. Each thread copies its
-// 32 float4 of a partial into shared memory with cp.async (all in flight at once, no registers: with 128
-// accumulators live, loads into registers went two at a time, a round trip to L2 each, and made the fix-up the
-// largest cost of a short piece), then adds them from there. `buf`: this warpgroup's 64 KB of the TMA ring,
-// idle by then (a CTA's piece is its last work: its producer loads nothing more).
+// A non-owner piece: this warpgroup's accumulators into its slot (2 blockIdx.x + cw), then, with more than
+// kSkSerialPieces pieces, its share of the peers' sum into the owner's slot: float4s [lo, hi) of every peer's
+// partial, added in peer order. (Copying them into shared memory first, all in flight at once, measured the
+// same: H100, 256 x 256 x 65536 cut 66 ways, 50.9 against 50.3 us.)
+__device__ __forceinline__ void sk_publish(const float (&d)[128], float* work, const volatile SkConfig* cfg, int cw,
+                                           int tid) {
+  const int c = static_cast<int>(blockIdx.x), s = cfg->splits, j = c % s;
+  float4* part = sk_part(work, 2 * c + cw);
+#pragma unroll
+  for (int i = 0; i < 32; ++i)
+    __stcg(part + i * 128 + tid, make_float4(d[4 * i], d[4 * i + 1], d[4 * i + 2], d[4 * i + 3]));
+  int* flags = reinterpret_cast<int*>(work);
+  if (s <= kSkSerialPieces) {
+    sk_signal(flags + 2 * c + cw, cw, tid);
+    return;
+  }
+  int* published = flags + kSkCounters + 4 * (c / s) + cw;
+  sk_signal(published, cw, tid);
+  sk_wait(published, s - 1, cw, tid);
+  constexpr int kPeerStride = 2 * kSkQuads;  // float4s between consecutive CTAs' slots of one consumer
+  const float4* peer1 = sk_part(work, 2 * (c - j + 1) + cw);
+  float4* sum = sk_part(work, 2 * (c - j) + cw);
+  const int lo = (j - 1) * kSkQuads / (s - 1), hi = j * kSkQuads / (s - 1);
+  for (int i = lo + tid; i < hi; i += 128) {
+    float4 a = __ldcg(peer1 + i);
+#pragma unroll 8
+    for (int p = 1; p < s - 1; ++p) {
+      const float4 v = __ldcg(peer1 + p * kPeerStride + i);
+      a.x += v.x;
+      a.y += v.y;
+      a.z += v.z;
+      a.w += v.w;
+    }
+    __stcg(sum + i, a);
+  }
+  sk_signal(published + 2, cw, tid);
+}
+
+// Adds the partial tile at `part` to this warpgroup's accumulators. Each thread copies its 32 float4 into
+// shared memory with cp.async (all in flight at once, no registers: with 128 accumulators live, loads into
+// registers went two at a time, a round trip to L2 each, and made the fix-up the largest cost of a short
+// piece), then adds them from there. `buf`: this warpgroup's 64 KB of the TMA ring, idle by then (a CTA's
+// piece is its last work: its producer loads nothing more).
+__device__ __forceinline__ void sk_add(float (&d)[128], const float4* part, uint32_t buf, int tid) {
+#pragma unroll
+  for (int i = 0; i < 32; ++i)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(buf + (i * 128 + tid) * 16),
+                 "l"(part + i * 128 + tid)
+                 : "memory");
+  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {  // (each thread reads back only what it copied)
+    float4 v;
+    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "r"(buf + (i * 128 + tid) * 16));
+    d[4 * i] += v.x;
+    d[4 * i + 1] += v.y;
+    d[4 * i + 2] += v.z;
+    d[4 * i + 3] += v.w;
+  }
+}
+
+// An owner piece (piece 0 of its tile, CTA blockIdx.x): the other pieces' partials added to this warpgroup's
+// accumulators, each peer's in turn (serial) or their shared sum.
 __device__ __forceinline__ void sk_gather(float (&d)[128], float* work, const volatile SkConfig* cfg, uint32_t buf,
                                           int cw, int tid) {
   const int c0 = static_cast<int>(blockIdx.x), s = cfg->splits;
-  for (int c = c0 + 1; c < c0 + s; ++c) {
-    const int slot = 2 * c + cw;
-    int* flag = reinterpret_cast<int*>(work) + slot;
-    if (tid == 0) {
-      while (ld_acquire(flag) == 0) {
+  int* flags = reinterpret_cast<int*>(work);
+  if (s <= kSkSerialPieces) {
+    for (int c = c0 + 1; c < c0 + s; ++c) {
+      const int slot = 2 * c + cw;
+      if (tid == 0) {
+        while (ld_acquire(flags + slot) == 0) {
+        }
+        flags[slot] = 0;  // (read once per launch: the next launch finds it zero)
       }
-      *flag = 0;  // (read once per launch: the next launch finds it zero)
+      hg90::named_bar_sync(1 + cw, 128);
+      sk_add(d, sk_part(work, slot), buf, tid);
     }
-    hg90::named_bar_sync(1 + cw, 128);
-    const float4* part =
-        reinterpret_cast<const float4*>(work + kSkFlagSlots + static_cast<long long>(slot) * kSkPartFloats);
-#pragma unroll
-    for (int i = 0; i < 32; ++i)
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(buf + (i * 128 + tid) * 16),
-                   "l"(part + i * 128 + tid)
-                   : "memory");
-    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
-#pragma unroll
-    for (int i = 0; i < 32; ++i) {  // (each thread reads back only what it copied)
-      float4 v;
-      asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-                   : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-                   : "r"(buf + (i * 128 + tid) * 16));
-      d[4 * i] += v.x;
-      d[4 * i + 1] += v.y;
-      d[4 * i + 2] += v.z;
-      d[4 * i + 3] += v.w;
-    }
+    return;
   }
+  int* published = flags + kSkCounters + 4 * (c0 / s) + cw;
+  if (tid == 0) {
+    while (ld_acquire(published + 2) != s - 1) {
+    }
+    published[0] = 0;  // (every peer is past both counters: the next launch finds them zero)
+    published[2] = 0;
+  }
+  hg90::named_bar_sync(1 + cw, 128);
+  sk_add(d, sk_part(work, 2 * c0 + cw), buf, tid);
 }
 
 // ---- epilogues: 64 x 256 fp32 accumulators of one consumer warpgroup -> C ----
@@ -1020,7 +1091,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
       const int row0 = m0 + cw * kWgRows;
       if constexpr (K::kStreamK) {
         if (!owner) {
-          sk_publish(d, x.work, cw, tid);
+          sk_publish(d, x.work, sk_cfg(), cw, tid);
           continue;
         }
         if (kb1 < nk) sk_gather(d, x.work, sk_cfg(), smem_u32(smem) + cw * kSkPartFloats * 4, cw, tid);
