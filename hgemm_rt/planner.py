@@ -483,9 +483,10 @@ def ranked_recipes(prob: Problem, manifest: Manifest, cc: tuple[int, int], sm_co
         out = [x for x in out if _gemm_tile_rows(x[1], manifest) <= DECODE_ROWS] or out
     wasteful = set()
     if DECODE_ROWS < min(prob.M, prob.N) <= SHORT_SIDE and out:
-        best = max(tile_fill(r, manifest) for _, r in out)
-        filled = min(e for e, r in out if tile_fill(r, manifest) > best / 2)
-        wasteful = {id(r) for e, r in out if tile_fill(r, manifest) <= best / 2 and e >= filled * (1 - WASTE_MARGIN)}
+        fill = {id(r): tile_fill(r, manifest) for _, r in out}
+        best = max(fill.values())
+        filled = min(e for e, r in out if fill[id(r)] > best / 2)
+        wasteful = {id(r) for e, r in out if fill[id(r)] <= best / 2 and e >= filled * (1 - WASTE_MARGIN)}
     out.sort(key=lambda x: (id(x[1]) in wasteful, x[0], model.compute_us(x[1]), str(x[1].route)))
     # Estimates within NEAR_TIE of the best are the same memory-bound time to the model's precision: of
     # those with the best's split count, the one with the least arithmetic time goes first (H100, fp16, 256 x (2048 x 128 x 2048): 64 x 64

@@ -132,6 +132,20 @@ __device__ __forceinline__ bool chunks_inside(const void* p, uintptr_t lo, uintp
   return q >= lo && q + ((a & 15) ? 32 : 16) <= hi;
 }
 
+// store4_values' element-wise path: the cols_left first of x (+ beta * C), one element at a time at stride ldc_c.
+template <typename T>
+__device__ __forceinline__ void store4_elements(T* p, int ldc_c, int cols_left, float (&x)[4], float beta) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    if (j < cols_left) {
+      T* e = p + static_cast<long long>(j) * ldc_c;
+      float y = x[j];
+      if (beta != 0.f) y += beta * to_f32(*e);
+      *e = from_f32<T>(y);
+    }
+  }
+}
+
 // Four consecutive output columns of one row, x[j] already through the epilogue (fp32): x + beta * C,
 // one 8-byte store where C's row is contiguous and the address aligned, element stores otherwise (any
 // strides, ragged edges: only the cols_left first values are stored). BLAS convention: beta == 0
@@ -151,15 +165,7 @@ __device__ __forceinline__ void store4_values(T* C, long long off, int ldc_c, in
     *q = make_uint2(pack2<T>(x[0], x[1]), pack2<T>(x[2], x[3]));
     return;
   }
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    if (j < cols_left) {
-      T* e = p + static_cast<long long>(j) * ldc_c;
-      float y = x[j];
-      if (beta != 0.f) y += beta * to_f32(*e);
-      *e = from_f32<T>(y);
-    }
-  }
+  store4_elements(p, ldc_c, cols_left, x, beta);
 }
 
 // fp32: one 16-byte store where C's row is contiguous and the address aligned.
@@ -176,13 +182,7 @@ __device__ __forceinline__ void store4_values<float>(float* C, long long off, in
     *q = make_float4(x[0], x[1], x[2], x[3]);
     return;
   }
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    if (j < cols_left) {
-      float* e = p + static_cast<long long>(j) * ldc_c;
-      *e = beta != 0.f ? x[j] + beta * *e : x[j];
-    }
-  }
+  store4_elements(p, ldc_c, cols_left, x, beta);
 }
 
 // Output (row, col .. col + 3), sums v: the epilogue, then store4_values. kLinear (ep.linear(), the

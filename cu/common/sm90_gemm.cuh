@@ -475,24 +475,15 @@ __device__ __forceinline__ void sk_gather(float (&d)[128], float* work, const vo
   if (s <= kSkSerialPieces) {
     for (int c = c0 + 1; c < c0 + s; ++c) {
       const int slot = 2 * c + cw;
-      if (tid == 0) {
-        while (ld_acquire(flags + slot) == 0) {
-        }
-        flags[slot] = 0;  // (read once per launch: the next launch finds it zero)
-      }
-      hg90::named_bar_sync(1 + cw, 128);
+      sk_wait(flags + slot, 1, cw, tid);
+      if (tid == 0) flags[slot] = 0;  // (read once per launch: the next launch finds it zero)
       sk_add(d, sk_part(work, slot), buf, tid);
     }
     return;
   }
   int* published = flags + kSkCounters + 4 * (c0 / s) + cw;
-  if (tid == 0) {
-    while (ld_acquire(published + 2) != s - 1) {
-    }
-    published[0] = 0;  // (every peer is past both counters: the next launch finds them zero)
-    published[2] = 0;
-  }
-  hg90::named_bar_sync(1 + cw, 128);
+  sk_wait(published + 2, s - 1, cw, tid);
+  if (tid == 0) published[0] = published[2] = 0;  // (every peer is past both: the next launch finds them zero)
   sk_add(d, sk_part(work, 2 * c0 + cw), buf, tid);
 }
 
