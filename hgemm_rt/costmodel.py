@@ -41,6 +41,9 @@ class ArchRates:
     dsmem_bytes_per_s: float  # one SM summing its rows of the cluster's partial tiles (split-K epilogue)
     launch_us: float = 2.5  # GPU-side cost of one more kernel in the sequence
     cluster_launch_us: float = 0.0  # extra latency of a split-K launch (a cluster of CTAs along K)
+    # the share of the SMs that clusters of each size fill at once (one CTA an SM): a cluster runs within one
+    # GPC, so the SMs a GPC has beyond a multiple of the size stay idle; sizes not listed fill them all
+    cluster_sm_share: Mapping[int, float] = field(default_factory=dict)
     strided_tile_latency_us: float = 0.0  # per 128 x 128 of tile: a strided-role CTA's fill and fp32 epilogue
     hopper_bonus: Mapping[str, float] = field(default_factory=dict)  # persistent / cluster / tma_store
     streamk_fixup_us: float = 0.0  # what a stream-K launch takes beyond its busiest CTA's k-blocks ...
@@ -75,6 +78,7 @@ C_STORE_SHARE = {"tma": 1.0, "staged": 0.8, "direct": 0.4}
 # 8192-16384 per CTA (256 x 256 x 65536 splits=8) ~1.0x): the arithmetic and panel terms of a split launch
 # are scaled by 1 + SPLIT_K_SHORT_K / (K per CTA), at most 2 (the worst measured: 2.3).
 SPLIT_K_SHORT_K = 1300.0
+ONE_CTA_PER_SM = ("gemm_strided_wgmma", "gemm_tf32x3")  # roles whose CTAs take a whole SM
 TF32_SHARE = 0.5  # the TF32 tensor-core rate over the fp16/bf16 one (H100 datasheet)
 
 
@@ -130,6 +134,10 @@ HOPPER = ArchRates(
     # tiles add ~1.2-3 us per 128 x 128 (pipeline fill, fp32 epilogue through shared memory)
     cluster_launch_us=1.2,
     strided_tile_latency_us=1.5,
+    # cuOccupancyMaxActiveClusters of the util_sm90 kernels on an H100 SXM (132 SMs): 66 clusters of 2, 30 of 4,
+    # 15 of 8, so 120 CTAs at once in clusters of 4 or 8: a 128-CTA split-8 grid runs in two waves (256 x 256 x
+    # 65536 fp16, m64n64 splits=8: 76.6 us against 37.1 estimated; m128n64 splits=8, 64 CTAs: 47.9 against 48.8)
+    cluster_sm_share={4: 120 / 132, 8: 120 / 132},
     # H100 (scripts/streamk_probe.py, fp16, B as nn.Linear holds it): measured minus the k-block estimate,
     # 256 x {4096, 6144} x 4096 +12.4 / +11.6 us, 256 x 8192 x 8192 +10.8, 256 x 4096 x 14336 +12.4 (2-4 pieces
     # a tile), 1024 x {6144, 14336} x 4096 +3.3 / +9.3 (after a wave of whole tiles): whatever the pieces' length
@@ -225,9 +233,9 @@ class CostModel:
         outer, inner = kernel_batch(g.batch)
         nb = outer * inner
         tiles = math.ceil(g.M / BM) * math.ceil(g.N / BN) * g.splits * nb
-        load = math.ceil(tiles / self.sm_count)  # CTAs on the busiest SM
         if spec.role == "gemm_strided_stream":
-            return self._stream_us(g, BM, BN, isz, load)
+            return self._stream_us(g, BM, BN, isz, math.ceil(tiles / self.sm_count))
+        load = math.ceil(tiles / self.cta_slots(spec, g.splits))  # CTAs on the busiest SM
         if g.ctas:  # stream-K: the busiest CTA's k-blocks, whole tiles and pieces
             load = self._streamk_blocks(spec, g) / math.ceil(g.K / spec.tile[2])
         compute = self._compute_s(spec, g)
@@ -280,12 +288,20 @@ class CostModel:
             return 2.0 * BM * BN * spec.tile[2] * self._streamk_blocks(spec, g) / per_sm
         nb = math.prod(kernel_batch(g.batch))
         tiles = math.ceil(g.M / BM) * math.ceil(g.N / BN) * g.splits * nb
-        eff = tiles / (math.ceil(tiles / self.sm_count) * self.sm_count)  # how evenly the CTAs spread
+        eff = tiles / (math.ceil(tiles / self.cta_slots(spec, g.splits)) * self.sm_count)  # how evenly the CTAs spread
         Mt, Nt = math.ceil(g.M / BM) * BM, math.ceil(g.N / BN) * BN  # what the tiles compute, wasted or not
         rate = self.kernel_tflops(spec)
         if spec.role == "gemm" and "ptr:C" in spec.params and g.N % 2:
             rate *= ODD_N_DIRECT_STORE
         return 2.0 * Mt * Nt * g.K * nb / (rate * 1e12 * eff) * self.split_factor(spec, g)
+
+    def cta_slots(self, spec: KernelSpec, cluster_size: int) -> int:
+        """The wave of a launch in clusters of `cluster_size`: the SM count, less the SMs that such clusters
+        of the Hopper strided kernels (one CTA an SM: their rings fill the shared memory) leave idle."""
+        if spec.role not in ONE_CTA_PER_SM:
+            return self.sm_count
+        share = self.rates.cluster_sm_share.get(cluster_size, 1.0)
+        return max(int(self.sm_count * share) // cluster_size * cluster_size, cluster_size)
 
     def compute_us(self, recipe: Recipe) -> float:
         """The arithmetic part of the recipe's GEMM steps alone: what breaks a tie between recipes whose

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import warnings
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -682,6 +683,26 @@ def test_cost_model_prices_short_split_k_slices_higher():
     assert model.split_factor(spec, g(4096, 2)) == pytest.approx(1 + SPLIT_K_SHORT_K / 2048)
     assert model.split_factor(spec, g(1024, 8)) == 2.0  # capped
     assert model.split_factor(spec, g(65536, 8)) < model.split_factor(spec, g(4096, 2))
+
+
+@needs_manifest
+def test_clusters_of_4_or_8_fill_120_of_132_sms():
+    """A split-K grid of the Hopper strided kernels runs in waves of the CTAs its clusters can hold at once
+    (H100: 15 clusters of 8, 30 of 4, 66 of 2): 256 x 256 x 65536 at m64n64 splits=8 is 16 clusters of 8, two
+    waves, so twice the one-wave estimate, and the pick is a grid that fits (m128n64, 8 clusters)."""
+    from hgemm_rt.costmodel import CostModel
+    spec = MANIFEST.kernels.get("util_gemm_wgmma_f16_m64n64_tn")
+    if spec is None:
+        pytest.skip("no util_gemm_wgmma_f16_m64n64_tn in this build")
+    model = CostModel.for_device((9, 0), 132, MANIFEST)
+    assert [model.cta_slots(spec, s) for s in (1, 2, 4, 8)] == [132, 132, 120, 120]
+    g = problem.Gemm(spec.name, spec.role, _view("A", 256, 65536, "row"), _view("B", 65536, 256, "col"),
+                     _view("C", 256, 256, "row"), 256, 256, 65536, splits=8)
+    one_wave = CostModel(replace(model.rates, cluster_sm_share={}), 132, MANIFEST)
+    assert model.gemm_us(spec, g, "f16") > 1.5 * one_wave.gemm_us(spec, g, "f16")  # the 16th cluster's wave
+    ranked = planner.ranked_recipes(_problem(256, 256, 65536, orders=("row", "col", "row")), MANIFEST, (9, 0), 132)
+    steps = [s for s in ranked[0][1].steps if isinstance(s, problem.Gemm)]
+    assert len(steps) == 1 and steps[0].splits == 8 and "m128n64" in steps[0].kernel
 
 
 @needs_manifest
