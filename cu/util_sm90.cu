@@ -13,6 +13,9 @@
 //   S in {1, 2, 4, 8}; each CTA of a cluster runs one K slice, keeps its fp32 partial tile in shared
 //   memory, and after a cluster barrier CTA r adds rows [r*BM/S, (r+1)*BM/S) of all S partial tiles
 //   through distributed shared memory and applies the epilogue: one launch, no workspace, no atomics.
+//   B multicast (unsplit, unbatched): a cluster (1, 2, 1) pairs the CTAs of two neighbouring rows of tiles; each
+//   loads half of their shared B tile and multicasts it into both rings (hg90::tma_load_2d_multicast_hint), a
+//   stage is freed by both CTAs' consumers, and an odd last row's partner computes nothing (grid.y rounded up).
 //   Batched: grid.z = S x batch, the batch index from the cluster's z; A and B through rank-4 maps
 //   (cols, rows, inner, outer batch), C offset by 64-bit batch strides (cu/CONTRACT.md).
 //   Threads: 128 * (1 + BM/64). Warpgroup 0 is the producer (one thread issues the TMA loads into a
@@ -56,12 +59,21 @@ using hg90::tma_load_4d;  // cu/common/sm90.cuh
 // W::kX3 (3xTF32): the K slice walks 3 x3_blocks k-blocks, the three products lo(a) hi(b), hi(a) lo(b),
 // hi(a) hi(b) of each 32 columns in turn (so the second read of a head plane comes from L2), A and B being
 // rank-4 maps (32, rows, 2 x3_blocks planes, 1) of util_split_tf32's planes.
+// mc = 2 (a cluster of two CTAs along M, unbatched, unsplit): the pair shares its B tile; CTA `rank` loads the
+// halves (tn) or 64-column chunks (nn) whose index is `rank` modulo 2 and multicasts them into both rings.
 template <class W, bool kRank4>
 __device__ __forceinline__ void produce(const CUtensorMap& tmA, const CUtensorMap& tmB, uint8_t* sA, uint8_t* sB,
                                         uint64_t* full, uint64_t* empty, int nk, int kt0, int m0, int n_lo,
                                         int n_hi, int ai, int ao, int bi, int bo, uint64_t b_policy,
-                                        int x3_blocks = 0) {
+                                        int x3_blocks = 0, int mc = 1, int rank = 0) {
   constexpr int BN = W::BN;
+  // a B box of this CTA's: loaded for itself, or multicast to the pair (mc = 2) when its index is this CTA's
+  auto load_b = [&](uint8_t* dst, uint64_t* bar, int part, int c0, int c1) {
+    if (mc == 1)
+      hg90::tma_load_2d_hint(dst, &tmB, bar, c0, c1, b_policy);
+    else if (part % mc == rank)
+      hg90::tma_load_2d_multicast_hint(dst, &tmB, bar, c0, c1, (1u << mc) - 1, b_policy);
+  };
   int stage = 0;
   uint32_t phase = 0;
   for (int kb = 0; kb < nk; ++kb) {
@@ -93,7 +105,7 @@ __device__ __forceinline__ void produce(const CUtensorMap& tmA, const CUtensorMa
         if constexpr (kRank4)
           hg90::tma_load_4d_hint(b + h * (BN / 2 * 128), &tmB, &full[stage], k0, h ? n_hi : n_lo, bi, bo, b_policy);
         else
-          hg90::tma_load_2d_hint(b + h * (BN / 2 * 128), &tmB, &full[stage], k0, h ? n_hi : n_lo, b_policy);
+          load_b(b + h * (BN / 2 * 128), &full[stage], h, k0, h ? n_hi : n_lo);
       }
     } else {
       constexpr int kHalf = BN >= 128 ? BN / 128 : BN / 64;  // chunks from n_lo (BN = 64: all of them)
@@ -103,7 +115,7 @@ __device__ __forceinline__ void produce(const CUtensorMap& tmA, const CUtensorMa
         if constexpr (kRank4)
           hg90::tma_load_4d_hint(b + c * (64 * 128), &tmB, &full[stage], n, k0, bi, bo, b_policy);
         else
-          hg90::tma_load_2d_hint(b + c * (64 * 128), &tmB, &full[stage], n, k0, b_policy);
+          load_b(b + c * (64 * 128), &full[stage], c, n, k0);
       }
     }
     if (++stage == W::kStages) {
@@ -287,17 +299,25 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + W::kBarOffset);
   uint64_t* empty = full + W::kStages;
   const int wg = threadIdx.x / 128;
+  // A cluster of two CTAs along M (grid.y even, unbatched, unsplit): the pair multicasts its shared B tile, so
+  // each stage is freed by both CTAs' consumers (the peer's producer writes into this CTA's ring too).
+  const int mc = static_cast<int>(hg::cluster_nctaid_y());
+  const hgu::GridZ gz = hgu::grid_z(batch_inner);
+  if (mc > 1 && (W::kX3 || gz.splits > 1 || (tma_levels & kRank4Maps) || mc != 2)) __trap();  // (not offered)
 
   if (threadIdx.x == 0) {
     hg90::prefetch_tmap(&tmA);
     hg90::prefetch_tmap(&tmB);
     for (int s = 0; s < W::kStages; ++s) {
-      hg90::mbar_init(&full[s], 1);              // the producer's arrive.expect_tx
-      hg90::mbar_init(&empty[s], W::kConsumers);  // one arrival per consumer warpgroup
+      hg90::mbar_init(&full[s], 1);                   // the producer's arrive.expect_tx
+      hg90::mbar_init(&empty[s], W::kConsumers * mc);  // one arrival per consumer warpgroup of the pair
     }
     hg90::fence_barrier_init();
   }
-  __syncthreads();
+  if (mc > 1)
+    hgu::cluster_sync();  // the peer's barriers are initialised before anything multicasts or arrives on them
+  else
+    __syncthreads();
 
   constexpr int BN = W::BN;
   // SwiGLU (epi & kSwiGLU): N is the output width F, B has 2F [gate | up] columns, and a tile is BN/2
@@ -312,7 +332,6 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
     nt = tile % per_group / rows;
   }
   const int m0 = mt * W::BM, n0 = nt * (swiglu ? BN / 2 : BN);
-  const hgu::GridZ gz = hgu::grid_z(batch_inner);
   // This CTA's K slice in whole BK tiles: the slices never share a tile, so each K element is
   // summed exactly once; the last slices may be empty (their partial tile is zero).
   const int splits = gz.splits;
@@ -328,9 +347,11 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
       // B is streamed where one CTA of M reads each tile of it, or two and B fits in L2 (64 MiB: H100 50 MB,
       // H200 60 MB): its lines are evicted first, so that they do not push out (or make write back) other
       // lines. H100, fp16/bf16, L2 flushed: 64 x 6144 x 4096 0.90 -> 1.02x cuBLAS, 256 x 4096 x 4096 0.87 ->
-      // 1.04x; but with two CTAs of M and B of 117-134 MB the second reader missed: 0.93 -> 0.80x.
-      const uint64_t b_policy =
-          hg::l2_policy(gridDim.y == 1 || (gridDim.y == 2 && static_cast<long long>(N) * K * sizeof(T) <= (64ll << 20)));
+      // 1.04x; but with two CTAs of M and B of 117-134 MB the second reader missed: 0.93 -> 0.80x. (A multicast
+      // pair reads its B tile once.)
+      const int b_readers = static_cast<int>(gridDim.y) / mc;
+      const bool b_in_l2 = static_cast<long long>(N) * K * sizeof(T) <= (64ll << 20);
+      const uint64_t b_policy = hg::l2_policy(b_readers == 1 || (b_readers == 2 && b_in_l2));
       if constexpr (W::kX3) {
         produce<W, false>(tmA, tmB, sA, sB, full, empty, nk, kt0, m0, n0, n0 + BN / 2, 0, 0, 0, 0, b_policy,
                           x3_blocks);
@@ -341,7 +362,7 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
                          bo, b_policy);
       } else {
         produce<W, false>(tmA, tmB, sA, sB, full, empty, nk, kt0, m0, n0, swiglu ? N + n0 : n0 + BN / 2, 0, 0, 0, 0,
-                          b_policy);
+                          b_policy, 0, mc, static_cast<int>(hgu::cluster_ctarank()));
       }
     }
     // The producer takes part in the cluster barriers only: the epilogue code lives in the consumer
@@ -350,6 +371,8 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
     if (splits > 1) {
       hgu::cluster_sync();
       hgu::cluster_sync();
+    } else if (mc > 1) {
+      hgu::cluster_sync();  // the consumers' last one
     }
   } else {
     if constexpr (W::kConsumers > 1) hg90::setmaxnreg_inc<kConsumerRegs>();
@@ -360,6 +383,14 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
     for (int i = 0; i < W::kAcc; ++i) d[i] = 0.f;  // an empty K slice still contributes its zeros
     int stage = 0, prev = -1;
     uint32_t phase = 0;
+    // Free a stage: one arrival per consumer warpgroup on each CTA of the pair's copy of its barrier
+    auto release = [&](int s) {
+      if (mc > 1) {
+        if (tid < mc) hg90::mbar_arrive_cluster(&empty[s], static_cast<uint32_t>(tid));
+      } else if (tid == 0) {
+        hg90::mbar_arrive(&empty[s]);
+      }
+    };
     if constexpr (W::kX3) {
       // kPromote k-blocks' products, summed in the tensor cores from zero. The second consumer's groups are
       // offset by half a group, so that the two never drain the tensor cores' queue at once.
@@ -399,7 +430,7 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
         hg90::wgmma_kblock<T, false, W::kNN, W::BK>(d, a_base, b_base, true);
         hg90::wgmma_commit();
         hg90::wgmma_wait<1>();  // one k-block in flight; the one before it has finished reading its stage
-        if (prev >= 0 && tid == 0) hg90::mbar_arrive(&empty[prev]);
+        if (prev >= 0) release(prev);
         prev = stage;
         if (++stage == W::kStages) {
           stage = 0;
@@ -434,7 +465,8 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
     const hge::Epilogue<T> ep(alpha_bits, beta_bits, bias, bias_stride, epi, scale_bits);
     reduce_store_wide<W>(smem, splits, rank, threadIdx.x - 128,
                          C + hgu::batch_offset(hgu::grid_z(batch_inner), bsc_o, bsc_i), M, N, m0, n0, ldc_r, ldc_c, ep);
-    if (splits > 1) hgu::cluster_sync();  // peers may still be reading this CTA's tile
+    // peers may still be reading this CTA's tile (split-K) or arriving on its barriers (the multicast pair)
+    if (splits > 1 || mc > 1) hgu::cluster_sync();
   }
 }
 

@@ -37,6 +37,7 @@ class ArchRates:
     copy_transpose_bytes_per_s: float  # column-major destination
     copy_unaligned_bytes_per_s: float  # destination rows not 16-byte aligned: element stores
     sm_bytes_per_s: float  # how fast one CTA streams its operand panels from L2
+    l2_bytes_per_s: float  # what the SMs of a strided wgmma launch pull from L2 together (operand panels)
     smem_bytes_per_s: float  # one SM writing and re-reading its fp32 partial tile (strided GEMM epilogue)
     dsmem_bytes_per_s: float  # one SM summing its rows of the cluster's partial tiles (split-K epilogue)
     launch_us: float = 2.5  # GPU-side cost of one more kernel in the sequence
@@ -123,6 +124,10 @@ HOPPER = ArchRates(
     copy_transpose_bytes_per_s=1.5e12,
     copy_unaligned_bytes_per_s=0.75e12,
     sm_bytes_per_s=120e9,  # ~64 B/clk from L2 per SM
+    # H100, fp16, unsplit util_sm90 launches of 128 CTAs: 6.4-7.9 TB/s of operand panels (256 x 8192 x 8192 at
+    # 128 x 128 tiles: 537 MB in 78.0 us, 403 MB in 66.5 with B multicast; 256 x 4096 x 4096 at 128 x 64: 201 MB in
+    # 25.5 us, at 64 x 128: 31.6)
+    l2_bytes_per_s=8.0e12,
     smem_bytes_per_s=200e9,
     dsmem_bytes_per_s=60e9,
     # persistent grid with grouped tile order; B multicast across a 2-CTA cluster (no gain on the H200:
@@ -171,6 +176,7 @@ AMPERE = ArchRates(
     copy_transpose_bytes_per_s=0.75e12,
     copy_unaligned_bytes_per_s=0.4e12,
     sm_bytes_per_s=90e9,
+    l2_bytes_per_s=4e12,  # unused: no strided wgmma before sm_90
     smem_bytes_per_s=150e9,
     dsmem_bytes_per_s=60e9,  # unused: no clusters before sm_90
 )
@@ -232,7 +238,7 @@ class CostModel:
         BM, BN, _ = spec.tile
         outer, inner = kernel_batch(g.batch)
         nb = outer * inner
-        tiles = math.ceil(g.M / BM) * math.ceil(g.N / BN) * g.splits * nb
+        tiles = self.tile_rows(g, BM) * math.ceil(g.N / BN) * g.splits * nb
         if spec.role == "gemm_strided_stream":
             return self._stream_us(g, BM, BN, isz, math.ceil(tiles / self.sm_count))
         load = math.ceil(tiles / self.cta_slots(spec, g.splits))  # CTAs on the busiest SM
@@ -241,12 +247,18 @@ class CostModel:
         compute = self._compute_s(spec, g)
         memory = (g.M * g.K * _matrices(g.a, g.batch) + g.K * g.N * _matrices(g.b, g.batch) +
                   g.M * g.N * _matrices(g.c, g.batch) / C_STORE_SHARE[c_store_kind(spec)]) * isz / r.dram_bytes_per_s
-        panel = load * (BM + BN) * (g.K / g.splits) * isz / r.sm_bytes_per_s * self.split_factor(spec, g)
-        epilogue = 0.0
+        # the operand panels each CTA streams (B's shared by a multicast cluster), by the busiest SM and by all
+        panel_bytes = (BM + BN / g.cluster_m) * (g.K / g.splits) * isz
+        panel = load * panel_bytes / r.sm_bytes_per_s * self.split_factor(spec, g)
+        if spec.role == "gemm_strided_wgmma":
+            panel = max(panel, tiles * panel_bytes / r.l2_bytes_per_s)
+        # a multicast pair's cluster launch and barriers: ~1 us measured (H100, fp16, 512^3 and 1024^3: 8.1 -> 9.3
+        # and 12.4 -> 13.3 us with the pairs)
+        epilogue = r.cluster_launch_us * 1e-6 if g.cluster_m > 1 else 0.0
         latency = r.cluster_launch_us if g.splits > 1 else 0.0
         if spec.role in ("gemm_strided_mma", "gemm_strided_wgmma", "gemm_tf32x3"):  # fp32 tile through shared memory
             tile_bytes = BM * BN * 4
-            epilogue = load * (tile_bytes / r.smem_bytes_per_s +
+            epilogue += load * (tile_bytes / r.smem_bytes_per_s +
                                (tile_bytes / r.dsmem_bytes_per_s if g.splits > 1 else 0.0))
             latency += r.strided_tile_latency_us * BM * BN / (128 * 128)
         if spec.role == "gemm_fused_wgmma" and g.epilogue and not beta_zero:
@@ -287,13 +299,18 @@ class CostModel:
             per_sm = self.kernel_tflops(spec) * 1e12 / self.sm_count
             return 2.0 * BM * BN * spec.tile[2] * self._streamk_blocks(spec, g) / per_sm
         nb = math.prod(kernel_batch(g.batch))
-        tiles = math.ceil(g.M / BM) * math.ceil(g.N / BN) * g.splits * nb
+        tiles = self.tile_rows(g, BM) * math.ceil(g.N / BN) * g.splits * nb
         eff = tiles / (math.ceil(tiles / self.cta_slots(spec, g.splits)) * self.sm_count)  # how evenly the CTAs spread
-        Mt, Nt = math.ceil(g.M / BM) * BM, math.ceil(g.N / BN) * BN  # what the tiles compute, wasted or not
+        Mt, Nt = self.tile_rows(g, BM) * BM, math.ceil(g.N / BN) * BN  # what the tiles compute, wasted or not
         rate = self.kernel_tflops(spec)
         if spec.role == "gemm" and "ptr:C" in spec.params and g.N % 2:
             rate *= ODD_N_DIRECT_STORE
         return 2.0 * Mt * Nt * g.K * nb / (rate * 1e12 * eff) * self.split_factor(spec, g)
+
+    @staticmethod
+    def tile_rows(g: Gemm, BM: int) -> int:
+        """Rows of tiles the grid runs: whole multicast pairs (the last odd row's pair computes nothing)."""
+        return -(-math.ceil(g.M / BM) // g.cluster_m) * g.cluster_m
 
     def cta_slots(self, spec: KernelSpec, cluster_size: int) -> int:
         """The wave of a launch in clusters of `cluster_size`: the SM count, less the SMs that such clusters

@@ -165,6 +165,9 @@ class _Step:
             splits = step.splits
             if splits > 1:  # split-K: one CTA per split of a tile, the splits of a tile in one cluster
                 cfg = replace(cfg, cluster=(1, 1, splits))
+            if step.cluster_m > 1:  # B multicast: neighbouring rows of tiles in pairs (a last odd row's pair is idle)
+                cm = step.cluster_m
+                cfg = replace(cfg, cluster=(1, cm, 1), grid=(cfg.grid[0], -(-cfg.grid[1] // cm) * cm, cfg.grid[2]))
             if spec.role == "gemm_fused_wgmma":  # persistent over every matrix's tiles: one CTA per SM at most
                 tiles = spec.output_tiles(step.M, step.N, swiglu) * outer * inner
                 ctas = step.ctas or min(tiles, dev.info.sm_count)  # (stream-K: the recipe's grid)

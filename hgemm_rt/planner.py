@@ -37,6 +37,14 @@ TMA_ROW_BYTES = 128  # row pitch of the padded copies that TMA maps read (TMA it
 # A and B by pointer and leading dimension, B row- or column-major (the `b` variant)
 LEADING_DIM_ROLES = ("gemm_strided_mma", "gemm_strided_stream")
 SPLIT_K_ROLES = ("gemm_strided_mma", "gemm_strided_wgmma", "gemm_strided_stream", "gemm_tf32x3")
+# Unsplit, unbatched launches of this role may pair the CTAs of two neighbouring rows of tiles in a cluster that
+# loads their shared B tile once and multicasts it (cu/util_sm90.cu): half the B traffic from L2, and B read
+# once from DRAM where it does not fit in L2 (the second row's reads missed). Offered only there: with B in L2
+# the pairs gained nothing (H100, fp16: 256 x 8192 x 8192, B 128 MB, 78.0 -> 66.5 us; 256 x 4096 x 4096 and
+# 256 x 6144 x 4096, B 32 / 48 MB, 25.5 -> 26.8 and 34.0 -> 34.5; 512^3, 1024^3 ~1 us slower)
+MULTICAST_ROLES = ("gemm_strided_wgmma",)
+MULTICAST = 2
+MULTICAST_MIN_B_BYTES = 64 << 20  # the L2 (H100 50 MB, H200 60 MB), as util_sm90's B policy counts it
 SPLIT_ROLE = "split_tf32"  # the gemm_tf32x3 operands' kernel
 SPLIT_BLOCK = 32  # its planes' width (cu/util.cu): one 128-byte row of fp32, the k-block the TF32 kernels read
 DECODE_ROWS = 16  # see ranked_recipes
@@ -279,6 +287,9 @@ def _recipe(route: Route, p: Problem, spec: KernelSpec, glue: _Glue) -> Recipe |
     splits = int(opts.get("splits", 1))
     if spec.role != "gemm" and "splits" in opts and (spec.role not in SPLIT_K_ROLES or splits not in SPLITS):
         return None
+    cluster_m = int(opts.get("multicast", 1))
+    if cluster_m != 1 and (cluster_m != MULTICAST or spec.role not in MULTICAST_ROLES or splits != 1 or p.batched):
+        return None
     fused = dict(epilogue=True, batch=p.batch, epi=p.epi, bias=p.bias)  # the kernel applies the whole epilogue
     if spec.role == "gemm_strided_simt":
         if route.transpose:
@@ -310,7 +321,7 @@ def _recipe(route: Route, p: Problem, spec: KernelSpec, glue: _Glue) -> Recipe |
                     p.c.cols * isz % 16 or ("ctas" in opts) != streamk(spec):
                 return None
         # (SwiGLU: the kernel's N is C's width, half of B's)
-        g = Gemm(route.kernel, spec.role, a, b, p.c, M, p.c.cols, K, splits=splits, **fused)
+        g = Gemm(route.kernel, spec.role, a, b, p.c, M, p.c.cols, K, splits=splits, cluster_m=cluster_m, **fused)
         if streamk(spec):
             ctas = int(opts["ctas"])
             tiles = spec.output_tiles(M, p.c.cols, p.swiglu) * _prod(p.kernel_batch)
@@ -433,6 +444,11 @@ def candidate_routes(prob: Problem, manifest: Manifest, cc: tuple[int, int], ker
                 for s in SPLITS:  # thread-block clusters are sm_90+; grid.z holds splits x batch
                     if (s == 1 or cc >= (9, 0)) and s * batch <= MAX_GRID_BATCH:
                         out.append(Route(spec.name, t, (("splits", s),)))
+                rows, b_elems = (prob.N, prob.M * prob.K) if t else (prob.M, prob.N * prob.K)
+                big_b = b_elems * ITEMSIZE[prob.dtype] > MULTICAST_MIN_B_BYTES
+                if spec.role in MULTICAST_ROLES and cc >= (9, 0) and not prob.batched and big_b and \
+                        -(-rows // spec.tile[0]) >= MULTICAST:
+                    out.append(Route(spec.name, t, (("multicast", MULTICAST), ("splits", 1))))
             continue
         if spec.out != prob.dtype or acc_variant(spec, prob.dtype, prob.acc) is False:
             continue
@@ -487,16 +503,18 @@ def ranked_recipes(prob: Problem, manifest: Manifest, cc: tuple[int, int], sm_co
         best = max(fill.values())
         filled = min(e for e, r in out if fill[id(r)] > best / 2)
         wasteful = {id(r) for e, r in out if fill[id(r)] <= best / 2 and e >= filled * (1 - WASTE_MARGIN)}
-    out.sort(key=lambda x: (id(x[1]) in wasteful, x[0], model.compute_us(x[1]), str(x[1].route)))
-    # Estimates within NEAR_TIE of the best are the same memory-bound time to the model's precision: of
-    # those with the best's split count, the one with the least arithmetic time goes first (H100, fp16, 256 x (2048 x 128 x 2048): 64 x 64
-    # tiles, estimated 0.03% under 128 x 128 ones, ran 1109.5 us; 128 x 128 tiles ran 1.01x cuBLAS at batch 64).
+    out.sort(key=lambda x: (id(x[1]) in wasteful, x[0], model.compute_us(x[1]), x[1].route.transpose, str(x[1].route)))
+    # Estimates within NEAR_TIE of the best are the same memory-bound time to the model's precision: of those
+    # with the best's split count, an untransposed one goes first (H100, fp16, 64 x 14336 x 4096: 53.9-55.3 us as
+    # it is, 60.1-62.8 as C^T = B^T A^T, where the weight is A, not the streamed B), then the one with the least
+    # arithmetic time (H100, fp16, 256 x (2048 x 128 x 2048): 64 x 64 tiles, estimated 0.03% under 128 x 128 ones,
+    # ran 1109.5 us; 128 x 128 tiles ran 1.01x cuBLAS at batch 64).
     head = [x for x in out if id(x[1]) in wasteful] if out and id(out[0][1]) in wasteful else \
         [x for x in out if id(x[1]) not in wasteful]
     if head:
         splits = _splits(head[0][1])
         near = [x for x in head if x[0] <= head[0][0] * (1 + NEAR_TIE) and _splits(x[1]) == splits]
-        first = min(near, key=lambda x: model.compute_us(x[1]))
+        first = min(near, key=lambda x: (x[1].route.transpose, model.compute_us(x[1])))
         out.remove(first)
         out.insert(0, first)
     return out
@@ -530,6 +548,7 @@ def describe(recipe: Recipe) -> str:
             parts.append(f"copy {batch(s)}{s.src.base}->{s.dst.base}{epi(s)}")
         else:
             extra = f" splits={s.splits}" if s.splits > 1 else ""
+            extra += f" B multicast x{s.cluster_m}" if s.cluster_m > 1 else ""
             extra += f" stream-K {s.sk_tiles} tiles over {s.ctas} CTAs" if s.ctas else ""
             v = ",".join(f"{k}={v}" for k, v in s.variant)
             parts.append(f"{s.kernel}{'[' + v + ']' if v else ''}{extra} {batch(s)}{s.M}x{s.N}x{s.K}{epi(s)}")

@@ -255,6 +255,8 @@ class Gemm:
     swizzle: bool = False
     swizzle_stride: int | None = None
     splits: int = 1
+    # the strided wgmma role: CTAs along M in a cluster (1, cluster_m, 1) that share their B tile by TMA multicast
+    cluster_m: int = 1
     epilogue: bool = False  # the kernel applies the user's alpha/beta itself
     batch: tuple[int, ...] = ()  # the problem's batch levels: one product per matrix (views' `bs`)
     scalars: str = "ab"  # with epilogue: which of the user's alpha ("a") and beta ("b") it takes (else 1 and 0)

@@ -474,6 +474,30 @@ def test_every_route_is_correct(dtype, M, N, K, orders, offsets, rng):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype,b_order", [("f16", "col"), ("bf16", "row"), ("f16", "row")])
+def test_every_b_multicast_route_is_correct(dtype, b_order, rng):
+    """The multicast pairs (planner.MULTICAST_ROLES, a cluster (1, 2, 1)) are offered where B does not fit in L2:
+    every such route at a ragged shape whose odd last row of tiles leaves a pair's second CTA idle, tn and nn."""
+    M, N, K = 300, 8200, 4200  # B: 69 MB
+    a = GuardedArray(rng.standard_normal((M, K)), dtype, "row", 1, 0)
+    b = GuardedArray(rng.standard_normal((K, N)), dtype, b_order, 0, 0)
+    c = GuardedArray(rng.standard_normal((M, N)), dtype, "row", 0, 0)
+    exact = a.exact @ b.exact
+    tested, bad = 0, []
+    for alpha, beta, want in ((1.0, 0.0, exact), (0.5, 2.0, 0.5 * exact + 2.0 * c.exact)):
+        prob = problem.problem_of_arrays(a.view, b.view, c.view, "f32", alpha, beta)
+        dev = hg.get_device()
+        plans = [r for _e, r in planner.ranked_recipes(prob, hg.get_registry().manifest, dev.info.cc, dev.info.sm_count)
+                 if any(isinstance(s, problem.Gemm) and s.cluster_m > 1 for s in r.steps)]
+        for plan, got in each_route(prob, dtype, a, b, c, alpha, beta, plans=plans):
+            err, bound = _rel(got, want), _bound(dtype, prob.acc, K)
+            tested += 1
+            if not err <= bound or not c.outside_untouched():
+                bad.append(f"{planner.describe(plan)}: {err:.2e} > {bound:.2e}")
+    assert tested >= 4 and not bad, "\n".join(bad)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("M", [1, 16, 77, 128])
 @pytest.mark.parametrize("b_order", ["row", "col"])
 def test_small_m_decode_shapes(M, b_order, rng):
@@ -703,6 +727,34 @@ def test_clusters_of_4_or_8_fill_120_of_132_sms():
     ranked = planner.ranked_recipes(_problem(256, 256, 65536, orders=("row", "col", "row")), MANIFEST, (9, 0), 132)
     steps = [s for s in ranked[0][1].steps if isinstance(s, problem.Gemm)]
     assert len(steps) == 1 and steps[0].splits == 8 and "m128n64" in steps[0].kernel
+
+
+@needs_manifest
+def test_b_multicast_pairs_rows_of_tiles_on_unsplit_unbatched_hopper_launches():
+    """The strided wgmma kernels may run as pairs of CTAs along M sharing their B tile by TMA multicast (a cluster
+    (1, 2, 1)): offered on sm_90 where there are two rows of tiles and B does not fit in L2
+    (planner.MULTICAST_MIN_B_BYTES), never split or before Hopper; the cost model streams half of B per CTA and
+    counts whole pairs of rows."""
+    from hgemm_rt.costmodel import CostModel
+    prob = _problem(300, 8192, 8192, orders=("row", "col", "row"))  # B: 128 MiB
+    routes = [r for r in planner.candidate_routes(prob, MANIFEST, (9, 0)) if "multicast" in r.opts()]
+    assert routes and all(MANIFEST.kernels[r.kernel].role in planner.MULTICAST_ROLES and r.opts()["splits"] == 1 and
+                          r.opts()["multicast"] == planner.MULTICAST and not r.transpose for r in routes)
+    assert not [r for r in planner.candidate_routes(prob, MANIFEST, (8, 0)) if "multicast" in r.opts()]
+    for small in (_problem(300, 512, 256), _problem(64, 8192, 8192)):  # B in L2; one row of tiles (B^T: 1 MiB)
+        assert not [r for r in planner.candidate_routes(small, MANIFEST, (9, 0)) if "multicast" in r.opts()]
+    route = next(r for r in routes if r.kernel == "util_gemm_wgmma_f16_m128n128_tn" and not r.transpose)
+    recipe = planner.recipe_for(route, prob, MANIFEST)
+    g = next(s for s in recipe.steps if isinstance(s, problem.Gemm))
+    assert g.cluster_m == 2 and "B multicast x2" in planner.describe(recipe)
+    split = problem.Route(route.kernel, False, (("multicast", 2), ("splits", 2)))
+    assert planner.recipe_for(split, prob, MANIFEST) is None
+    model, spec = CostModel.for_device((9, 0), 132, MANIFEST), MANIFEST.kernels[route.kernel]
+    assert model.tile_rows(g, 128) == 4  # three rows of tiles run as two pairs
+    big = lambda cm: problem.Gemm(spec.name, spec.role, _view("A", 256, 8192, "row"),  # noqa: E731
+                                  _view("B", 8192, 8192, "col"), _view("C", 256, 8192, "row"), 256, 8192, 8192,
+                                  cluster_m=cm)
+    assert model.gemm_us(spec, big(2), "f16") < model.gemm_us(spec, big(1), "f16")  # L2-bound without the pair
 
 
 @needs_manifest

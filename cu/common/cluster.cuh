@@ -10,6 +10,12 @@ __device__ __forceinline__ uint32_t cluster_ctarank() {
   asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
   return r;
 }
+// CTAs of the cluster along y (1 outside a cluster launch).
+__device__ __forceinline__ uint32_t cluster_nctaid_y() {
+  uint32_t n;
+  asm volatile("mov.u32 %0, %%cluster_nctaid.y;\n" : "=r"(n));
+  return n;
+}
 // Every thread of every CTA of the cluster. release/acquire orders each CTA's shared-memory writes
 // (barrier init, partial tiles) before its peers' accesses to them, and the peers' accesses before
 // a CTA may exit and give its shared memory away.

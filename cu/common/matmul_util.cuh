@@ -72,8 +72,8 @@ __device__ __forceinline__ GridZ grid_z(int batch_inner) {
   int z;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   uint32_t n, r, c;
-  asm("mov.u32 %0, %%cluster_nctarank;\n" : "=r"(n));
-  asm("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  asm("mov.u32 %0, %%cluster_nctaid.z;\n" : "=r"(n));  // (a cluster along M, util_sm90's multicast pair, is no split)
+  asm("mov.u32 %0, %%cluster_ctaid.z;\n" : "=r"(r));
   asm("mov.u32 %0, %%clusterid.z;\n" : "=r"(c));
   g.splits = static_cast<int>(n);
   g.split = static_cast<int>(r);

@@ -99,6 +99,15 @@ __device__ __forceinline__ void tma_load_2d_multicast(void* dst, const void* tma
       "l"(reinterpret_cast<uint64_t>(tmap)), "r"(smem_u32(bar)), "h"(cta_mask), "r"(c0), "r"(c1)
       : "memory");
 }
+// The multicast load with an L2 cache policy (hg::l2_policy) for the lines it brings.
+__device__ __forceinline__ void tma_load_2d_multicast_hint(void* dst, const void* tmap, uint64_t* bar, int c0, int c1,
+                                                           uint16_t cta_mask, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster.L2::cache_hint"
+      " [%0], [%1, {%4, %5}], [%2], %3, %6;\n" ::"r"(smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(tmap)), "r"(smem_u32(bar)), "h"(cta_mask), "r"(c0), "r"(c1), "l"(policy)
+      : "memory");
+}
 // Shared -> global tile store; out-of-bounds rows/columns of the box are clipped by the hardware.
 __device__ __forceinline__ void tma_store_2d(const void* tmap, const void* src, int c0, int c1) {
   asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
