@@ -59,17 +59,17 @@ using hg90::tma_load_4d;  // cu/common/sm90.cuh
 // W::kX3 (3xTF32): the K slice walks 3 x3_blocks k-blocks, the three products lo(a) hi(b), hi(a) lo(b),
 // hi(a) hi(b) of each 32 columns in turn (so the second read of a head plane comes from L2), A and B being
 // rank-4 maps (32, rows, 2 x3_blocks planes, 1) of util_split_tf32's planes.
-// mc = 2 (a cluster of two CTAs along M, unbatched, unsplit): the pair shares its B tile; CTA `rank` loads the
-// halves (tn) or 64-column chunks (nn) whose index is `rank` modulo 2 and multicasts them into both rings.
+// W::kMc = 2 (a cluster of two CTAs along M, unbatched, unsplit): the pair shares its B tile; CTA `rank` loads
+// the halves (tn) or 64-column chunks (nn) whose index is `rank` modulo 2 and multicasts them into both rings.
 template <class W, bool kRank4>
 __device__ __forceinline__ void produce(const CUtensorMap& tmA, const CUtensorMap& tmB, uint8_t* sA, uint8_t* sB,
                                         uint64_t* full, uint64_t* empty, int nk, int kt0, int m0, int n_lo,
                                         int n_hi, int ai, int ao, int bi, int bo, uint64_t b_policy,
-                                        int x3_blocks = 0, int mc = 1, int rank = 0) {
-  constexpr int BN = W::BN;
+                                        int x3_blocks = 0, int rank = 0) {
+  constexpr int BN = W::BN, mc = W::kMc;
   // a B box of this CTA's: loaded for itself, or multicast to the pair (mc = 2) when its index is this CTA's
   auto load_b = [&](uint8_t* dst, uint64_t* bar, int part, int c0, int c1) {
-    if (mc == 1)
+    if constexpr (mc == 1)
       hg90::tma_load_2d_hint(dst, &tmB, bar, c0, c1, b_policy);
     else if (part % mc == rank)
       hg90::tma_load_2d_multicast_hint(dst, &tmB, bar, c0, c1, (1u << mc) - 1, b_policy);
@@ -125,9 +125,12 @@ __device__ __forceinline__ void produce(const CUtensorMap& tmA, const CUtensorMa
   }
 }
 
-template <typename T, int BM_, int BN_, bool NN, int STAGES, int X3 = 0>
+template <typename T, int BM_, int BN_, bool NN, int STAGES, int X3 = 0, int MC = 1>
 struct WCfg {
   using Elem = T;
+  // B multicast (the `mc` variant, 2): launched in clusters (1, 2, 1) whose pair of CTAs share their B tile;
+  // 1: no cluster along M (the unicast symbols, compiled without any of the pair's code)
+  static constexpr int kMc = MC;
   // 3xTF32 (the gemm_tf32x3 kernels): A and B as TF32 hi/lo planes (produce), and each k-block's products summed
   // in the tensor cores from zero, then added to the accumulators with FADD (consumer): the tensor cores'
   // accumulation rounds toward zero, so a sum kept there over K = 2048-8192 lost 6-12x cuBLAS SGEMM's accuracy
@@ -160,6 +163,7 @@ struct WCfg {
   static constexpr int kGroup = 8;
   static_assert(!kX3 || (sizeof(T) == 4 && !NN && BN <= 192), "3xTF32: tf32, tn, two accumulator sets in registers");
   static_assert(BM == 64 || BM == 128, "one or two consumer warpgroups of 64 rows");
+  static_assert(kMc == 1 || (kMc == 2 && !kX3), "B multicast: a pair of CTAs, not for 3xTF32");
   static_assert(BN == 64 || BN == 128 || BN == 256 || (kX3 && BN == 192), "m64n64, m64n128, m64n256 (3xTF32: m64n192)");
   static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0, "swizzled tiles must stay 1024-byte aligned");
   static_assert(BM * kRedStride * 4 <= kRingBytes, "the fp32 partial tile reuses the ring");
@@ -301,9 +305,11 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
   const int wg = threadIdx.x / 128;
   // A cluster of two CTAs along M (grid.y even, unbatched, unsplit): the pair multicasts its shared B tile, so
   // each stage is freed by both CTAs' consumers (the peer's producer writes into this CTA's ring too).
-  const int mc = static_cast<int>(hg::cluster_nctaid_y());
+  constexpr int mc = W::kMc;
   const hgu::GridZ gz = hgu::grid_z(batch_inner);
-  if (mc > 1 && (W::kX3 || gz.splits > 1 || (tma_levels & kRank4Maps) || mc != 2)) __trap();  // (not offered)
+  if constexpr (mc > 1) {  // (a launch the runtime never makes would hang or corrupt the peer's ring)
+    if (hg::cluster_nctaid_y() != static_cast<uint32_t>(mc) || gz.splits > 1 || (tma_levels & kRank4Maps)) __trap();
+  }
 
   if (threadIdx.x == 0) {
     hg90::prefetch_tmap(&tmA);
@@ -314,7 +320,7 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
     }
     hg90::fence_barrier_init();
   }
-  if (mc > 1)
+  if constexpr (mc > 1)
     hgu::cluster_sync();  // the peer's barriers are initialised before anything multicasts or arrives on them
   else
     __syncthreads();
@@ -362,7 +368,7 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
                          bo, b_policy);
       } else {
         produce<W, false>(tmA, tmB, sA, sB, full, empty, nk, kt0, m0, n0, swiglu ? N + n0 : n0 + BN / 2, 0, 0, 0, 0,
-                          b_policy, 0, mc, static_cast<int>(hgu::cluster_ctarank()));
+                          b_policy, 0, static_cast<int>(hgu::cluster_ctarank()));
       }
     }
     // The producer takes part in the cluster barriers only: the epilogue code lives in the consumer
@@ -371,7 +377,7 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
     if (splits > 1) {
       hgu::cluster_sync();
       hgu::cluster_sync();
-    } else if (mc > 1) {
+    } else if constexpr (mc > 1) {
       hgu::cluster_sync();  // the consumers' last one
     }
   } else {
@@ -383,9 +389,10 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
     for (int i = 0; i < W::kAcc; ++i) d[i] = 0.f;  // an empty K slice still contributes its zeros
     int stage = 0, prev = -1;
     uint32_t phase = 0;
-    // Free a stage: one arrival per consumer warpgroup on each CTA of the pair's copy of its barrier
+    // Free a stage: one arrival per consumer warpgroup on each CTA of the pair's copy of its barrier (threads
+    // 0 .. mc - 1 in parallel), as sm90_gemm's release does for its clusters
     auto release = [&](int s) {
-      if (mc > 1) {
+      if constexpr (mc > 1) {
         if (tid < mc) hg90::mbar_arrive_cluster(&empty[s], static_cast<uint32_t>(tid));
       } else if (tid == 0) {
         hg90::mbar_arrive(&empty[s]);
@@ -472,39 +479,45 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
 
 }  // namespace
 
-#define UTIL_WGMMA(NAME, T, BM, BN, NN, STAGES)                                                                   \
-  extern "C" __global__ void __launch_bounds__(WCfg<T, BM, BN, NN, STAGES>::kThreads, 1)                         \
-      NAME(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB, T* C, int M, int N, \
-           int K, int ldc_r, int ldc_c, int alpha_bits, int beta_bits, const T* bias, int bias_stride, int epi,  \
-           int scale_bits, int batch_inner, int tma_levels, long long bsc_o, long long bsc_i) {                  \
-    wgmma_splitk<WCfg<T, BM, BN, NN, STAGES>>(tmA, tmB, C, M, N, K, ldc_r, ldc_c, alpha_bits, beta_bits, bias,  \
-                                              bias_stride, epi, scale_bits, batch_inner, tma_levels, bsc_o,     \
-                                              bsc_i);                                                           \
+#define UTIL_WGMMA_SYM(SYM, T, BM, BN, NN, STAGES, MC)                                                           \
+  extern "C" __global__ void __launch_bounds__(WCfg<T, BM, BN, NN, STAGES, 0, MC>::kThreads, 1)                 \
+      SYM(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB, T* C, int M, int N,  \
+          int K, int ldc_r, int ldc_c, int alpha_bits, int beta_bits, const T* bias, int bias_stride, int epi,   \
+          int scale_bits, int batch_inner, int tma_levels, long long bsc_o, long long bsc_i) {                   \
+    wgmma_splitk<WCfg<T, BM, BN, NN, STAGES, 0, MC>>(tmA, tmB, C, M, N, K, ldc_r, ldc_c, alpha_bits, beta_bits,  \
+                                                     bias, bias_stride, epi, scale_bits, batch_inner, tma_levels, \
+                                                     bsc_o, bsc_i);                                             \
   }                                                                                                               \
-  HG_EXPORT_DSMEM(NAME, WCfg<T, BM, BN, NN, STAGES>::kSmemBytes)
+  HG_EXPORT_DSMEM(SYM, WCfg<T, BM, BN, NN, STAGES, 0, MC>::kSmemBytes)
+#define UTIL_WGMMA(NAME, T, BM, BN, NN, STAGES) UTIL_WGMMA_SYM(NAME, T, BM, BN, NN, STAGES, 1)
+// The kernels with the `mc` variant (util_sm90.toml): NAME__mc1 (unicast), NAME__mc2 (B multicast pairs), where
+// B beyond L2 made the pair pay (128-row tiles, fp16/bf16; H100, 256 x 8192 x 8192: m128n128 78.0 -> 66.5 us)
+#define UTIL_WGMMA_MC(NAME, T, BM, BN, NN, STAGES)             \
+  UTIL_WGMMA_SYM(NAME##__mc1, T, BM, BN, NN, STAGES, 1) \
+  UTIL_WGMMA_SYM(NAME##__mc2, T, BM, BN, NN, STAGES, 2)
 // 4 stages of 48 KB at BM = 128, 5 of 40 KB at BM = 64 (as deep as 227 KB allows); the narrower
 // tiles keep a ~192 KB ring: BN = 128 in 6 stages of 32 KB (BM = 128) or 8 of 24 KB (BM = 64),
 // BN = 64 in 8 of 24 KB (BM = 128) or 12 of 16 KB (BM = 64).
 UTIL_WGMMA(util_gemm_wgmma_f16_m64_tn, __half, 64, 256, false, 5)
 UTIL_WGMMA(util_gemm_wgmma_f16_m64_nn, __half, 64, 256, true, 5)
-UTIL_WGMMA(util_gemm_wgmma_f16_m128_tn, __half, 128, 256, false, 4)
-UTIL_WGMMA(util_gemm_wgmma_f16_m128_nn, __half, 128, 256, true, 4)
+UTIL_WGMMA_MC(util_gemm_wgmma_f16_m128_tn, __half, 128, 256, false, 4)
+UTIL_WGMMA_MC(util_gemm_wgmma_f16_m128_nn, __half, 128, 256, true, 4)
 UTIL_WGMMA(util_gemm_wgmma_bf16_m64_tn, __nv_bfloat16, 64, 256, false, 5)
 UTIL_WGMMA(util_gemm_wgmma_bf16_m64_nn, __nv_bfloat16, 64, 256, true, 5)
-UTIL_WGMMA(util_gemm_wgmma_bf16_m128_tn, __nv_bfloat16, 128, 256, false, 4)
-UTIL_WGMMA(util_gemm_wgmma_bf16_m128_nn, __nv_bfloat16, 128, 256, true, 4)
+UTIL_WGMMA_MC(util_gemm_wgmma_bf16_m128_tn, __nv_bfloat16, 128, 256, false, 4)
+UTIL_WGMMA_MC(util_gemm_wgmma_bf16_m128_nn, __nv_bfloat16, 128, 256, true, 4)
 UTIL_WGMMA(util_gemm_wgmma_f16_m64n128_tn, __half, 64, 128, false, 8)
 UTIL_WGMMA(util_gemm_wgmma_f16_m64n128_nn, __half, 64, 128, true, 8)
-UTIL_WGMMA(util_gemm_wgmma_f16_m128n128_tn, __half, 128, 128, false, 6)
-UTIL_WGMMA(util_gemm_wgmma_f16_m128n128_nn, __half, 128, 128, true, 6)
+UTIL_WGMMA_MC(util_gemm_wgmma_f16_m128n128_tn, __half, 128, 128, false, 6)
+UTIL_WGMMA_MC(util_gemm_wgmma_f16_m128n128_nn, __half, 128, 128, true, 6)
 UTIL_WGMMA(util_gemm_wgmma_f16_m64n64_tn, __half, 64, 64, false, 12)
 UTIL_WGMMA(util_gemm_wgmma_f16_m64n64_nn, __half, 64, 64, true, 12)
 UTIL_WGMMA(util_gemm_wgmma_f16_m128n64_tn, __half, 128, 64, false, 8)
 UTIL_WGMMA(util_gemm_wgmma_f16_m128n64_nn, __half, 128, 64, true, 8)
 UTIL_WGMMA(util_gemm_wgmma_bf16_m64n128_tn, __nv_bfloat16, 64, 128, false, 8)
 UTIL_WGMMA(util_gemm_wgmma_bf16_m64n128_nn, __nv_bfloat16, 64, 128, true, 8)
-UTIL_WGMMA(util_gemm_wgmma_bf16_m128n128_tn, __nv_bfloat16, 128, 128, false, 6)
-UTIL_WGMMA(util_gemm_wgmma_bf16_m128n128_nn, __nv_bfloat16, 128, 128, true, 6)
+UTIL_WGMMA_MC(util_gemm_wgmma_bf16_m128n128_tn, __nv_bfloat16, 128, 128, false, 6)
+UTIL_WGMMA_MC(util_gemm_wgmma_bf16_m128n128_nn, __nv_bfloat16, 128, 128, true, 6)
 UTIL_WGMMA(util_gemm_wgmma_bf16_m64n64_tn, __nv_bfloat16, 64, 64, false, 12)
 UTIL_WGMMA(util_gemm_wgmma_bf16_m64n64_nn, __nv_bfloat16, 64, 64, true, 12)
 UTIL_WGMMA(util_gemm_wgmma_bf16_m128n64_tn, __nv_bfloat16, 128, 64, false, 8)

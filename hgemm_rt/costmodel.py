@@ -38,6 +38,7 @@ class ArchRates:
     copy_unaligned_bytes_per_s: float  # destination rows not 16-byte aligned: element stores
     sm_bytes_per_s: float  # how fast one CTA streams its operand panels from L2
     l2_bytes_per_s: float  # what the SMs of a strided wgmma launch pull from L2 together (operand panels)
+    l2_fit_bytes: int  # an operand up to this size is re-read from L2, not DRAM (util_sm90's B policy: 64 MiB)
     smem_bytes_per_s: float  # one SM writing and re-reading its fp32 partial tile (strided GEMM epilogue)
     dsmem_bytes_per_s: float  # one SM summing its rows of the cluster's partial tiles (split-K epilogue)
     launch_us: float = 2.5  # GPU-side cost of one more kernel in the sequence
@@ -128,6 +129,7 @@ HOPPER = ArchRates(
     # 128 x 128 tiles: 537 MB in 78.0 us, 403 MB in 66.5 with B multicast; 256 x 4096 x 4096 at 128 x 64: 201 MB in
     # 25.5 us, at 64 x 128: 31.6)
     l2_bytes_per_s=8.0e12,
+    l2_fit_bytes=64 << 20,  # H100 50 MB, H200 60 MB of L2
     smem_bytes_per_s=200e9,
     dsmem_bytes_per_s=60e9,
     # persistent grid with grouped tile order; B multicast across a 2-CTA cluster (no gain on the H200:
@@ -177,6 +179,7 @@ AMPERE = ArchRates(
     copy_unaligned_bytes_per_s=0.4e12,
     sm_bytes_per_s=90e9,
     l2_bytes_per_s=4e12,  # unused: no strided wgmma before sm_90
+    l2_fit_bytes=32 << 20,  # (A100 40 MB)
     smem_bytes_per_s=150e9,
     dsmem_bytes_per_s=60e9,  # unused: no clusters before sm_90
 )
@@ -247,8 +250,12 @@ class CostModel:
         compute = self._compute_s(spec, g)
         memory = (g.M * g.K * _matrices(g.a, g.batch) + g.K * g.N * _matrices(g.b, g.batch) +
                   g.M * g.N * _matrices(g.c, g.batch) / C_STORE_SHARE[c_store_kind(spec)]) * isz / r.dram_bytes_per_s
-        # the operand panels each CTA streams (B's shared by a multicast cluster), by the busiest SM and by all
-        panel_bytes = (BM + BN / g.cluster_m) * (g.K / g.splits) * isz
+        # the operand panels each CTA streams, by the busiest SM and by all. A multicast pair shares its B tile, but
+        # gained only where B does not fit in L2 (H100, fp16: 256 x 8192 x 8192, B 128 MB, 78.0 -> 66.5 us; 256 x
+        # 4096 x 4096 and 256 x 6144 x 4096, B 32 / 48 MB, 25.5 -> 26.8 and 34.0 -> 34.5): with B in L2 it is
+        # priced as unshared, and the pair's cost below keeps it behind the unicast launch
+        b_shared = g.cluster_m if g.N * g.K * isz > r.l2_fit_bytes else 1
+        panel_bytes = (BM + BN / b_shared) * (g.K / g.splits) * isz
         panel = load * panel_bytes / r.sm_bytes_per_s * self.split_factor(spec, g)
         if spec.role == "gemm_strided_wgmma":
             panel = max(panel, tiles * panel_bytes / r.l2_bytes_per_s)

@@ -37,14 +37,10 @@ TMA_ROW_BYTES = 128  # row pitch of the padded copies that TMA maps read (TMA it
 # A and B by pointer and leading dimension, B row- or column-major (the `b` variant)
 LEADING_DIM_ROLES = ("gemm_strided_mma", "gemm_strided_stream")
 SPLIT_K_ROLES = ("gemm_strided_mma", "gemm_strided_wgmma", "gemm_strided_stream", "gemm_tf32x3")
-# Unsplit, unbatched launches of this role may pair the CTAs of two neighbouring rows of tiles in a cluster that
-# loads their shared B tile once and multicasts it (cu/util_sm90.cu): half the B traffic from L2, and B read
-# once from DRAM where it does not fit in L2 (the second row's reads missed). Offered only there: with B in L2
-# the pairs gained nothing (H100, fp16: 256 x 8192 x 8192, B 128 MB, 78.0 -> 66.5 us; 256 x 4096 x 4096 and
-# 256 x 6144 x 4096, B 32 / 48 MB, 25.5 -> 26.8 and 34.0 -> 34.5; 512^3, 1024^3 ~1 us slower)
-MULTICAST_ROLES = ("gemm_strided_wgmma",)
+# Kernels with the `mc` variant (cu/util_sm90.cu) may run unsplit, unbatched launches as pairs of CTAs of two
+# neighbouring rows of tiles in a cluster that loads their shared B tile once and multicasts it (mc = 2); the cost
+# model says where that pays (CostModel.gemm_us: only where B does not fit in L2)
 MULTICAST = 2
-MULTICAST_MIN_B_BYTES = 64 << 20  # the L2 (H100 50 MB, H200 60 MB), as util_sm90's B policy counts it
 SPLIT_ROLE = "split_tf32"  # the gemm_tf32x3 operands' kernel
 SPLIT_BLOCK = 32  # its planes' width (cu/util.cu): one 128-byte row of fp32, the k-block the TF32 kernels read
 DECODE_ROWS = 16  # see ranked_recipes
@@ -287,9 +283,9 @@ def _recipe(route: Route, p: Problem, spec: KernelSpec, glue: _Glue) -> Recipe |
     splits = int(opts.get("splits", 1))
     if spec.role != "gemm" and "splits" in opts and (spec.role not in SPLIT_K_ROLES or splits not in SPLITS):
         return None
-    cluster_m = int(opts.get("multicast", 1))
-    if cluster_m != 1 and (cluster_m != MULTICAST or spec.role not in MULTICAST_ROLES or splits != 1 or p.batched):
-        return None
+    mc = int(opts.get("mc", 1))
+    if mc != 1 and (mc not in spec.variants.get("mc", ()) or splits != 1 or p.batched):
+        return None  # (the pair's cluster along M leaves no room for a split-K cluster or a batch in the maps)
     fused = dict(epilogue=True, batch=p.batch, epi=p.epi, bias=p.bias)  # the kernel applies the whole epilogue
     if spec.role == "gemm_strided_simt":
         if route.transpose:
@@ -321,7 +317,8 @@ def _recipe(route: Route, p: Problem, spec: KernelSpec, glue: _Glue) -> Recipe |
                     p.c.cols * isz % 16 or ("ctas" in opts) != streamk(spec):
                 return None
         # (SwiGLU: the kernel's N is C's width, half of B's)
-        g = Gemm(route.kernel, spec.role, a, b, p.c, M, p.c.cols, K, splits=splits, cluster_m=cluster_m, **fused)
+        g = Gemm(route.kernel, spec.role, a, b, p.c, M, p.c.cols, K, variant=(("mc", mc),) if mc != 1 else (),
+                 splits=splits, **fused)
         if streamk(spec):
             ctas = int(opts["ctas"])
             tiles = spec.output_tiles(M, p.c.cols, p.swiglu) * _prod(p.kernel_batch)
@@ -444,11 +441,10 @@ def candidate_routes(prob: Problem, manifest: Manifest, cc: tuple[int, int], ker
                 for s in SPLITS:  # thread-block clusters are sm_90+; grid.z holds splits x batch
                     if (s == 1 or cc >= (9, 0)) and s * batch <= MAX_GRID_BATCH:
                         out.append(Route(spec.name, t, (("splits", s),)))
-                rows, b_elems = (prob.N, prob.M * prob.K) if t else (prob.M, prob.N * prob.K)
-                big_b = b_elems * ITEMSIZE[prob.dtype] > MULTICAST_MIN_B_BYTES
-                if spec.role in MULTICAST_ROLES and cc >= (9, 0) and not prob.batched and big_b and \
+                rows = prob.N if t else prob.M
+                if MULTICAST in spec.variants.get("mc", ()) and cc >= (9, 0) and not prob.batched and \
                         -(-rows // spec.tile[0]) >= MULTICAST:
-                    out.append(Route(spec.name, t, (("multicast", MULTICAST), ("splits", 1))))
+                    out.append(Route(spec.name, t, (("mc", MULTICAST), ("splits", 1))))
             continue
         if spec.out != prob.dtype or acc_variant(spec, prob.dtype, prob.acc) is False:
             continue
@@ -548,7 +544,6 @@ def describe(recipe: Recipe) -> str:
             parts.append(f"copy {batch(s)}{s.src.base}->{s.dst.base}{epi(s)}")
         else:
             extra = f" splits={s.splits}" if s.splits > 1 else ""
-            extra += f" B multicast x{s.cluster_m}" if s.cluster_m > 1 else ""
             extra += f" stream-K {s.sk_tiles} tiles over {s.ctas} CTAs" if s.ctas else ""
             v = ",".join(f"{k}={v}" for k, v in s.variant)
             parts.append(f"{s.kernel}{'[' + v + ']' if v else ''}{extra} {batch(s)}{s.M}x{s.N}x{s.K}{epi(s)}")

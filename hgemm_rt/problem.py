@@ -255,8 +255,6 @@ class Gemm:
     swizzle: bool = False
     swizzle_stride: int | None = None
     splits: int = 1
-    # the strided wgmma role: CTAs along M in a cluster (1, cluster_m, 1) that share their B tile by TMA multicast
-    cluster_m: int = 1
     epilogue: bool = False  # the kernel applies the user's alpha/beta itself
     batch: tuple[int, ...] = ()  # the problem's batch levels: one product per matrix (views' `bs`)
     scalars: str = "ab"  # with epilogue: which of the user's alpha ("a") and beta ("b") it takes (else 1 and 0)
@@ -267,6 +265,12 @@ class Gemm:
     ctas: int = 0  # stream-K (a kernel with ptr:work): its grid, ...
     sk_tiles: int = 0  # ... how many of the last tiles it cuts along K, a piece per CTA ...
     work: View | None = None  # ... and its workspace (a temporary)
+
+    @property
+    def cluster_m(self) -> int:
+        """CTAs along M in a cluster (1, cluster_m, 1) sharing their B tile by TMA multicast: the kernel's `mc`
+        variant (cu/util_sm90.cu), 1 for every other launch."""
+        return int(dict(self.variant).get("mc", 1))
 
 
 @dataclass(frozen=True)

@@ -301,7 +301,8 @@ def plan_keys(plan, prob, shape: str, manifest) -> set[tuple[str, str, str]]:
                 feats.add("alpha/beta")
         elif manifest.kernels[s.kernel].ladder == "util":
             name = s.kernel
-            feats = {""} | {f"{k}={v}" for k, v in s.variant}
+            # the symbol launched: the step's variant, its defaults filled in
+            feats = {""} | {f"{k}={v}" for k, v in manifest.kernels[s.kernel].resolve_variant(dict(s.variant)).items()}
             if s.splits > 1:
                 feats.add("split-K")
             if not prob.plain:

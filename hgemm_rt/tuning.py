@@ -36,7 +36,7 @@ from .executor import Execution
 from .launcher import ArrayRef
 from .memory import DeviceArray, byte_extent, fill_strided, strided_to_host
 from .manifest import Manifest
-from .planner import MULTICAST, SK_MAX_CTAS, SPLITS
+from .planner import SK_MAX_CTAS, SPLITS
 from .problem import Recipe, Route
 
 SCHEMA = 1
@@ -65,9 +65,6 @@ def _route_ok(route: Route, manifest: Manifest) -> bool:
     for k, v in route.options:
         if k == "splits":
             if v not in SPLITS:
-                return False
-        elif k == "multicast":
-            if v != MULTICAST:
                 return False
         elif k == "ctas":  # a stream-K grid
             if not isinstance(v, int) or not 1 <= v <= SK_MAX_CTAS:

@@ -476,7 +476,7 @@ def test_every_route_is_correct(dtype, M, N, K, orders, offsets, rng):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype,b_order", [("f16", "col"), ("bf16", "row"), ("f16", "row")])
 def test_every_b_multicast_route_is_correct(dtype, b_order, rng):
-    """The multicast pairs (planner.MULTICAST_ROLES, a cluster (1, 2, 1)) are offered where B does not fit in L2:
+    """The multicast pairs (the `mc` = 2 variant, a cluster (1, 2, 1)), where the planner picks them (B beyond L2):
     every such route at a ragged shape whose odd last row of tiles leaves a pair's second CTA idle, tn and nn."""
     M, N, K = 300, 8200, 4200  # B: 69 MB
     a = GuardedArray(rng.standard_normal((M, K)), dtype, "row", 1, 0)
@@ -731,30 +731,37 @@ def test_clusters_of_4_or_8_fill_120_of_132_sms():
 
 @needs_manifest
 def test_b_multicast_pairs_rows_of_tiles_on_unsplit_unbatched_hopper_launches():
-    """The strided wgmma kernels may run as pairs of CTAs along M sharing their B tile by TMA multicast (a cluster
-    (1, 2, 1)): offered on sm_90 where there are two rows of tiles and B does not fit in L2
-    (planner.MULTICAST_MIN_B_BYTES), never split or before Hopper; the cost model streams half of B per CTA and
-    counts whole pairs of rows."""
+    """The strided wgmma kernels' `mc` = 2 variant runs pairs of CTAs along M sharing their B tile by TMA multicast
+    (a cluster (1, 2, 1)): offered on sm_90 where there are two rows of tiles, never split or before Hopper. The
+    cost model streams half of B per CTA where B does not fit in L2 (ArchRates.l2_fit_bytes), counts whole pairs
+    of rows and the pair's cluster: the pair is estimated below its unicast twin only there."""
     from hgemm_rt.costmodel import CostModel
+    model = CostModel.for_device((9, 0), 132, MANIFEST)
     prob = _problem(300, 8192, 8192, orders=("row", "col", "row"))  # B: 128 MiB
-    routes = [r for r in planner.candidate_routes(prob, MANIFEST, (9, 0)) if "multicast" in r.opts()]
-    assert routes and all(MANIFEST.kernels[r.kernel].role in planner.MULTICAST_ROLES and r.opts()["splits"] == 1 and
-                          r.opts()["multicast"] == planner.MULTICAST and not r.transpose for r in routes)
-    assert not [r for r in planner.candidate_routes(prob, MANIFEST, (8, 0)) if "multicast" in r.opts()]
-    for small in (_problem(300, 512, 256), _problem(64, 8192, 8192)):  # B in L2; one row of tiles (B^T: 1 MiB)
-        assert not [r for r in planner.candidate_routes(small, MANIFEST, (9, 0)) if "multicast" in r.opts()]
+    routes = [r for r in planner.candidate_routes(prob, MANIFEST, (9, 0)) if "mc" in r.opts()]
+    assert routes and all(MANIFEST.kernels[r.kernel].role == "gemm_strided_wgmma" and r.opts()["splits"] == 1 and
+                          r.opts()["mc"] == planner.MULTICAST for r in routes)
+    assert not [r for r in planner.candidate_routes(prob, MANIFEST, (8, 0)) if "mc" in r.opts()]
+    one_row = _problem(64, 8192, 8192, orders=("row", "col", "row"))  # one row of 64-row tiles (B^T: 8192 rows)
+    assert all(r.transpose for r in planner.candidate_routes(one_row, MANIFEST, (9, 0))
+               if "mc" in r.opts() and MANIFEST.kernels[r.kernel].tile[0] == 64)
+
+    def twins(p, kernel):  # (the unicast estimate, the pair's) of `kernel`, untransposed and unsplit
+        est = [model.estimate_us(planner.recipe_for(problem.Route(kernel, False, opts), p, MANIFEST), "f16")
+               for opts in ((("splits", 1),), (("mc", 2), ("splits", 1)))]
+        return tuple(est)
+
+    plain, pair = twins(_problem(256, 8192, 8192, orders=("row", "col", "row")), "util_gemm_wgmma_f16_m128n128_tn")
+    assert pair < plain  # B beyond L2: the pair halves its traffic (H100: 78.0 -> 66.5 us)
+    plain, pair = twins(_problem(256, 6144, 4096, orders=("row", "col", "row")), "util_gemm_wgmma_f16_m128n128_tn")
+    assert pair > plain  # B (48 MiB) in L2: no gain (H100: 34.0 -> 34.5 us), the cluster's cost
     route = next(r for r in routes if r.kernel == "util_gemm_wgmma_f16_m128n128_tn" and not r.transpose)
     recipe = planner.recipe_for(route, prob, MANIFEST)
     g = next(s for s in recipe.steps if isinstance(s, problem.Gemm))
-    assert g.cluster_m == 2 and "B multicast x2" in planner.describe(recipe)
-    split = problem.Route(route.kernel, False, (("multicast", 2), ("splits", 2)))
+    assert g.cluster_m == 2 and "[mc=2]" in planner.describe(recipe)
+    split = problem.Route(route.kernel, False, (("mc", 2), ("splits", 2)))
     assert planner.recipe_for(split, prob, MANIFEST) is None
-    model, spec = CostModel.for_device((9, 0), 132, MANIFEST), MANIFEST.kernels[route.kernel]
     assert model.tile_rows(g, 128) == 4  # three rows of tiles run as two pairs
-    big = lambda cm: problem.Gemm(spec.name, spec.role, _view("A", 256, 8192, "row"),  # noqa: E731
-                                  _view("B", 8192, 8192, "col"), _view("C", 256, 8192, "row"), 256, 8192, 8192,
-                                  cluster_m=cm)
-    assert model.gemm_us(spec, big(2), "f16") < model.gemm_us(spec, big(1), "f16")  # L2-bound without the pair
 
 
 @needs_manifest
