@@ -147,6 +147,15 @@ __device__ __forceinline__ void tma_store_4d(const void* tmap, const void* src, 
                "r"(smem_u32(src)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
                : "memory");
 }
+// The rank-4 store with an L2 cache policy (hg::l2_policy) for the lines it writes.
+__device__ __forceinline__ void tma_store_4d_hint(const void* tmap, const void* src, int c0, int c1, int c2, int c3,
+                                                  uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%2, %3, %4, %5}], [%1], %6;\n" ::"l"(
+          reinterpret_cast<uint64_t>(tmap)),
+      "r"(smem_u32(src)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "l"(policy)
+      : "memory");
+}
 // L2 prefetch of a box (no shared memory, no barrier): warms the lines a later TMA load of the box reads.
 __device__ __forceinline__ void tma_prefetch_2d(const void* tmap, int c0, int c1) {
   asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];\n" ::"l"(
