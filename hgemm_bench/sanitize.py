@@ -155,7 +155,8 @@ def summarize(what: str, log: str, returncode: int | None, seconds: float) -> Re
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="sanitize.py", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--kernels", metavar="PATTERN")
+    ap.add_argument("--kernels", metavar="PATTERN",
+                    help="glob or substring of the kernel names, or a comma-separated list of them (default: all)")
     ap.add_argument("--tools", default=",".join(TOOLS))
     ap.add_argument("--jobs", type=int, default=2 * len(TOOLS),
                     help="sanitizer processes side by side: one per tool and part (catalogue, util)")
@@ -177,6 +178,9 @@ def main(argv: list[str] | None = None) -> int:
 
     manifest = hg.get_registry().manifest  # the build's declarations only: the parent touches no GPU
     n = {part: len(selected_specs(manifest, args.kernels, util=part == "util")) for part in PARTS}
+    if not sum(n.values()):  # (a run over nothing must not read as clean)
+        print(f"sanitize.py: no kernel of this build matches --kernels {args.kernels!r}", file=sys.stderr)
+        return 2
     print(f"{sum(n.values())} kernels ({n['gemm']} catalogue, {n['util']} util), tools: {', '.join(tools)}",
           flush=True)
     args.log_dir.mkdir(parents=True, exist_ok=True)

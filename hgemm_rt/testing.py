@@ -178,9 +178,11 @@ def refusal_shapes(spec) -> list[tuple[str, int, int, int]]:
 
 def selected_specs(manifest, pattern: str | None, util: bool) -> list:
     """The catalogue kernels (util=False) or matmul helper kernels (util=True) whose name matches a
-    glob or contains the pattern (every one without a pattern)."""
+    glob or contains the pattern, or one of a comma-separated list of them (every one without a pattern)."""
+    globs = [g for g in (pattern or "").split(",") if g]
+
     def match(name: str) -> bool:
-        return not pattern or fnmatch.fnmatch(name, pattern) or pattern in name
+        return not globs or any(fnmatch.fnmatch(name, g) or g in name for g in globs)
 
     return [s for s in manifest.kernels.values() if (s.ladder == "util") == util and match(s.name)]
 

@@ -54,6 +54,14 @@ def test_a_pattern_selects_only_matching_kernels():
     assert {k for k, _f, _c in covered} == names and T.missing(names, covered) == []
     assert all(s.ladder != "util" for s in T.selected_specs(MANIFEST, "hgemm_mma*", util=False))
     assert T.selected_specs(MANIFEST, "util_copy2d_*", util=False) == []
+    both = {s.name for s in T.selected_specs(MANIFEST, "util_copy2d_f16,util_gemm_wgmma_fused_*", util=True)}
+    assert "util_copy2d_f16" in both and "util_gemm_wgmma_fused_f16_tn" in both and "util_copy2d_bf16" not in both
+
+
+@needs_manifest
+def test_a_pattern_that_matches_no_kernel_is_an_error_not_a_clean_run():
+    out = run_script("--kernels", "no_such_kernel_*,nor_this", "--sanitizer", sys.executable)
+    assert out.returncode == 2 and "no kernel of this build matches" in out.stderr, out
 
 
 def test_views_sit_where_the_case_says():
