@@ -82,6 +82,20 @@ C_STORE_SHARE = {"tma": 1.0, "staged": 0.8, "direct": 0.4}
 SPLIT_K_SHORT_K = 1300.0
 ONE_CTA_PER_SM = ("gemm_strided_wgmma", "gemm_tf32x3")  # roles whose CTAs take a whole SM
 TF32_SHARE = 0.5  # the TF32 tensor-core rate over the fp16/bf16 one (H100 datasheet)
+# A TMA map reads rows at full speed where their byte stride is a multiple of 32 (an L2 sector). At an odd multiple
+# of 16 bytes (fp16 K = 1000 or 3000) every box row straddles one sector more, and the TMA-fed kernels ran 1.4-1.7x
+# slower (H100, fp16, L2 flushed: 1024 x 1024 x 1000 m128n64 16.8-17.0 us against 10.5 at K = 1024 and 1088 (12.0
+# at 1040: rows on 32 bytes but not on 128 cost little); 8192 x 8192 x 1000 persistent 335.8 us, torch.matmul
+# 226.9; 2048 x 2048 x 1000 26.0, torch 19.0; 1024 x 1024 x 3000 37.8, torch 20.7). The planner also offers such
+# operands packed into 128-byte rows (the `pack` route option), which the copies' cost then decides.
+TMA_FAST_ROW_BYTES = 32
+TMA_SLOW_ROW_FACTOR = 1.6
+
+
+def tma_slow_rows(view: View, itemsize: int) -> bool:
+    """Are `view`'s rows, as a kernel reads them (its unit-stride orientation), off 32-byte boundaries?"""
+    stride, rows = (view.rs, view.rows) if view.cs == 1 else (view.cs, view.cols)
+    return rows > 1 and stride * itemsize % TMA_FAST_ROW_BYTES != 0
 
 
 def streamk_splits(sk_tiles: int, ctas: int, k_blocks: int) -> int:
@@ -337,9 +351,11 @@ class CostModel:
 
     @staticmethod
     def split_factor(spec: KernelSpec, g: Gemm) -> float:
-        """How much slower than its rate a split-K launch of the Hopper strided kernels runs: more, the
-        shorter each CTA's share of K (SPLIT_K_SHORT_K); 1 unsplit and for the other roles."""
-        if g.splits == 1 or spec.role not in ("gemm_strided_wgmma", "gemm_tf32x3"):
+        """How much slower than its rate a split-K launch of the strided kernels runs: more, the shorter each
+        CTA's share of K (SPLIT_K_SHORT_K); 1 unsplit and for the other roles. The mma.sync kernels' splits measured
+        alike (H100, fp16, 512 x 512 x 1000: m64 splits=4 17.2 us against 6.4 estimated at their rate, m32
+        splits=2 12.0 against 7.4)."""
+        if g.splits == 1 or spec.role not in ("gemm_strided_wgmma", "gemm_tf32x3", "gemm_strided_mma"):
             return 1.0
         return 1.0 + min(SPLIT_K_SHORT_K / (g.K / g.splits), 1.0)
 
@@ -373,6 +389,14 @@ class CostModel:
             rate = r.copy_bytes_per_s
         return nbytes / rate * 1e6
 
+    @staticmethod
+    def tma_row_factor(spec: KernelSpec, g: Gemm) -> float:
+        """TMA_SLOW_ROW_FACTOR where a tensor map of the launch reads A or B off 32-byte row boundaries, else 1."""
+        isz = ITEMSIZE[spec.dtype]
+        slow = ("tmap:A" in spec.params and tma_slow_rows(g.a, isz)) or \
+            ("tmap:B" in spec.params and tma_slow_rows(g.b, isz))
+        return TMA_SLOW_ROW_FACTOR if slow else 1.0
+
     def estimate_us(self, recipe: Recipe, dtype: str, beta_zero: bool = True) -> float:
         """The recipe's steps in sequence, each launch's latency included; repeated per index of its
         loop levels (a batched problem with more levels or matrices than one launch takes)."""
@@ -381,7 +405,8 @@ class CostModel:
         t = 0.0
         for step in recipe.steps:
             if isinstance(step, Gemm):
-                t += self.gemm_us(self.manifest.kernels[step.kernel], step, dtype, beta_zero)
+                spec = self.manifest.kernels[step.kernel]
+                t += self.gemm_us(spec, step, dtype, beta_zero) * self.tma_row_factor(spec, step)
             else:
                 t += self.copy_us(step, dtype, beta_zero)
         loops = math.prod(recipe.loop)

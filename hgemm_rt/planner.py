@@ -22,7 +22,7 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from .costmodel import CostModel, streamk_splits
+from .costmodel import CostModel, streamk_splits, tma_slow_rows
 from .errors import NotBuiltForDeviceError
 from .launcher import default_swizzle_stride
 from .manifest import KernelSpec, Manifest
@@ -41,6 +41,10 @@ SPLIT_K_ROLES = ("gemm_strided_mma", "gemm_strided_wgmma", "gemm_strided_stream"
 # neighbouring rows of tiles in a cluster that loads their shared B tile once and multicasts it (mc = 2); the cost
 # model says where that pays (CostModel.gemm_us: only where B does not fit in L2)
 MULTICAST = 2
+# Route option: pack the TMA-read A and B whose rows are off 32-byte boundaries into 128-byte rows first (offered
+# only where the problem has such an operand; costmodel.TMA_SLOW_ROW_FACTOR prices reading them in place)
+PACK = "pack"
+PACK_ROLES = ("gemm", "gemm_strided_wgmma", "gemm_fused_wgmma")  # (gemm_tf32x3 always reads planes it made)
 SPLIT_ROLE = "split_tf32"  # the gemm_tf32x3 operands' kernel
 SPLIT_BLOCK = 32  # its planes' width (cu/util.cu): one 128-byte row of fp32, the k-block the TF32 kernels read
 DECODE_ROWS = 16  # see ranked_recipes
@@ -284,6 +288,14 @@ def _recipe(route: Route, p: Problem, spec: KernelSpec, glue: _Glue) -> Recipe |
     if spec.role != "gemm" and "splits" in opts and (spec.role not in SPLIT_K_ROLES or splits not in SPLITS):
         return None
     mc = int(opts.get("mc", 1))
+    repack = bool(opts.get(PACK))
+    repacked = []  # operands that fit a tensor map but are packed for the `pack` option
+
+    def slow(v: View) -> bool:
+        if repack and tma_slow_rows(v, isz):
+            repacked.append(v.base)
+            return True
+        return False
     if mc != 1 and (mc not in spec.variants.get("mc", ()) or splits != 1 or p.batched):
         return None  # (the pair's cluster along M leaves no room for a split-K cluster or a batch in the maps)
     fused = dict(epilogue=True, batch=p.batch, epi=p.epi, bias=p.bias)  # the kernel applies the whole epilogue
@@ -300,16 +312,18 @@ def _recipe(route: Route, p: Problem, spec: KernelSpec, glue: _Glue) -> Recipe |
         # TMA maps of A and B as they are where their rows are contiguous with 16-byte-multiple
         # strides; otherwise a packed copy (B packed as N x K, which the TN kernel reads)
         a = p.a
-        if not fits(a, M, K, tma=True, align=16, itemsize=isz):
+        if not fits(a, M, K, tma=True, align=16, itemsize=isz) or slow(a):
             a = pack("tA", a, M, _round_up(K, 8), tma=True)
         if spec.layout == "NN":
             b = p.b
-            if not fits(b, K, N, tma=True, align=16, itemsize=isz):
+            if not fits(b, K, N, tma=True, align=16, itemsize=isz) or slow(b):
                 return None  # the TN kernel takes this problem with a packed B^T
         else:
             b = p.b.T
-            if not fits(b, N, K, tma=True, align=16, itemsize=isz):
+            if not fits(b, N, K, tma=True, align=16, itemsize=isz) or slow(b):
                 b = pack("tB", b, N, _round_up(K, 8), tma=True)
+        if repack and not repacked:
+            return None  # (nothing to pack: the plain route)
         if spec.role == "gemm_fused_wgmma":  # persistent, no split-K; C through a TMA store, which writes whole
             # 16-byte runs: C's width must end on one (H100: a 97 x 141 fp16 C with rows of 144 got its 3
             # padding columns zeroed)
@@ -354,18 +368,20 @@ def _recipe(route: Route, p: Problem, spec: KernelSpec, glue: _Glue) -> Recipe |
     tm = tmap_operands(spec)
     a = p.a
     if spec.a_order == "col":  # the kernel reads A^T, K x M row-major (A stays an M x K view)
-        if not fits(a.T, Kk, Mk, tma="A" in tm, align=spec.align, itemsize=isz):
+        if not fits(a.T, Kk, Mk, tma="A" in tm, align=spec.align, itemsize=isz) or ("A" in tm and slow(a.T)):
             a = pack("tA", a.T, Kk, Mk, tma="A" in tm).T
-    elif not fits(a, Mk, Kk, tma="A" in tm, align=spec.align, itemsize=isz):
+    elif not fits(a, Mk, Kk, tma="A" in tm, align=spec.align, itemsize=isz) or ("A" in tm and slow(a)):
         a = pack("tA", a, Mk, Kk, tma="A" in tm)
     if spec.layout == "NN":
         b = p.b
-        if not fits(b, Kk, Nk, tma="B" in tm, align=spec.align, itemsize=isz):
+        if not fits(b, Kk, Nk, tma="B" in tm, align=spec.align, itemsize=isz) or ("B" in tm and slow(b)):
             b = pack("tB", b, Kk, Nk, tma="B" in tm)
     else:  # TN: the kernel reads B^T, N x K row-major
         b = p.b.T
-        if not fits(b, Nk, Kk, tma="B" in tm, align=spec.align, itemsize=isz):
+        if not fits(b, Nk, Kk, tma="B" in tm, align=spec.align, itemsize=isz) or ("B" in tm and slow(b)):
             b = pack("tB", b, Nk, Kk, tma="B" in tm)
+    if repack and not repacked:
+        return None  # (nothing to pack: the plain route)
     c = p.c
     direct = p.plain and p.linear and fits(c, Mk, Nk, tma="C" in tm, align=spec.align, itemsize=isz) and \
         spec.out == p.dtype
@@ -376,7 +392,7 @@ def _recipe(route: Route, p: Problem, spec: KernelSpec, glue: _Glue) -> Recipe |
         c = _dense("tC", Mk, Nk)
     given = {k: v for k, v in opts.items() if k in spec.variants}
     av = acc_variant(spec, p.dtype, p.acc)  # the precision rule holds whatever a route asks for
-    if set(opts) - set(spec.variants) or av is False:
+    if set(opts) - set(spec.variants) - {PACK} or av is False:
         return None
     if "acc" in spec.variants:
         given["acc"] = av
@@ -450,6 +466,12 @@ def candidate_routes(prob: Problem, manifest: Manifest, cc: tuple[int, int], ker
             continue
         for t in (False, True):
             out.append(Route(spec.name, t))
+    isz = ITEMSIZE[prob.dtype]
+    if any(tma_slow_rows(v, isz) for v in (prob.a, prob.b) if v.cs == 1 or v.rs == 1):
+        tma_read = {s.name for s in manifest.kernels.values()
+                    if s.role in PACK_ROLES and {"A", "B"} & tmap_operands(s)}
+        out += [Route(r.kernel, r.transpose, tuple(sorted(r.options + ((PACK, 1),)))) for r in out
+                if r.kernel in tma_read]
     return out
 
 
