@@ -482,9 +482,16 @@ def test_every_route_is_correct(dtype, M, N, K, orders, offsets, rng):
 def test_every_b_multicast_route_is_correct(dtype, b_order, rng):
     """The multicast pairs (the `mc` = 2 variant, a cluster (1, 2, 1)), where the planner picks them (B beyond L2):
     every such route at a ragged shape whose odd last row of tiles leaves a pair's second CTA idle, tn and nn."""
-    M, N, K = 300, 8200, 4200  # B: 69 MB
-    a = GuardedArray(rng.standard_normal((M, K)), dtype, "row", 1, 0)
-    b = GuardedArray(rng.standard_normal((K, N)), dtype, b_order, 0, 0)
+    _check_ranked_routes(rng, dtype, (300, 8200, 4200), ("row", b_order), 1,  # B: 69 MB
+                         lambda r: any(isinstance(s, problem.Gemm) and s.cluster_m > 1 for s in r.steps))
+
+
+def _check_ranked_routes(rng, dtype, shape, orders, a_offset, chosen):
+    """Every route the planner ranks for a random problem of `shape` (A and B in `orders`, C row-major) that
+    `chosen` keeps, checked against float64 at alpha 1, beta 0 and at alpha 0.5, beta 2 (at least four runs)."""
+    M, N, K = shape
+    a = GuardedArray(rng.standard_normal((M, K)), dtype, orders[0], a_offset, 0)
+    b = GuardedArray(rng.standard_normal((K, N)), dtype, orders[1], 0, 0)
     c = GuardedArray(rng.standard_normal((M, N)), dtype, "row", 0, 0)
     exact = a.exact @ b.exact
     tested, bad = 0, []
@@ -492,7 +499,7 @@ def test_every_b_multicast_route_is_correct(dtype, b_order, rng):
         prob = problem.problem_of_arrays(a.view, b.view, c.view, "f32", alpha, beta)
         dev = hg.get_device()
         plans = [r for _e, r in planner.ranked_recipes(prob, hg.get_registry().manifest, dev.info.cc, dev.info.sm_count)
-                 if any(isinstance(s, problem.Gemm) and s.cluster_m > 1 for s in r.steps)]
+                 if chosen(r)]
         for plan, got in each_route(prob, dtype, a, b, c, alpha, beta, plans=plans):
             err, bound = _rel(got, want), _bound(dtype, prob.acc, K)
             tested += 1
@@ -819,20 +826,4 @@ def test_tma_operands_off_32_byte_rows_are_also_offered_packed():
 def test_every_packed_route_is_correct(dtype, rng):
     """The `pack` routes (TMA operands off 32-byte rows copied into 128-byte rows first) at a ragged shape with
     K = 1000 (2000-byte rows), A row-major and B as nn.Linear holds it, alpha/beta both ways."""
-    M, N, K = 333, 520, 1000
-    a = GuardedArray(rng.standard_normal((M, K)), dtype, "row", 0, 0)
-    b = GuardedArray(rng.standard_normal((K, N)), dtype, "col", 0, 0)
-    c = GuardedArray(rng.standard_normal((M, N)), dtype, "row", 0, 0)
-    exact = a.exact @ b.exact
-    tested, bad = 0, []
-    for alpha, beta, want in ((1.0, 0.0, exact), (0.5, 2.0, 0.5 * exact + 2.0 * c.exact)):
-        prob = problem.problem_of_arrays(a.view, b.view, c.view, "f32", alpha, beta)
-        dev = hg.get_device()
-        plans = [r for _e, r in planner.ranked_recipes(prob, hg.get_registry().manifest, dev.info.cc, dev.info.sm_count)
-                 if r.route.opts().get(planner.PACK)]
-        for plan, got in each_route(prob, dtype, a, b, c, alpha, beta, plans=plans):
-            err, bound = _rel(got, want), _bound(dtype, prob.acc, K)
-            tested += 1
-            if not err <= bound or not c.outside_untouched():
-                bad.append(f"{planner.describe(plan)}: {err:.2e} > {bound:.2e}")
-    assert tested >= 4 and not bad, "\n".join(bad)
+    _check_ranked_routes(rng, dtype, (333, 520, 1000), ("row", "col"), 0, lambda r: r.route.opts().get(planner.PACK))
