@@ -280,9 +280,12 @@ def test_ctrl_c_stops_within_2_s_with_one_line_kills_nvcc_and_leaves_artifacts_a
     art = tree / "artifacts"
     art.mkdir()
     (art / "manifest.json").write_text("the previous build\n")
+    # (SIGINT as a foreground terminal delivers it: a suite started in the background, `pytest &` from a script,
+    # inherits SIGINT ignored, and so would the build)
     proc = subprocess.Popen([sys.executable, str(ROOT / "build_kernels.py"), "--src", str(tree), "--nvcc", str(fake),
                              "--arch", "90", "-j", "2"], stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "FAKE_NVCC_PIDS": str(pids)})
+                            env={**os.environ, "FAKE_NVCC_PIDS": str(pids)},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 30
     while len(list(pids.iterdir())) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
