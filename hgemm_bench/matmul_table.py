@@ -132,6 +132,11 @@ SECTIONS: dict[str, Section] = {
     "public": Section("the public shape sweep: squares 256-16384, token counts 1-16384 against transformer layers, "
                       "small K, small N, deep K, unaligned neighbours; fp16 and bf16 (target: geomean >= 1.05x, "
                       "no shape below 0.95x)", "cublas", public_sweep(), target=1.05, judge="geomean", floor=0.95),
+    "strides": Section("operand rows off 32-byte boundaries (fp16 K = 1000 and 3000: 2000- and 6000-byte rows, which TMA "
+                       "reads 1.4-1.7x slower unless matmul packs them), B as nn.Linear holds it (informative)", "cublas",
+                       tuple(Shape(m, n, k, "f16", b_order="col") for m, n, k in
+                             ((1024, 1024, 1000), (2048, 2048, 1000), (8192, 8192, 1000), (1024, 1024, 3000),
+                              (4096, 4096, 3000)))),
     "smallm": Section(f"small M, N = K = {LINEAR}, B row-major (NN) and column-major (TN)", "cublas",
                       tuple(Shape(m, LINEAR, LINEAR, b_order=b) for m in (16, 128) for b in ("row", "col")),
                       target=0.9),

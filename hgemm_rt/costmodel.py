@@ -15,6 +15,7 @@ from typing import Mapping
 from .manifest import KernelSpec, Manifest
 from .dtypes import ITEMSIZE
 from .problem import KERNEL_LEVELS, Copy, Gemm, Recipe, View, kernel_batch
+from .tma import TMA_FAST_ROW_BYTES
 
 
 @dataclass(frozen=True)
@@ -82,14 +83,15 @@ C_STORE_SHARE = {"tma": 1.0, "staged": 0.8, "direct": 0.4}
 SPLIT_K_SHORT_K = 1300.0
 ONE_CTA_PER_SM = ("gemm_strided_wgmma", "gemm_tf32x3")  # roles whose CTAs take a whole SM
 TF32_SHARE = 0.5  # the TF32 tensor-core rate over the fp16/bf16 one (H100 datasheet)
-# A TMA map reads rows at full speed where their byte stride is a multiple of 32 (an L2 sector). At an odd multiple
-# of 16 bytes (fp16 K = 1000 or 3000) every box row straddles one sector more, and the TMA-fed kernels ran 1.4-1.7x
-# slower (H100, fp16, L2 flushed: 1024 x 1024 x 1000 m128n64 16.8-17.0 us against 10.5 at K = 1024 and 1088 (12.0
-# at 1040: rows on 32 bytes but not on 128 cost little); 8192 x 8192 x 1000 persistent 335.8 us, torch.matmul
-# 226.9; 2048 x 2048 x 1000 26.0, torch 19.0; 1024 x 1024 x 3000 37.8, torch 20.7). The planner also offers such
-# operands packed into 128-byte rows (the `pack` route option), which the copies' cost then decides.
-TMA_FAST_ROW_BYTES = 32
-TMA_SLOW_ROW_FACTOR = 1.6
+# A TMA map reads rows at full speed where their byte stride is a multiple of 32 (tma.TMA_FAST_ROW_BYTES). At an odd
+# multiple of 16 bytes (fp16 K = 1000 or 3000) every box row straddles one sector more, and the TMA-fed kernels ran
+# 1.4-1.7x slower with 256-byte L2 promotion (H100, fp16, L2 flushed: 1024 x 1024 x 1000 m128n64 16.8-17.0 us
+# against 10.5 at K = 1024 and 1088 (12.0 at 1040: rows on 32 bytes but not on 128 cost little); 8192 x 8192 x 1000
+# persistent 335.8 us, torch.matmul 226.9; 1024 x 1024 x 3000 37.8, torch 20.7), ~1.4x with the 128-byte promotion
+# their maps now take (8192 x 8192 x 1000 287.7 against 203.9 at K = 1024; 1024 x 1024 x 1000 14.9 against 11.1).
+# The planner also offers such operands packed into 128-byte rows (the `pack` route option), which the copies' cost
+# then decides.
+TMA_SLOW_ROW_FACTOR = 1.4
 
 
 def tma_slow_rows(view: View, itemsize: int) -> bool:
