@@ -3,7 +3,8 @@
 `recipe_for(route, problem, manifest)` says what a route needs: the operands used in place, the ones
 that must first be copied into a zero-padded aligned buffer (strides, alignment or a kernel's
 divisibility `require`), and whether the result goes through a temporary and a copy-out (alpha/beta,
-strides the kernel cannot store). `ranked_recipes` prices every candidate with the cost model of the
+strides the kernel cannot store); a route with the `pack` option also copies the operands a tensor map would
+read off 32-byte row boundaries, which TMA reads slowly. `ranked_recipes` prices every candidate with the cost model of the
 GPU's architecture (costmodel.py) and sorts them; the tuning cache (tuning.py) replaces the estimate
 by measurements where the user asks for it.
 

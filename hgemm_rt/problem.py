@@ -188,7 +188,7 @@ class Problem:
 class Route:
     kernel: str
     transpose: bool = False
-    options: tuple[tuple[str, Any], ...] = ()  # sorted (key, value) pairs: variant axes, swizzle, splits
+    options: tuple[tuple[str, Any], ...] = ()  # sorted (key, value) pairs: variant axes, splits, ctas, pack
 
     def opts(self) -> dict[str, Any]:
         return dict(self.options)
