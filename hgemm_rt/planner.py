@@ -4,9 +4,9 @@
 that must first be copied into a zero-padded aligned buffer (strides, alignment or a kernel's
 divisibility `require`), and whether the result goes through a temporary and a copy-out (alpha/beta,
 strides the kernel cannot store); a route with the `pack` option also copies the operands a tensor map would
-read off 32-byte row boundaries, which TMA reads slowly. `ranked_recipes` prices every candidate with the cost model of the
-GPU's architecture (costmodel.py) and sorts them; the tuning cache (tuning.py) replaces the estimate
-by measurements where the user asks for it.
+read off 32-byte row boundaries, which TMA reads slowly. `ranked_recipes` prices every candidate with the cost
+model of the GPU's architecture (costmodel.py) and sorts them; the tuning cache (tuning.py) replaces the
+estimate by measurements where the user asks for it.
 
 Every candidate is discovered from the manifest: a kernel's declared `role` says what it does in a
 recipe (cu/*.toml, manifest.ROLES), its layout, dtype, acc, tile, require, align, params, grid and
