@@ -330,13 +330,9 @@ __device__ __forceinline__ void store_staged(const float (&d)[W::kAcc], uint8_t*
 #pragma unroll
   for (int e = tid; e < 64 * kChunks; e += 128) {
     const int r = e / kChunks, k = e % kChunks;
-    if (row0 + r < M && n0 + 8 * k < N) {
-      uint4 v;
-      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                   : "r"(base + staged_chunk(r, k)));
-      *reinterpret_cast<uint4*>(C + static_cast<long long>(row0 + r) * ldc_r + n0 + 8 * k) = v;
-    }
+    if (row0 + r < M && n0 + 8 * k < N)
+      *reinterpret_cast<uint4*>(C + static_cast<long long>(row0 + r) * ldc_r + n0 + 8 * k) =
+          hg::ld_shared_v4(base + staged_chunk(r, k));
   }
 }
 

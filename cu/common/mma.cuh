@@ -36,18 +36,10 @@ enum class Smem { Pad, Swizzle };
 //           which for big tiles beats Shfl's 16-byte row pieces (docs/tuning_log.md, "common/mma.cuh").
 enum class Store { Direct, Shfl, Smem };
 
-// Plain shared-memory accesses at a shared-window address (the staged epilogue). Kept here, its
-// only user, rather than in ptx.cuh, which every family includes.
+// A plain shared-memory store at a shared-window address (the staged epilogue; its 16-byte read-back is
+// hg::ld_shared_v4, cu/common/ptx.cuh). Kept here, its only user, rather than in ptx.cuh, which every family includes.
 __device__ __forceinline__ void st_shared_b32(uint32_t smem_addr, uint32_t v) {
   asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(smem_addr), "r"(v) : "memory");
-}
-__device__ __forceinline__ uint4 ld_shared_v4(uint32_t smem_addr) {
-  uint4 v;
-  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "r"(smem_addr)
-               : "memory");
-  return v;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -11,6 +11,16 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+// 16 bytes from a shared-window address (the staged epilogues' read-back: cu/common/mma.cuh, cu/util_sm90.cu).
+__device__ __forceinline__ uint4 ld_shared_v4(uint32_t smem_addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(smem_addr)
+               : "memory");
+  return v;
+}
+
 // ---- cp.async (global -> shared, bypassing registers) ----
 // 16-byte copy, cached in L2 only (.cg): the tile is reused from shared memory, not L1.
 // 16-byte copy that reads src_bytes (0..16) and zero-fills the rest: guarded loads at ragged edges.
