@@ -427,6 +427,19 @@ def _built(manifest: Manifest, spec: KernelSpec, cc: tuple[int, int]) -> bool:
         return False
 
 
+# The catalogue's TMA-store kernels stage the whole output tile for the store with 3 ring stages, half of it (two
+# passes, the second waiting for the first to be read) with 4. Where a tile is a single k-block the ring's depth
+# buys nothing and the second pass is exposed: H100, fp16, 8192 x 8192 x K, three rounds in one run: K = 16 56.9-57.2
+# -> 55.3-56.0 us, K = 32 54.9-55.5 -> 54.3-54.6, K = 64 54.0 -> 53.8-54.2 (K = 256: 67.6 -> 76.2, which is why the
+# default stays 4).
+STAGES, WHOLE_TILE_STAGES = "stages", 3
+
+
+def single_k_block(spec: KernelSpec, prob: Problem) -> bool:
+    """Is `prob` one k-block of `spec`, whose `stages` variant then runs with whole-tile staging?"""
+    return WHOLE_TILE_STAGES in spec.variants.get(STAGES, ()) and prob.K <= spec.tile[2]
+
+
 def candidate_routes(prob: Problem, manifest: Manifest, cc: tuple[int, int], kernel: str | None = None,
                      sm_count: int = 0) -> list[Route]:
     """Every route that could run `prob` on a GPU of compute capability cc and sm_count SMs (0: unknown, no
@@ -465,8 +478,9 @@ def candidate_routes(prob: Problem, manifest: Manifest, cc: tuple[int, int], ker
             continue
         if spec.out != prob.dtype or acc_variant(spec, prob.dtype, prob.acc) is False:
             continue
+        opts = ((STAGES, WHOLE_TILE_STAGES),) if single_k_block(spec, prob) else ()
         for t in (False, True):
-            out.append(Route(spec.name, t))
+            out.append(Route(spec.name, t, opts))
     isz = ITEMSIZE[prob.dtype]
     if any(tma_slow_rows(v, isz) for v in (prob.a, prob.b) if v.cs == 1 or v.rs == 1):
         tma_read = {s.name for s in manifest.kernels.values()
