@@ -328,6 +328,20 @@ def test_heuristic_picks_the_fast_paths_on_hopper():
 
 
 @needs_manifest
+def test_one_k_block_takes_whole_tile_staging():
+    """A catalogue TMA-store kernel runs stages=3 (one store pass) where the problem is a single k-block, and its
+    default 4 stages deeper (planner.single_k_block)."""
+    if not any(planner.WHOLE_TILE_STAGES in s.variants.get(planner.STAGES, ()) for s in MANIFEST.kernels.values()):
+        pytest.skip("no kernel with a stages variant in this build")
+    h = lambda K: planner.heuristic_recipe(_problem(8192, 8192, K, orders=("row", "col", "row")),  # noqa: E731
+                                           MANIFEST, (9, 0), 132)
+    for K, stages in ((16, 3), (64, 3), (128, 4), (4096, 4)):
+        p = h(K)
+        spec = MANIFEST.kernels[p.route.kernel]
+        assert spec.resolve_variant(dict(p.route.options)).get(planner.STAGES) == stages, planner.describe(p)
+
+
+@needs_manifest
 def test_a_route_from_the_tuning_cache_is_held_to_the_precision_rules():
     """A cached route to a kernel that accumulates in fp16 never serves accumulate="f32" (the planner
     drops it and the heuristic chooses), however the cache entry came to name it."""
