@@ -50,7 +50,7 @@ class ArchRates:
     strided_tile_latency_us: float = 0.0  # per 128 x 128 of tile: a strided-role CTA's fill and fp32 epilogue
     hopper_bonus: Mapping[str, float] = field(default_factory=dict)  # persistent / cluster / tma_store
     streamk_fixup_us: float = 0.0  # what a stream-K launch takes beyond its busiest CTA's k-blocks ...
-    streamk_shared_fixup_us: float = 0.0  # ... where its peers share the sum (more than SK_SERIAL_PIECES pieces)
+    streamk_shared_fixup_us: float = 0.0  # ... where every piece sums and stores a share (more than SK_SERIAL_PIECES)
 
 
 def _matrices(view: View, batch: tuple[int, ...]) -> int:
@@ -106,8 +106,8 @@ def streamk_splits(sk_tiles: int, ctas: int, k_blocks: int) -> int:
     return max(min(ctas // sk_tiles, k_blocks), 1)
 
 
-# Tiles of at most this many pieces: the owner adds its peers' partials itself; more: the peers share the sum
-# (kSkSerialPieces in cu/common/sm90_gemm.cuh)
+# Tiles of at most this many pieces: the owner adds its peers' partials itself; more: every piece sums and stores
+# its share of the tile (kSkSerialPieces in cu/common/sm90_gemm.cuh)
 SK_SERIAL_PIECES = 4
 
 
@@ -165,7 +165,7 @@ HOPPER = ArchRates(
     # 256 x {4096, 6144} x 4096 +12.4 / +11.6 us, 256 x 8192 x 8192 +10.8, 256 x 4096 x 14336 +12.4 (2-4 pieces
     # a tile), 1024 x {6144, 14336} x 4096 +3.3 / +9.3 (after a wave of whole tiles): whatever the pieces' length
     streamk_fixup_us=11.0,
-    # more than 4 pieces a tile (the peers share the sum), fp16: measured minus the DRAM term, 256 x 256 x 65536
+    # more than 4 pieces a tile (shared fix-up), fp16: measured minus the DRAM term, 256 x 256 x 65536
     # and 128 x 128 x 131072 cut 66 / 132 ways +25.1 / +24.4 us, 64 x 64 x 65536 (132 ways) +22.2, 512 x 1024 x
     # 16384 (8 ways) +27.7
     streamk_shared_fixup_us=25.0,

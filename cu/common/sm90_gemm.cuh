@@ -316,20 +316,19 @@ struct TileSched {
 // of each tile at the same time, as whole tiles do, so the CTAs sharing an operand panel read it together from
 // L2 (pieces at unrelated k offsets, as a plain even split of all k-blocks makes them, each read their panels
 // from DRAM: 2-4x slower on the H100).
-// Piece 0 (k-block 0) is the tile's owner: it adds the other pieces' fp32 partial tiles (CTAs u + 1 .. u + s - 1,
-// which run no epilogue) to its accumulators and runs the epilogue. With at most kSkSerialPieces pieces it reads
-// each peer's partial itself, in order. With more, one SM reading s - 1 partials one after another is what
-// limits (H100, 256 x 256 x 65536 cut 66 ways: ~1.5 us a partial, 118 us in all; shared as below, 50 us), so
-// the peers share the sum: each, once all of them have published, adds its 1 / (s - 1) of every peer's partial
-// (peer 1 first) into the owner's slot, and the owner adds that one tile. Either way the order of the additions
-// is fixed: results are bitwise repeatable.
+// With at most kSkSerialPieces pieces, piece 0 (k-block 0) is the tile's owner: it adds the other pieces' fp32
+// partial tiles (CTAs u + 1 .. u + s - 1, which run no epilogue) to its accumulators, in order, and runs the
+// epilogue. With more, one SM reading s - 1 partials one after another is what limits (H100, 256 x 256 x 65536
+// cut 66 ways: ~1.5 us a partial, 118 us in all), so every piece stores its partial and, once all have, sums its
+// 1/s of the tile over them and stores that part of C through the epilogue (sk_reduce_store). Either way the
+// order of the additions is fixed: results are bitwise repeatable.
 // Every CTA signals what others wait for before it waits itself: no deadlock while every CTA is resident (grid
 // <= SMs, one CTA per SM). The workspace: kSkFlagSlots int32 flags and counters, then one 64 x 256 fp32 partial
 // per CTA and consumer warpgroup (slot 2c + cw), thread tid's float4 i at i * 128 + tid (each warp's stores one
 // 512-byte run).
 // - serial: CTA c's writer sets flag 2c + cw once its partial is in L2; the owner resets it once seen;
-// - shared: stream-K tile st's consumer cw counts its published peers at kSkCounters + 4 st + cw and the peers
-//   whose share of the sum is done at that + 2; the owner resets both once the second reaches s - 1.
+// - shared: stream-K tile st's consumer cw counts its pieces whose partial is stored at kSkCounters + 4 st + cw
+//   and those whose share of C is stored at that + 2; the last of the latter resets both.
 // Every launch leaves them as it found them: zero (the runtime zeroes the workspace once).
 constexpr int kSkCounters = 1024;            // ints: first the flags, up to 512 CTAs x 2 consumers
 constexpr int kSkFlagSlots = 2048;           // ... then the counters, 4 per stream-K tile (at most 256 of them)
@@ -404,42 +403,12 @@ __device__ __forceinline__ void sk_signal(int* flag, int cw, int tid) {
   }
 }
 
-// A non-owner piece: this warpgroup's accumulators into its slot (2 blockIdx.x + cw), then, with more than
-// kSkSerialPieces pieces, its share of the peers' sum into the owner's slot: float4s [lo, hi) of every peer's
-// partial, added in peer order. (Copying them into shared memory first, all in flight at once, measured the
-// same: H100, 256 x 256 x 65536 cut 66 ways, 50.9 against 50.3 us.)
-__device__ __forceinline__ void sk_publish(const float (&d)[128], float* work, const volatile SkConfig* cfg, int cw,
-                                           int tid) {
-  const int c = static_cast<int>(blockIdx.x), s = cfg->splits, j = c % s;
-  float4* part = sk_part(work, 2 * c + cw);
+// This warpgroup's accumulators into its slot (2 blockIdx.x + cw) of the workspace.
+__device__ __forceinline__ void sk_store_partial(const float (&d)[128], float* work, int cw, int tid) {
+  float4* part = sk_part(work, 2 * static_cast<int>(blockIdx.x) + cw);
 #pragma unroll
   for (int i = 0; i < 32; ++i)
     __stcg(part + i * 128 + tid, make_float4(d[4 * i], d[4 * i + 1], d[4 * i + 2], d[4 * i + 3]));
-  int* flags = reinterpret_cast<int*>(work);
-  if (s <= kSkSerialPieces) {
-    sk_signal(flags + 2 * c + cw, cw, tid);
-    return;
-  }
-  int* published = flags + kSkCounters + 4 * (c / s) + cw;
-  sk_signal(published, cw, tid);
-  sk_wait(published, s - 1, cw, tid);
-  constexpr int kPeerStride = 2 * kSkQuads;  // float4s between consecutive CTAs' slots of one consumer
-  const float4* peer1 = sk_part(work, 2 * (c - j + 1) + cw);
-  float4* sum = sk_part(work, 2 * (c - j) + cw);
-  const int lo = (j - 1) * kSkQuads / (s - 1), hi = j * kSkQuads / (s - 1);
-  for (int i = lo + tid; i < hi; i += 128) {
-    float4 a = __ldcg(peer1 + i);
-#pragma unroll 8
-    for (int p = 1; p < s - 1; ++p) {
-      const float4 v = __ldcg(peer1 + p * kPeerStride + i);
-      a.x += v.x;
-      a.y += v.y;
-      a.z += v.z;
-      a.w += v.w;
-    }
-    __stcg(sum + i, a);
-  }
-  sk_signal(published + 2, cw, tid);
 }
 
 // Adds the partial tile at `part` to this warpgroup's accumulators. Each thread copies its 32 float4 into
@@ -467,25 +436,120 @@ __device__ __forceinline__ void sk_add(float (&d)[128], const float4* part, uint
   }
 }
 
-// An owner piece (piece 0 of its tile, CTA blockIdx.x): the other pieces' partials added to this warpgroup's
-// accumulators, each peer's in turn (serial) or their shared sum.
+// Serial fix-up (at most kSkSerialPieces pieces), the owner (piece 0 of its tile, CTA blockIdx.x): each peer's
+// partial added to this warpgroup's accumulators in turn, then the tile's epilogue as a whole tile's.
 __device__ __forceinline__ void sk_gather(float (&d)[128], float* work, const volatile SkConfig* cfg, uint32_t buf,
                                           int cw, int tid) {
   const int c0 = static_cast<int>(blockIdx.x), s = cfg->splits;
   int* flags = reinterpret_cast<int*>(work);
-  if (s <= kSkSerialPieces) {
-    for (int c = c0 + 1; c < c0 + s; ++c) {
-      const int slot = 2 * c + cw;
-      sk_wait(flags + slot, 1, cw, tid);
-      if (tid == 0) flags[slot] = 0;  // (read once per launch: the next launch finds it zero)
-      sk_add(d, sk_part(work, slot), buf, tid);
-    }
-    return;
+  for (int c = c0 + 1; c < c0 + s; ++c) {
+    const int slot = 2 * c + cw;
+    sk_wait(flags + slot, 1, cw, tid);
+    if (tid == 0) flags[slot] = 0;  // (read once per launch: the next launch finds it zero)
+    sk_add(d, sk_part(work, slot), buf, tid);
   }
-  int* published = flags + kSkCounters + 4 * (c0 / s) + cw;
-  sk_wait(published + 2, s - 1, cw, tid);
-  if (tid == 0) published[0] = published[2] = 0;  // (every peer is past both: the next launch finds them zero)
-  sk_add(d, sk_part(work, 2 * c0 + cw), buf, tid);
+}
+
+// C's elements (row, col) and (row, col + 1) from the sums a0, a1 of their accumulators (SwiGLU: g = gate, u = up
+// sums, col an output column): the epilogue, beta * C_old, and a 4-byte store (C's rows are 16-byte aligned, col
+// even), a lone element where col + 1 == N.
+template <typename T>
+__device__ __forceinline__ void sk_store_pair(const hge::Epilogue<T>& e, T* cb, int ldc, int row, int col, int M,
+                                              int N, float g0, float g1, float u0, float u1) {
+  if (row >= M || col >= N) return;
+  T* p = cb + static_cast<long long>(row) * ldc + col;
+  float v0, v1;
+  if (e.swiglu()) {
+    v0 = e.value_swiglu(g0, u0, row, col, N);
+    v1 = e.value_swiglu(g1, u1, row, col + 1, N);
+  } else {
+    v0 = e.value(g0, row, col);
+    v1 = e.value(g1, row, col + 1);
+  }
+  const bool pair = col + 1 < N;
+  if (e.beta != 0.f) {
+    v0 = fmaf(e.beta, hg::to_f32(p[0]), v0);
+    if (pair) v1 = fmaf(e.beta, hg::to_f32(p[1]), v1);
+  }
+  const uint32_t w = hg90::pack2<T>(v0, v1);
+  if (pair)
+    *reinterpret_cast<uint32_t*>(p) = w;
+  else
+    p[0] = reinterpret_cast<const T*>(&w)[0];
+}
+
+// Shared fix-up (more than kSkSerialPieces pieces): every piece of the tile, the owner too, has stored its partial
+// (sk_store_partial); once all s have, piece j sums its 1/s of the tile's float4s over the s partials (in a fixed
+// order: every tpq-th partial per lane, then a butterfly) and stores those elements of C itself, through the
+// epilogue: no piece waits for another's sum, and no owner gathers and stores the tile after them (H100, 128 x 128 x 131072 cut 132 ways: after the main loops,
+// publishing took 4 us, the peers' shared sum into the owner's slot 5.6, the owner's gather 2.4 and its epilogue
+// 2.3). Only the float4s of output columns are summed: 8-column blocks below N - n0 (float4 i of thread t is block
+// i: the accumulator layout below), or a SwiGLU tile's gate blocks 0-15, each with its up block i + 16. The last
+// piece to finish resets the tile's counters for the next launch.
+template <typename T>
+__device__ __forceinline__ void sk_reduce_store(float* work, const volatile SkConfig* cfg, const FusedArgs<T>& x,
+                                                int M, int N, int m0, int n0, int outer, int inner, int cw,
+                                                int tid) {
+  const int c = static_cast<int>(blockIdx.x), s = cfg->splits, j = c % s;
+  int* counters = reinterpret_cast<int*>(work) + kSkCounters + 4 * (c / s) + cw;  // [0] stored, [2] done
+  sk_signal(counters, cw, tid);
+  sk_wait(counters, s, cw, tid);
+  const hge::Epilogue<T> e(x.alpha_bits, x.beta_bits, x.bias, x.bias_stride, x.epi, x.scale_bits);
+  T* cb = x.C + outer * x.bsc_o + inner * x.bsc_i;
+  constexpr int kPeerStride = 2 * kSkQuads;  // float4s between consecutive CTAs' slots of one consumer
+  const float4* part0 = sk_part(work, 2 * (c - j) + cw);
+  const bool swiglu = e.swiglu();
+  const int quads = 128 * (swiglu ? 16 : min(32, (N - n0 + 7) / 8));
+  const int lo = j * quads / s, nq = (j + 1) * quads / s - lo;
+  // tpq lanes per float4 (a power of two up to 8, so many where the share is small), each summing every tpq-th
+  // partial, then their sums added by a butterfly: enough loads in flight where s is large and the share small
+  int tpq = 1;
+  while (tpq < 8 && 2 * tpq * nq <= 128) tpq *= 2;
+  const int sub = tid & (tpq - 1);
+  for (int base = 0; base < nq; base += 128 / tpq) {  // (uniform: the shuffles below take every lane)
+    const int qi = base + tid / tpq, q = lo + qi;
+    float4 a = make_float4(0.f, 0.f, 0.f, 0.f), u = a;
+    if (qi < nq) {
+#pragma unroll 8
+      for (int p = sub; p < s; p += tpq) {
+        const float4 v = __ldcg(part0 + p * kPeerStride + q);
+        a.x += v.x;
+        a.y += v.y;
+        a.z += v.z;
+        a.w += v.w;
+        if (swiglu) {
+          const float4 w = __ldcg(part0 + p * kPeerStride + 16 * 128 + q);
+          u.x += w.x;
+          u.y += w.y;
+          u.z += w.z;
+          u.w += w.w;
+        }
+      }
+    }
+    for (int o = 1; o < tpq; o *= 2) {
+      a.x += __shfl_xor_sync(0xffffffffu, a.x, o);
+      a.y += __shfl_xor_sync(0xffffffffu, a.y, o);
+      a.z += __shfl_xor_sync(0xffffffffu, a.z, o);
+      a.w += __shfl_xor_sync(0xffffffffu, a.w, o);
+      u.x += __shfl_xor_sync(0xffffffffu, u.x, o);
+      u.y += __shfl_xor_sync(0xffffffffu, u.y, o);
+      u.z += __shfl_xor_sync(0xffffffffu, u.z, o);
+      u.w += __shfl_xor_sync(0xffffffffu, u.w, o);
+    }
+    if (qi < nq && sub == 0) {
+      // float4 q: block i = q / 128 of thread t = q % 128 (warp t / 32, lane t % 32), rows 16 (t / 32) +
+      // (t % 32) / 4 and 8 below, columns 8i + 2 (t % 4) and the next
+      const int t = q & 127, row = m0 + cw * kWgRows + 16 * (t >> 5) + ((t & 31) >> 2);
+      const int col = n0 + 8 * (q >> 7) + 2 * (t & 3);
+      sk_store_pair<T>(e, cb, x.ldc_r, row, col, M, N, a.x, a.y, u.x, u.y);
+      sk_store_pair<T>(e, cb, x.ldc_r, row + 8, col, M, N, a.z, a.w, u.z, u.w);
+    }
+  }
+  hg90::named_bar_sync(1 + cw, 128);
+  if (tid == 0 && atomicAdd(counters + 2, 1) == s - 1) {  // every piece is past the wait: reset both
+    counters[0] = 0;
+    counters[2] = 0;
+  }
 }
 
 // ---- epilogues: 64 x 256 fp32 accumulators of one consumer warpgroup -> C ----
@@ -1071,11 +1135,14 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
           phase ^= 1;
         }
       }
+      // (stream-K: a piece of a tile cut in more than kSkSerialPieces, which stores its share of C itself)
+      [[maybe_unused]] bool sk_shared = false;
+      if constexpr (K::kStreamK) sk_shared = (!owner || kb1 < nk) && sk_cfg()->splits > kSkSerialPieces;
       [[maybe_unused]] bool cold = false;
       if constexpr (K::kFused) {
         // beta * C_old of a full warpgroup tile: pass 0's C_old into the staging buffer by TMA now, while the
         // last k-block's wgmma run (the previous tile's last store was issued a main loop ago: no wait).
-        cold = owner && fused_cold(x, sched.row_end, m0 + cw * kWgRows);
+        cold = owner && !sk_shared && fused_cold(x, sched.row_end, m0 + cw * kWgRows);
         if (cold && tid == 0)
           cold_load<T>(CMapAt(&cArg, x, outer, inner), sC + cw * (kWgRows * K::kCStageCols * 2), &cbar[cw], n0,
                        m0 + cw * kWgRows);
@@ -1086,8 +1153,14 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
       if (prev >= 0) release(prev);
       const int row0 = m0 + cw * kWgRows;
       if constexpr (K::kStreamK) {
-        if (!owner) {
-          sk_publish(d, x.work, sk_cfg(), cw, tid);
+        if (sk_shared) {
+          sk_store_partial(d, x.work, cw, tid);
+          sk_reduce_store<T>(x.work, sk_cfg(), x, M, N, m0, n0, outer, inner, cw, tid);
+          continue;
+        }
+        if (!owner) {  // serial: the owner reads this partial once its flag is up
+          sk_store_partial(d, x.work, cw, tid);
+          sk_signal(reinterpret_cast<int*>(x.work) + 2 * static_cast<int>(blockIdx.x) + cw, cw, tid);
           continue;
         }
         if (kb1 < nk) sk_gather(d, x.work, sk_cfg(), smem_u32(smem) + cw * kSkPartFloats * 4, cw, tid);
