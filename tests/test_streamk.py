@@ -113,8 +113,9 @@ def test_the_cost_model_prices_the_busiest_cta():
 
 @needs_manifest
 def test_the_cost_model_charges_the_fix_up_of_the_path_the_pieces_take():
-    """Up to SK_SERIAL_PIECES pieces the owner adds its peers' partials (streamk_fixup_us); more, and the peers
-    share the sum first (streamk_shared_fixup_us): 128 x 128 x 131072 (one tile) cut 4 and 132 ways."""
+    """Up to SK_SERIAL_PIECES pieces the owner adds its peers' partials (streamk_fixup_us); more, and every piece
+    sums and stores its share of the tile (streamk_shared_fixup_us): 128 x 128 x 131072 (one tile) cut 4 and 132
+    ways."""
     k = next(n for n, s in MANIFEST.kernels.items() if planner.streamk(s) and s.dtype == "f16" and s.layout == "TN")
     prob = _problem(128, 128, 131072, orders=("row", "col", "row"))
     model = CostModel.for_device((9, 0), 132, MANIFEST)
@@ -141,10 +142,10 @@ CASES = [  # dtype, M, N, K, batch, bias, activation, alpha, beta
     ("f16", 257, 264, 4099, (), "row", "relu", 1.0, -0.5),
     ("f16", 200, 1024, 777, (), "col", "swiglu", 1.0, 0.0),
     ("bf16", 130, 384, 520, (3,), "col", "silu", 1.0, 0.0),
-    ("f16", 70, 200, 30000, (), "row", "gelu", 1.0, 0.5),  # one tile, up to a piece per SM: the peers share the sum
+    ("f16", 70, 200, 30000, (), "row", "gelu", 1.0, 0.5),  # one tile, up to a piece per SM: the shared fix-up
 ]
 GRIDS_PER_CASE = 6  # of the grids the planner takes for the case (pieces 2-4: the owner adds its peers' partials;
-# more: the peers share the sum; whole waves before or not), spread
+# more: every piece sums and stores its share of C; whole waves before or not), spread
 
 
 def _grids(name, prob, manifest, sm_count):
