@@ -450,9 +450,9 @@ __device__ __forceinline__ void sk_gather(float (&d)[128], float* work, const vo
   }
 }
 
-// C's elements (row, col) and (row, col + 1) from the sums a0, a1 of their accumulators (SwiGLU: g = gate, u = up
-// sums, col an output column): the epilogue, beta * C_old, and a 4-byte store (C's rows are 16-byte aligned, col
-// even), a lone element where col + 1 == N.
+// C's elements (row, col) and (row, col + 1) from the sums g0, g1 of their accumulators (SwiGLU: g0, g1 the gate
+// sums and u0, u1 the up sums of output column col and the next): the epilogue, beta * C_old, and a 4-byte store
+// (C's rows are 16-byte aligned, col even), a lone element where col + 1 == N.
 template <typename T>
 __device__ __forceinline__ void sk_store_pair(const hge::Epilogue<T>& e, T* cb, int ldc, int row, int col, int M,
                                               int N, float g0, float g1, float u0, float u1) {
