@@ -222,6 +222,61 @@ __device__ __noinline__ void store_pass_swiglu(const uint8_t* tile, int row0, in
   }
 }
 
+// K groups (k_groups > 1, unbatched launches): `groups` clusters along grid.z run the same tile, each on its
+// own share of K, so that a few tiles with a long K fill the SMs (H100: a cluster of 8 fits 120 SMs, and
+// 128 x 128 x 131072 has 1-4 tiles). After its cluster's DSMEM sum, each CTA publishes its rows of the tile to
+// `work` (fp32) and counts itself in; the last of the groups to arrive adds every group's rows in group order (so
+// the sum is bitwise the same whichever arrives last) into its own rows, resets the count and stores them. Nobody
+// waits on anybody, so the groups need not be resident together. `work`: int32 counts (tiles x splits, rounded up
+// to kKgCountAlign bytes; zero before a launch and left zero), then tiles x groups fp32 BM x BN partials.
+struct KGroups {
+  float* work;
+  int groups, group, tile;
+};
+constexpr int kKgCountAlign = 256;  // bytes: the partials start on this after the counts
+
+template <class W>
+__device__ __noinline__ bool kgroups_fixup(uint8_t* tile, int row0, int total, int t, const KGroups kg,
+                                           uint32_t rank, int splits) {
+  constexpr int kThreads = 128 * W::kConsumers, kQuads = W::BN / 4;
+  __shared__ int last;
+  const int tiles = static_cast<int>(gridDim.x * gridDim.y), counts = tiles * splits;
+  int* count = reinterpret_cast<int*>(kg.work) + kg.tile * splits + static_cast<int>(rank);
+  float* part = kg.work + (counts * 4 + kKgCountAlign - 1) / kKgCountAlign * (kKgCountAlign / 4) +
+                static_cast<long long>(kg.tile) * kg.groups * (W::BM * W::BN);
+  auto mine = [&](int e) {
+    return reinterpret_cast<float4*>(tile + ((row0 + e / kQuads) * W::kRedStride + (e % kQuads) * 4) * 4);
+  };
+  auto slot = [&](int q, int e) {
+    return reinterpret_cast<float4*>(part + static_cast<long long>(q) * (W::BM * W::BN) + (row0 + e / kQuads) * W::BN +
+                                     (e % kQuads) * 4);
+  };
+#pragma unroll 1
+  for (int e = t; e < total; e += kThreads) __stcg(slot(kg.group, e), *mine(e));
+  __threadfence();
+  hg90::named_bar_sync(1, kThreads);
+  if (t == 0) last = atomicAdd(count, 1) == kg.groups - 1;
+  hg90::named_bar_sync(1, kThreads);
+  if (!last) return false;
+  __threadfence();  // every group's rows are visible (they fenced before counting in)
+#pragma unroll 1
+  for (int e = t; e < total; e += kThreads) {
+    float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 4
+    for (int q = 0; q < kg.groups; ++q) {
+      const float4 v = q == kg.group ? *mine(e) : __ldcg(slot(q, e));
+      s.x += v.x;
+      s.y += v.y;
+      s.z += v.z;
+      s.w += v.w;
+    }
+    *mine(e) = s;
+  }
+  if (t == 0) *count = 0;  // for the next launch on this workspace
+  hg90::named_bar_sync(1, kThreads);  // the stores read quads other threads summed (SwiGLU pairs)
+  return true;
+}
+
 // The split-K epilogue: CTA `rank` of `splits` sums rows [rank*BM/splits, (rank+1)*BM/splits) of
 // every CTA's fp32 partial tile (distributed shared memory) and stores the epilogue of the sums
 // (scale * act(alpha * sum + bias) + beta * C, cu/common/epilogue.cuh).
@@ -234,7 +289,8 @@ __device__ __noinline__ void store_pass_swiglu(const uint8_t* tile, int row0, in
 template <class W>
 __device__ __forceinline__ void reduce_store_wide(uint8_t* tile, int splits, uint32_t rank, int t,
                                                   typename W::Elem* C, int M, int N, int m0, int n0, int ldc_r,
-                                                  int ldc_c, const hge::Epilogue<typename W::Elem>& ep) {
+                                                  int ldc_c, const hge::Epilogue<typename W::Elem>& ep,
+                                                  const KGroups& kg) {
   constexpr int kThreads = 128 * W::kConsumers, kQuads = W::BN / 4, G = W::kGroup;
   const int rows = W::BM / splits, total = rows * kQuads, row0 = static_cast<int>(rank) * rows;
   const uint32_t base = smem_u32(tile);
@@ -274,6 +330,7 @@ __device__ __forceinline__ void reduce_store_wide(uint8_t* tile, int splits, uin
         if (e0 + g * kThreads < total) *reinterpret_cast<float4*>(tile + off[g]) = acc[g];
     }
   }
+  if (kg.groups > 1 && !kgroups_fixup<W>(tile, row0, total, t, kg, rank, splits)) return;  // another group stores
   if (ep.linear()) {
     store_pass<W, true>(tile, row0, total, t, C, M, N, m0, n0, ldc_r, ldc_c, ep);
     return;
@@ -341,7 +398,7 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
                                              int M, int N, int K, int ldc_r, int ldc_c, int alpha_bits,
                                              int beta_bits, const typename W::Elem* bias, int bias_stride, int epi,
                                              int scale_bits, int batch_inner, int tma_levels, long long bsc_o,
-                                             long long bsc_i) {
+                                             long long bsc_i, float* work, int k_groups) {
   using T = typename W::Elem;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
@@ -387,11 +444,13 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
   const int m0 = mt * W::BM, n0 = nt * (swiglu ? BN / 2 : BN);
   // This CTA's K slice in whole BK tiles: the slices never share a tile, so each K element is
   // summed exactly once; the last slices may be empty (their partial tile is zero).
+  // With K groups (unbatched) the cluster's z is its group: slice gz.split of group g is slice g * splits + gz.split.
   const int splits = gz.splits;
+  const int group = k_groups > 1 ? gz.outer : 0, pieces = splits * k_groups;
   const int x3_blocks = W::kX3 ? (K + W::BK - 1) / W::BK : 0;  // k-blocks of one product (3xTF32: three of them)
   const int k_tiles = W::kX3 ? 3 * x3_blocks : (K + W::BK - 1) / W::BK;
-  const int per = (k_tiles + splits - 1) / splits;
-  const int kt0 = min(k_tiles, gz.split * per);
+  const int per = (k_tiles + pieces - 1) / pieces;
+  const int kt0 = min(k_tiles, (group * splits + gz.split) * per);
   const int nk = min(k_tiles, kt0 + per) - kt0;
 
   if (wg == 0) {
@@ -499,7 +558,7 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
     hg90::named_bar_sync(1, 128 * W::kConsumers);
     if constexpr (sizeof(T) == 2) {
       T* Cb = C + hgu::batch_offset(hgu::grid_z(batch_inner), bsc_o, bsc_i);
-      if (staged_store_ok<W>(Cb, splits, N, ldc_r, ldc_c, beta_bits, epi, scale_bits)) {
+      if (staged_store_ok<W>(Cb, pieces, N, ldc_r, ldc_c, beta_bits, epi, scale_bits)) {
         store_staged<W>(d, smem + cw * (64 * W::BN * 2), Cb, M, N, ldc_r, m0 + cw * 64, n0, __int_as_float(alpha_bits),
                         cw, tid);
         if constexpr (mc > 1) hgu::cluster_sync();  // the peer may still arrive on this CTA's barriers
@@ -527,7 +586,8 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
     // C's batch offset is taken here: values held across the main loop cost the consumers registers
     const hge::Epilogue<T> ep(alpha_bits, beta_bits, bias, bias_stride, epi, scale_bits);
     reduce_store_wide<W>(smem, splits, rank, threadIdx.x - 128,
-                         C + hgu::batch_offset(hgu::grid_z(batch_inner), bsc_o, bsc_i), M, N, m0, n0, ldc_r, ldc_c, ep);
+                         C + hgu::batch_offset(hgu::grid_z(batch_inner), bsc_o, bsc_i), M, N, m0, n0, ldc_r, ldc_c, ep,
+                         KGroups{work, k_groups, group, static_cast<int>(blockIdx.y * gridDim.x + blockIdx.x)});
     // peers may still be reading this CTA's tile (split-K) or arriving on its barriers (the multicast pair)
     if (splits > 1 || mc > 1) hgu::cluster_sync();
   }
@@ -539,10 +599,11 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
   extern "C" __global__ void __launch_bounds__(WCfg<T, BM, BN, NN, STAGES, 0, MC>::kThreads, 1)                 \
       SYM(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB, T* C, int M, int N,  \
           int K, int ldc_r, int ldc_c, int alpha_bits, int beta_bits, const T* bias, int bias_stride, int epi,   \
-          int scale_bits, int batch_inner, int tma_levels, long long bsc_o, long long bsc_i) {                   \
+          int scale_bits, int batch_inner, int tma_levels, long long bsc_o, long long bsc_i, float* work,        \
+          int k_groups) {                                                                                         \
     wgmma_splitk<WCfg<T, BM, BN, NN, STAGES, 0, MC>>(tmA, tmB, C, M, N, K, ldc_r, ldc_c, alpha_bits, beta_bits,  \
                                                      bias, bias_stride, epi, scale_bits, batch_inner, tma_levels, \
-                                                     bsc_o, bsc_i);                                             \
+                                                     bsc_o, bsc_i, work, k_groups);                             \
   }                                                                                                               \
   HG_EXPORT_DSMEM(SYM, WCfg<T, BM, BN, NN, STAGES, 0, MC>::kSmemBytes)
 #define UTIL_WGMMA(NAME, T, BM, BN, NN, STAGES) UTIL_WGMMA_SYM(NAME, T, BM, BN, NN, STAGES, 1)
@@ -593,7 +654,7 @@ UTIL_WGMMA(util_gemm_wgmma_tf32_m128n128_tn, float, 128, 128, false, 6)
            int epi, int scale_bits) {                                                                           \
     wgmma_splitk<WCfg<float, BM, BN, false, STAGES, PROMOTE>>(tmA, tmB, C, M, N, K, ldc_r, ldc_c, alpha_bits,    \
                                                            beta_bits, bias, bias_stride, epi, scale_bits, 1, 0, 0, \
-                                                           0);                                                  \
+                                                           0, nullptr, 1);                                      \
   }                                                                                                               \
   HG_EXPORT_DSMEM(NAME, WCfg<float, BM, BN, false, STAGES, PROMOTE>::kSmemBytes)
 // Promotion every 4 k-blocks (128 of K): H100, 2048-8192^3, every 3, 4, 8 or 16 ran alike (237-239 us at 2048^3);

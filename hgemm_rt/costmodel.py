@@ -51,6 +51,10 @@ class ArchRates:
     hopper_bonus: Mapping[str, float] = field(default_factory=dict)  # persistent / cluster / tma_store
     streamk_fixup_us: float = 0.0  # what a stream-K launch takes beyond its busiest CTA's k-blocks ...
     streamk_shared_fixup_us: float = 0.0  # ... where every piece sums and stores a share (more than SK_SERIAL_PIECES)
+    k_groups_fixup_us: float = 0.0  # K groups: publishing, counting in and the last group's start on the sum
+    k_groups_dram_bytes_per_s: float = 0.0  # what K-group launches (long K slices of few tiles) read from DRAM at,
+    k_groups_cta_bytes_per_s: float = 0.0  # ... at most this much per CTA of the wave
+    k_groups_sum_round_us: float = 0.0  # the last group's CTA summing the groups' rows: per L2 round trip of a thread
 
 
 def _matrices(view: View, batch: tuple[int, ...]) -> int:
@@ -109,6 +113,7 @@ def streamk_splits(sk_tiles: int, ctas: int, k_blocks: int) -> int:
 # Tiles of at most this many pieces: the owner adds its peers' partials itself; more: every piece sums and stores
 # its share of the tile (kSkSerialPieces in cu/common/sm90_gemm.cuh)
 SK_SERIAL_PIECES = 4
+KG_SUM_LOADS = 4  # the K groups' sum: L2 loads in flight per thread (cu/util_sm90.cu, kgroups_fixup's unroll)
 
 
 def c_store_kind(spec: KernelSpec) -> str:
@@ -169,6 +174,17 @@ HOPPER = ArchRates(
     # and 128 x 128 x 131072 cut 66 / 132 ways +25.1 / +24.4 us, 64 x 64 x 65536 (132 ways) +22.2, 512 x 1024 x
     # 16384 (8 ways) +27.7
     streamk_shared_fixup_us=25.0,
+    # K groups, H100, fp16, 128 x 128 x 131072 (64 MB of operands): ncu 39.1 us and 1.77 TB/s from DRAM at 112 CTAs
+    # (m128n64, splits 8, 7 groups), 41.0-42.3 at 96-128 CTAs (m64n64), against cuBLAS's split-K kernel's 29.2 us at
+    # 2.4 TB/s; with L2 flushed (do_bench) 44.9-45.5 us, and 256 x 256 x 65536 (m128n64, 16 groups) 48.6
+    k_groups_fixup_us=2.0,
+    k_groups_dram_bytes_per_s=1.5e12,
+    k_groups_cta_bytes_per_s=14e9,  # (96 CTAs of m64n64, 8 x 3 a tile: 45.7-45.9 us)
+    # kernel time (profiler), H100, fp16: 64 x 64 x 65536 (m64n64) in 66 groups of clusters of 2 +15.5 us and 128
+    # unclustered groups +52.5 against 15 groups of clusters of 8; 128 x 128 x 131072 m64n64 32 groups against 16
+    # groups of 2 +9.6, m128n64 28 groups of 2 and 56 of 1 against 7 of 8 +6.0 / +24.0 (issuing 4 quads' loads at
+    # a time ran 2-4x slower still)
+    k_groups_sum_round_us=0.2,
 )
 
 # sm_80/86/89 (A100, A10/3090, L4/4090 class): the Hopper class rates without wgmma, scaled to an A100's
@@ -257,21 +273,24 @@ class CostModel:
         BM, BN, _ = spec.tile
         outer, inner = kernel_batch(g.batch)
         nb = outer * inner
-        tiles = self.tile_rows(g, BM) * math.ceil(g.N / BN) * g.splits * nb
+        tiles = self.tile_rows(g, BM) * math.ceil(g.N / BN) * g.splits * g.k_groups * nb
         if spec.role == "gemm_strided_stream":
             return self._stream_us(g, BM, BN, isz, math.ceil(tiles / self.sm_count))
         load = math.ceil(tiles / self.cta_slots(spec, g.splits))  # CTAs on the busiest SM
         if g.ctas:  # stream-K: the busiest CTA's k-blocks, whole tiles and pieces
             load = self._streamk_blocks(spec, g) / math.ceil(g.K / spec.tile[2])
         compute = self._compute_s(spec, g)
+        dram = r.dram_bytes_per_s
+        if g.k_groups > 1:
+            dram = min(r.k_groups_dram_bytes_per_s, min(tiles, self.cta_slots(spec, g.splits)) * r.k_groups_cta_bytes_per_s)
         memory = (g.M * g.K * _matrices(g.a, g.batch) + g.K * g.N * _matrices(g.b, g.batch) +
-                  g.M * g.N * _matrices(g.c, g.batch) / C_STORE_SHARE[c_store_kind(spec)]) * isz / r.dram_bytes_per_s
+                  g.M * g.N * _matrices(g.c, g.batch) / C_STORE_SHARE[c_store_kind(spec)]) * isz / dram
         # the operand panels each CTA streams, by the busiest SM and by all. A multicast pair shares its B tile, but
         # gained only where B does not fit in L2 (H100, fp16: 256 x 8192 x 8192, B 128 MB, 78.0 -> 66.5 us; 256 x
         # 4096 x 4096 and 256 x 6144 x 4096, B 32 / 48 MB, 25.5 -> 26.8 and 34.0 -> 34.5): with B in L2 it is
         # priced as unshared, and the pair's cost below keeps it behind the unicast launch
         b_shared = g.cluster_m if g.N * g.K * isz > r.l2_fit_bytes else 1
-        panel_bytes = (BM + BN / b_shared) * (g.K / g.splits) * isz
+        panel_bytes = (BM + BN / b_shared) * (g.K / (g.splits * g.k_groups)) * isz
         panel = load * panel_bytes / r.sm_bytes_per_s * self.split_factor(spec, g)
         if spec.role == "gemm_strided_wgmma":
             panel = max(panel, tiles * panel_bytes / r.l2_bytes_per_s)
@@ -284,6 +303,10 @@ class CostModel:
             epilogue += load * (tile_bytes / r.smem_bytes_per_s +
                                (tile_bytes / r.dsmem_bytes_per_s if g.splits > 1 else 0.0))
             latency += r.strided_tile_latency_us * BM * BN / (128 * 128)
+        if g.k_groups > 1:  # every CTA publishes its rows of the tile; the last group's sums them all from L2, each
+            # consumer thread BN / (8 splits) quads over the groups, KG_SUM_LOADS loads in flight
+            rounds = g.k_groups * math.ceil(BN / (8 * g.splits)) / KG_SUM_LOADS
+            epilogue += (r.k_groups_fixup_us + rounds * r.k_groups_sum_round_us) * 1e-6
         if spec.role == "gemm_fused_wgmma" and g.epilogue and not beta_zero:
             epilogue = g.M * g.N * nb * isz / r.fused_c_read_bytes_per_s
         if g.ctas:  # stream-K: the pieces' partial tiles published, waited for and added by the owners
@@ -322,7 +345,7 @@ class CostModel:
             per_sm = self.kernel_tflops(spec) * 1e12 / self.sm_count
             return 2.0 * BM * BN * spec.tile[2] * self._streamk_blocks(spec, g) / per_sm
         nb = math.prod(kernel_batch(g.batch))
-        tiles = self.tile_rows(g, BM) * math.ceil(g.N / BN) * g.splits * nb
+        tiles = self.tile_rows(g, BM) * math.ceil(g.N / BN) * g.splits * g.k_groups * nb
         eff = tiles / (math.ceil(tiles / self.cta_slots(spec, g.splits)) * self.sm_count)  # how evenly the CTAs spread
         Mt, Nt = self.tile_rows(g, BM) * BM, math.ceil(g.N / BN) * BN  # what the tiles compute, wasted or not
         rate = self.kernel_tflops(spec)
@@ -357,9 +380,10 @@ class CostModel:
         CTA's share of K (SPLIT_K_SHORT_K); 1 unsplit and for the other roles. The mma.sync kernels' splits measured
         alike (H100, fp16, 512 x 512 x 1000: m64 splits=4 17.2 us against 6.4 estimated at their rate, m32
         splits=2 12.0 against 7.4)."""
-        if g.splits == 1 or spec.role not in ("gemm_strided_wgmma", "gemm_tf32x3", "gemm_strided_mma"):
+        pieces = g.splits * g.k_groups
+        if pieces == 1 or spec.role not in ("gemm_strided_wgmma", "gemm_tf32x3", "gemm_strided_mma"):
             return 1.0
-        return 1.0 + min(SPLIT_K_SHORT_K / (g.K / g.splits), 1.0)
+        return 1.0 + min(SPLIT_K_SHORT_K / (g.K / pieces), 1.0)
 
     def _stream_us(self, g: Gemm, BM: int, BN: int, isz: int, load: int) -> float:
         """A streaming kernel reads B once per BM rows of C, at the DRAM rate, or at what its busiest SM

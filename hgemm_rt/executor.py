@@ -48,14 +48,14 @@ def step_operands(step: Any) -> dict[str, View]:
     views = {"src": step.src, "dst": step.dst} if isinstance(step, Copy) else {"A": step.a, "B": step.b, "C": step.c}
     if step.epilogue and step.bias is not None:
         views["bias"] = step.bias
-    if getattr(step, "work", None) is not None:  # a stream-K GEMM's workspace
+    if getattr(step, "work", None) is not None:  # a stream-K or K-groups GEMM's workspace
         views["work"] = step.work
     return views
 
 
 # the user's operands: their index in Execution.pack's ptrs (group: grouped_matmul's int32 ends or counts)
 OPERAND_SLOTS = {"A": 0, "B": 1, "C": 2, "bias": 3, "group": 4}
-OPTIONAL_POINTERS = ("bias", "group")  # a kernel parameter for these gets a null pointer where the step has none
+OPTIONAL_POINTERS = ("bias", "group", "work")  # a kernel parameter for these gets a null pointer where the step has none
 
 
 def epilogue_scalars(step: Any) -> dict[str, int]:
@@ -103,7 +103,7 @@ def step_scalars(step: Any) -> dict[str, int]:
     out = {"M": step.M, "N": step.N, "K": step.K, "lda": a.rs, "ldb": b.rs if b_row else b.cs,
            "ldc_r": c.rs, "ldc_c": c.cs, "ars": a.rs, "acs": a.cs, "brs": b.rs, "bcs": b.cs, "crs": c.rs,
            "ccs": c.cs, "batch_inner": inner, "batch_count": outer * inner, **epilogue_scalars(step),
-           "group_mode": step.group, "groups": step.groups, "sk_tiles": step.sk_tiles}
+           "group_mode": step.group, "groups": step.groups, "sk_tiles": step.sk_tiles, "k_groups": step.k_groups}
     levels = 0
     for name, v in (("A", a), ("B", b), ("C", c)):
         so, si = batch_strides(v, step.batch)
@@ -163,6 +163,8 @@ class _Step:
             fn, cfg = prepare(manifest, spec, dev, GemmShape(step.M, n_tiles, step.K), variant, step.swizzle,
                               step.swizzle_stride)
             splits = step.splits
+            if step.k_groups > 1 and (outer * inner > 1 or step.cluster_m > 1):
+                raise ValueError(f"{spec.name}: K groups need an unbatched launch without B multicast")
             if splits > 1:  # split-K: one CTA per split of a tile, the splits of a tile in one cluster
                 cfg = replace(cfg, cluster=(1, 1, splits))
             if step.cluster_m > 1:  # B multicast: neighbouring rows of tiles in pairs (a last odd row's pair is idle)
@@ -176,10 +178,11 @@ class _Step:
                                      "wait on each other, so all must be resident")
                 cfg = replace(cfg, grid=(ctas, 1, 1))
                 outer = inner = 1  # (the batch is in the tile schedule, not on grid.z)
-        if splits > 1 or outer * inner > 1:  # grid.z: the splits of each matrix of the batch, batch slowest
+        groups = 1 if isinstance(step, Copy) else step.k_groups  # K groups take the batch's place on grid.z
+        if splits > 1 or outer * inner * groups > 1:  # grid.z: the splits of each matrix of the batch, batch slowest
             if cfg.grid[2] != 1:
                 raise ValueError(f"{spec.name}: a batched or split launch needs grid.z, its grid is {cfg.grid}")
-            cfg = replace(cfg, grid=(cfg.grid[0], cfg.grid[1], splits * outer * inner))
+            cfg = replace(cfg, grid=(cfg.grid[0], cfg.grid[1], splits * outer * inner * groups))
         self.launch = KernelLaunch(fn, cfg)
         # operand name -> (which of A, B, C as 0-2, or a temporary's name; shape; byte strides; the byte
         # offset per loop index). A batched launch's TMA operand is described rank-4 (tma_shape).

@@ -68,6 +68,22 @@ SK_MAX_WAVES = 4
 # 2-4 pieces, the owner adding its peers' partials, and 8-132, the peers sharing the sum first)
 SK_MAX_SPLITS = SK_MAX_CTAS
 SK_MAX_BLOCKS = 2**31 - 1  # the kernel cuts K at j x k-blocks / pieces in 32 bits
+# K groups (the util_sm90 kernels' `ptr:work`, `i32:k_groups`; cu/util_sm90.cu): `k_groups` clusters of the same
+# tile along grid.z, each on its own share of K, the last to finish adding the others' sums from the workspace. For
+# a few tiles with a long K (K >> M N), where split-K's cluster of at most 8 leaves most SMs idle. Offered unbatched
+# and unicast, with the largest group counts that fill a wave of the split's clusters, and a share of at least
+# KG_MIN_BLOCKS k-blocks per CTA, to the fp16/bf16 kernels of KG_TILE_ROWS x at most KG_TILE_COLS tiles, where C
+# fills a tile: H100, fp16, L2 flushed, 128 x 128 x 131072: m128n64 splits 8 x 7 groups 45.6 us, splits 4 x 15
+# 45.2-45.9, m128n128 8 x 15 46.5 (stream-K 48.1-48.6, torch 39.2-39.7), but the 64-row tiles in clusters 48.5-57.5,
+# 256-wide tiles 54.4-59.0 at 256 x 256 x 65536 (the split-K pick there: 48.0), and m128n64 at 64 x 64 x 65536 21.0-21.7
+# (the decode kernel 19.5-20.3)
+K_GROUPS = "k_groups"
+KG_ROLE = "gemm_strided_wgmma"
+KG_DTYPES = ("f16", "bf16")
+KG_TILE_ROWS, KG_TILE_COLS = 128, 128
+KG_MIN_BLOCKS = 4
+KG_MAX = 512
+KG_COUNT_ALIGN = 256  # bytes: the fp32 partials follow the int32 counts (tiles x splits) at this alignment
 
 
 def _round_up(x: int, m: int) -> int:
@@ -113,6 +129,23 @@ def pairs_swiglu(spec: KernelSpec) -> bool:
     SwiGLU copy). The util_sm90 split-K kernels declare it, but on the H100 one of them (m64n128 nn, 233 x 92 x
     115, beta != 0) stopped with an illegal instruction: not used until that is understood."""
     return spec.swiglu and spec.role != "gemm_strided_wgmma"
+
+
+def k_groups_offered(tiles: int, splits: int, k_blocks: int, sm_count: int, wave: int) -> list[int]:
+    """The K-group counts offered to a launch of `tiles` tiles split `splits` ways: as many groups as fill the SMs
+    (sm_count) and as fill the wave that clusters of `splits` get (wave, the cost model's cta_slots), each at
+    least 2 and leaving every CTA KG_MIN_BLOCKS k-blocks."""
+    out = []
+    for slots in (sm_count, wave):
+        g = min(slots // (tiles * splits), k_blocks // (splits * KG_MIN_BLOCKS), KG_MAX)
+        if g >= 2 and g not in out:
+            out.append(g)
+    return out
+
+
+def k_groups_work_bytes(tiles: int, splits: int, groups: int, tile: tuple[int, int]) -> int:
+    """The K groups' workspace: the int32 counts, then every group's fp32 partial of every tile."""
+    return _round_up(tiles * splits * 4, KG_COUNT_ALIGN) + tiles * groups * tile[0] * tile[1] * 4
 
 
 def streamk(spec: KernelSpec) -> bool:
@@ -334,6 +367,14 @@ def _recipe(route: Route, p: Problem, spec: KernelSpec, glue: _Glue) -> Recipe |
         # (SwiGLU: the kernel's N is C's width, half of B's)
         g = Gemm(route.kernel, spec.role, a, b, p.c, M, p.c.cols, K, variant=(("mc", mc),) if mc != 1 else (),
                  splits=splits, **fused)
+        if K_GROUPS in opts:
+            groups = opts[K_GROUPS]
+            if spec.role != KG_ROLE or p.batched or mc != 1 or not isinstance(groups, int) or \
+                    not 2 <= groups <= KG_MAX:
+                return None
+            nbytes = k_groups_work_bytes(spec.output_tiles(M, p.c.cols, p.swiglu), splits, groups, spec.tile[:2])
+            glue.temps.append(Temp("tW", 1, -(-nbytes // isz)))
+            g = replace(g, k_groups=groups, work=_dense("tW", 1, -(-nbytes // isz)))
         if streamk(spec):
             ctas = int(opts["ctas"])
             tiles = spec.output_tiles(M, p.c.cols, p.swiglu) * _prod(p.kernel_batch)
@@ -443,8 +484,9 @@ def single_k_block(spec: KernelSpec, prob: Problem) -> bool:
 def candidate_routes(prob: Problem, manifest: Manifest, cc: tuple[int, int], kernel: str | None = None,
                      sm_count: int = 0) -> list[Route]:
     """Every route that could run `prob` on a GPU of compute capability cc and sm_count SMs (0: unknown, no
-    stream-K routes) (before recipe_for)."""
+    stream-K or K-group routes) (before recipe_for)."""
     out: list[Route] = []
+    model = CostModel.for_device(cc, sm_count, manifest)
     batch = _prod(prob.kernel_batch)
     for spec in manifest.kernels.values():
         if spec.dtype != prob.dtype or (kernel and spec.name != kernel) or not _built(manifest, spec, cc):
@@ -471,6 +513,14 @@ def candidate_routes(prob: Problem, manifest: Manifest, cc: tuple[int, int], ker
                 for s in SPLITS:  # thread-block clusters are sm_90+; grid.z holds splits x batch
                     if (s == 1 or cc >= (9, 0)) and s * batch <= MAX_GRID_BATCH:
                         out.append(Route(spec.name, t, (("splits", s),)))
+                    if spec.role == KG_ROLE and spec.dtype in KG_DTYPES and spec.tile[0] == KG_TILE_ROWS and \
+                            spec.tile[1] <= KG_TILE_COLS and sm_count and not prob.batched and cc >= (9, 0):
+                        M, N = (prob.N, prob.M) if t else (prob.M, prob.N)
+                        tiles = spec.output_tiles(M, N, prob.swiglu)
+                        full = M >= spec.tile[0] and N >= spec.tile[1]
+                        for g in k_groups_offered(tiles, s, -(-prob.K // spec.tile[2]), sm_count,
+                                                  model.cta_slots(spec, s)) if full else ():
+                            out.append(Route(spec.name, t, ((K_GROUPS, g), ("splits", s))))
                 rows = prob.N if t else prob.M
                 if MULTICAST in spec.variants.get("mc", ()) and cc >= (9, 0) and not prob.batched and \
                         -(-rows // spec.tile[0]) >= MULTICAST:
@@ -581,6 +631,7 @@ def describe(recipe: Recipe) -> str:
             parts.append(f"copy {batch(s)}{s.src.base}->{s.dst.base}{epi(s)}")
         else:
             extra = f" splits={s.splits}" if s.splits > 1 else ""
+            extra += f" k_groups={s.k_groups}" if s.k_groups > 1 else ""
             extra += f" stream-K {s.sk_tiles} tiles over {s.ctas} CTAs" if s.ctas else ""
             v = ",".join(f"{k}={v}" for k, v in s.variant)
             parts.append(f"{s.kernel}{'[' + v + ']' if v else ''}{extra} {batch(s)}{s.M}x{s.N}x{s.K}{epi(s)}")

@@ -188,7 +188,7 @@ class Problem:
 class Route:
     kernel: str
     transpose: bool = False
-    options: tuple[tuple[str, Any], ...] = ()  # sorted (key, value) pairs: variant axes, splits, ctas, pack
+    options: tuple[tuple[str, Any], ...] = ()  # sorted (key, value) pairs: variant axes, splits, ctas, pack, k_groups
 
     def opts(self) -> dict[str, Any]:
         return dict(self.options)
@@ -264,7 +264,8 @@ class Gemm:
     groups: int = 0
     ctas: int = 0  # stream-K (a kernel with ptr:work): its grid, ...
     sk_tiles: int = 0  # ... how many of the last tiles it cuts along K, a piece per CTA ...
-    work: View | None = None  # ... and its workspace (a temporary)
+    work: View | None = None  # ... and its workspace (a temporary; also K groups')
+    k_groups: int = 1  # the util_sm90 kernels' K groups: clusters of one tile along grid.z, each on a share of K
 
     @property
     def cluster_m(self) -> int:

@@ -36,7 +36,7 @@ from .executor import Execution
 from .launcher import ArrayRef
 from .memory import DeviceArray, byte_extent, fill_strided, strided_to_host
 from .manifest import Manifest
-from .planner import PACK, SK_MAX_CTAS, SPLITS
+from .planner import K_GROUPS, KG_MAX, PACK, SK_MAX_CTAS, SPLITS
 from .problem import Recipe, Route
 
 SCHEMA = 1
@@ -68,6 +68,9 @@ def _route_ok(route: Route, manifest: Manifest) -> bool:
                 return False
         elif k == "ctas":  # a stream-K grid
             if not isinstance(v, int) or not 1 <= v <= SK_MAX_CTAS:
+                return False
+        elif k == K_GROUPS:  # clusters of one tile along grid.z, each on a share of K
+            if not isinstance(v, int) or not 2 <= v <= KG_MAX:
                 return False
         elif k == PACK:  # operands off 32-byte rows packed first
             if v != 1:

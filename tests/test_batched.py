@@ -254,7 +254,8 @@ def test_batched_kernels_declare_the_batch_parameters():
         if spec.role in ("gemm_strided_mma", "gemm_strided_simt", "gemm_strided_stream"):
             assert list(spec.params[-7:]) == gemm, spec.name
         elif spec.role == "gemm_strided_wgmma":
-            assert list(spec.params[-4:]) == ["i32:batch_inner", "i32:tma_levels", "i64:bsc_o", "i64:bsc_i"]
+            assert list(spec.params[-6:-2]) == ["i32:batch_inner", "i32:tma_levels", "i64:bsc_o", "i64:bsc_i"]
+            assert list(spec.params[-2:]) == ["ptr:work", "i32:k_groups"], spec.name  # (K groups: unbatched)
         elif spec.role == "copy":
             assert list(spec.params[-5:]) == ["i32:batch_inner", "i64:bss_o", "i64:bss_i", "i64:bsd_o", "i64:bsd_i"]
 
