@@ -418,21 +418,16 @@ __device__ __forceinline__ void sk_store_partial(const float (&d)[128], float* w
 // piece is its last work: its producer loads nothing more).
 __device__ __forceinline__ void sk_add(float (&d)[128], const float4* part, uint32_t buf, int tid) {
 #pragma unroll
-  for (int i = 0; i < 32; ++i)
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(buf + (i * 128 + tid) * 16),
-                 "l"(part + i * 128 + tid)
-                 : "memory");
-  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+  for (int i = 0; i < 32; ++i) hg::cp_async_16(buf + (i * 128 + tid) * 16, part + i * 128 + tid);
+  hg::cp_async_commit();
+  hg::cp_async_wait<0>();
 #pragma unroll
   for (int i = 0; i < 32; ++i) {  // (each thread reads back only what it copied)
-    float4 v;
-    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-                 : "r"(buf + (i * 128 + tid) * 16));
-    d[4 * i] += v.x;
-    d[4 * i + 1] += v.y;
-    d[4 * i + 2] += v.z;
-    d[4 * i + 3] += v.w;
+    const uint4 v = hg::ld_shared_v4(buf + (i * 128 + tid) * 16);
+    d[4 * i] += __uint_as_float(v.x);
+    d[4 * i + 1] += __uint_as_float(v.y);
+    d[4 * i + 2] += __uint_as_float(v.z);
+    d[4 * i + 3] += __uint_as_float(v.w);
   }
 }
 
@@ -450,9 +445,27 @@ __device__ __forceinline__ void sk_gather(float (&d)[128], float* work, const vo
   }
 }
 
+// C's elements col and col + 1 of a row at p (p = &C[row][col]): a 4-byte word (C's rows are 16-byte aligned, col
+// even), the lone first element where col + 1 == N, nothing at or past N. c_pair reads C_old (0 past N); c_store_pair
+// writes v's pair.
+template <typename T>
+__device__ __forceinline__ float2 c_pair(const T* p, int col, int N) {
+  if (col + 1 < N) {
+    const uint32_t v = *reinterpret_cast<const uint32_t*>(p);
+    return make_float2(hg::to_f32(reinterpret_cast<const T*>(&v)[0]), hg::to_f32(reinterpret_cast<const T*>(&v)[1]));
+  }
+  return make_float2(col < N ? hg::to_f32(p[0]) : 0.f, 0.f);
+}
+template <typename T>
+__device__ __forceinline__ void c_store_pair(T* p, int col, int N, uint32_t v) {
+  if (col + 1 < N)
+    *reinterpret_cast<uint32_t*>(p) = v;
+  else if (col < N)
+    p[0] = reinterpret_cast<const T*>(&v)[0];
+}
+
 // C's elements (row, col) and (row, col + 1) from the sums g0, g1 of their accumulators (SwiGLU: g0, g1 the gate
-// sums and u0, u1 the up sums of output column col and the next): the epilogue, beta * C_old, and a 4-byte store
-// (C's rows are 16-byte aligned, col even), a lone element where col + 1 == N.
+// sums and u0, u1 the up sums of output column col and the next): the epilogue, beta * C_old, and the pair's store.
 template <typename T>
 __device__ __forceinline__ void sk_store_pair(const hge::Epilogue<T>& e, T* cb, int ldc, int row, int col, int M,
                                               int N, float g0, float g1, float u0, float u1) {
@@ -466,16 +479,12 @@ __device__ __forceinline__ void sk_store_pair(const hge::Epilogue<T>& e, T* cb, 
     v0 = e.value(g0, row, col);
     v1 = e.value(g1, row, col + 1);
   }
-  const bool pair = col + 1 < N;
   if (e.beta != 0.f) {
-    v0 = fmaf(e.beta, hg::to_f32(p[0]), v0);
-    if (pair) v1 = fmaf(e.beta, hg::to_f32(p[1]), v1);
+    const float2 o = c_pair(p, col, N);
+    v0 = fmaf(e.beta, o.x, v0);
+    v1 = fmaf(e.beta, o.y, v1);
   }
-  const uint32_t w = hg90::pack2<T>(v0, v1);
-  if (pair)
-    *reinterpret_cast<uint32_t*>(p) = w;
-  else
-    p[0] = reinterpret_cast<const T*>(&w)[0];
+  c_store_pair(p, col, N, hg90::pack2<T>(v0, v1));
 }
 
 // Shared fix-up (more than kSkSerialPieces pieces): every piece of the tile, the owner too, has stored its partial
@@ -531,10 +540,12 @@ __device__ __forceinline__ void sk_reduce_store(float* work, const volatile SkCo
       a.y += __shfl_xor_sync(0xffffffffu, a.y, o);
       a.z += __shfl_xor_sync(0xffffffffu, a.z, o);
       a.w += __shfl_xor_sync(0xffffffffu, a.w, o);
-      u.x += __shfl_xor_sync(0xffffffffu, u.x, o);
-      u.y += __shfl_xor_sync(0xffffffffu, u.y, o);
-      u.z += __shfl_xor_sync(0xffffffffu, u.z, o);
-      u.w += __shfl_xor_sync(0xffffffffu, u.w, o);
+      if (swiglu) {  // (uniform: the epilogue's flag)
+        u.x += __shfl_xor_sync(0xffffffffu, u.x, o);
+        u.y += __shfl_xor_sync(0xffffffffu, u.y, o);
+        u.z += __shfl_xor_sync(0xffffffffu, u.z, o);
+        u.w += __shfl_xor_sync(0xffffffffu, u.w, o);
+      }
     }
     if (qi < nq && sub == 0) {
       // float4 q: block i = q / 128 of thread t = q % 128 (warp t / 32, lane t % 32), rows 16 (t / 32) +
@@ -869,17 +880,9 @@ __device__ __forceinline__ void epilogue_fused(float (&d)[128], const CMapAt& cm
           const T* p = cb + static_cast<long long>(r + 8 * h) * x.ldc_r + c;
 #pragma unroll
           for (int j = 0; j < kBlocks; ++j) {
-            const int col = c + 8 * j;
-            float c0 = 0.f, c1 = 0.f;
-            if (col + 1 < N) {
-              const uint32_t v = *reinterpret_cast<const uint32_t*>(p + 8 * j);
-              c0 = hg::to_f32(reinterpret_cast<const T*>(&v)[0]);
-              c1 = hg::to_f32(reinterpret_cast<const T*>(&v)[1]);
-            } else if (col < N) {
-              c0 = hg::to_f32(p[8 * j]);
-            }
-            d[4 * j + 2 * h] = fmaf(e.beta, c0, d[4 * j + 2 * h]);
-            d[4 * j + 2 * h + 1] = fmaf(e.beta, c1, d[4 * j + 2 * h + 1]);
+            const float2 o = c_pair(p + 8 * j, c + 8 * j, N);
+            d[4 * j + 2 * h] = fmaf(e.beta, o.x, d[4 * j + 2 * h]);
+            d[4 * j + 2 * h + 1] = fmaf(e.beta, o.y, d[4 * j + 2 * h + 1]);
           }
         }
       }
@@ -892,14 +895,8 @@ __device__ __forceinline__ void epilogue_fused(float (&d)[128], const CMapAt& cm
         if (r + 8 * h >= row_end) continue;
         T* p = cb + static_cast<long long>(r + 8 * h) * x.ldc_r + c;
 #pragma unroll
-        for (int j = 0; j < kBlocks; ++j) {
-          const int col = c + 8 * j;
-          const uint32_t v = hg90::pack2<T>(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
-          if (col + 1 < N)
-            *reinterpret_cast<uint32_t*>(p + 8 * j) = v;
-          else if (col < N)
-            p[8 * j] = reinterpret_cast<const T*>(&v)[0];
-        }
+        for (int j = 0; j < kBlocks; ++j)
+          c_store_pair(p + 8 * j, c + 8 * j, N, hg90::pack2<T>(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]));
       }
     } else {
       if (!cold) {  // the previous store must have read the staging buffer (cold: cold_load waited for it)
