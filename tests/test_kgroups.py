@@ -3,15 +3,12 @@ last to finish summing every group's partial from a workspace. The planner's off
 every util_sm90 kernel with K groups against float64, repeated bitwise, the workspace's counts left zero (GPU)."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
-from hgemm_rt import api, planner, problem, tuning
+from hgemm_rt import planner, problem, tuning
 from hgemm_rt.costmodel import CostModel
-from hgemm_rt.dtypes import storage_to_f64, to_storage
-from hgemm_rt.epilogue import Epilogue, reference
 from hgemm_rt.problem import Gemm, Route
-from hgemm_rt.testing import GuardedArray, error_floor, rel_error
+from hgemm_rt.testing import epilogue_case, forced_twice
 from kernel_cases import load_manifest_or_none
 
 MANIFEST = load_manifest_or_none()
@@ -125,53 +122,19 @@ SPLIT_GROUPS = ((1, 3), (2, 5), (8, 2))
 @pytest.mark.parametrize("dtype,M,N,K,b_order,bias,act,alpha,beta", CASES)
 def test_every_util_sm90_kernel_with_k_groups_matches_float64_and_repeats_bitwise(dtype, M, N, K, b_order, bias, act,
                                                                                   alpha, beta, rng):
-    from hgemm_rt.device import get_device
-    from hgemm_rt.executor import Execution
     from hgemm_rt.registry import get_registry
 
     manifest = get_registry().manifest
-    dev = get_device()
-    n_out = N // 2 if act == "swiglu" else N
-    a = GuardedArray(rng.standard_normal((M, K)), dtype, "row", 1, 0)
-    b = GuardedArray(rng.standard_normal((K, N)), dtype, b_order, 0, 0)
-    c = GuardedArray(rng.standard_normal((M, n_out)), dtype, "row", 0, 0)
-    bv = None
-    if bias is not None:
-        bv = GuardedArray(rng.standard_normal((1, N) if bias == "col" else (M, 1)), dtype, "row", 0, 0)
-    call = api.validate_call(a.view, b.view, c.view, alpha, beta, None, "auto", None,
-                             None if bv is None else bv.view, act, 1.0)
-    prob = api.problem_of(call)
-    want = reference(a.exact @ b.exact, prob.epi or Epilogue(None), alpha, beta, c.exact, None if bv is None else bv.exact)
-    want = storage_to_f64(to_storage(np.asarray(want, np.float32), dtype), dtype)
-    floor = error_floor(dtype, "f32", dtype, K) * (2 if act == "swiglu" else 1)
-    ptrs = (a.view.ptr, b.view.ptr, c.view.ptr, bv.view.ptr if bv is not None else 0)
+    case = epilogue_case(rng, dtype, M, N, K, b_order=b_order, bias=bias, act=act, alpha=alpha, beta=beta)
     tested, bad = 0, []
     for name, spec in manifest.kernels.items():
         if spec.role != planner.KG_ROLE or spec.dtype != dtype:
             continue
         for splits, groups in SPLIT_GROUPS:
-            plan = planner.recipe_for(Route(name, False, ((KG, groups), ("splits", splits))), prob, manifest)
+            plan = planner.recipe_for(Route(name, False, ((KG, groups), ("splits", splits))), case.prob, manifest)
             if plan is None:
                 continue
             g = _gemm(plan)
-            counts = spec.output_tiles(g.M, g.N, g.epi is not None and g.epi.swiglu) * splits
-            ex = Execution(plan, dtype, 0, manifest)
-            try:
-                runs = []
-                for _ in range(2):
-                    c.buf.copy_from_host(c.host)
-                    ex.run(ptrs, alpha, beta, 0)
-                    dev.synchronize()
-                    runs.append(c.read())
-                left = ex.temps["tW"].to_host().reshape(-1).view(np.int32)[:counts]
-            finally:
-                ex.close()
-            err = rel_error(runs[0], want)
             tested += 1
-            if not err <= floor or not c.outside_untouched():
-                bad.append(f"{planner.describe(plan)}: {err:.2e} > {floor:.2e}")
-            if not np.array_equal(runs[0], runs[1], equal_nan=True):
-                bad.append(f"{planner.describe(plan)}: two runs differ")
-            if left.any():
-                bad.append(f"{planner.describe(plan)}: {int((left != 0).sum())} workspace counts left set")
+            bad += forced_twice(case, plan, spec.output_tiles(g.M, g.N, g.epi is not None and g.epi.swiglu) * splits)
     assert tested >= 3 * len(SPLIT_GROUPS) and not bad, "\n".join(bad)

@@ -7,12 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hgemm_rt import api, planner, problem
+from hgemm_rt import planner, problem
 from hgemm_rt.costmodel import SK_SERIAL_PIECES, CostModel, streamk_splits
-from hgemm_rt.dtypes import storage_to_f64, to_storage
-from hgemm_rt.epilogue import Epilogue, reference
 from hgemm_rt.problem import Gemm, Route
-from hgemm_rt.testing import GuardedArray, error_floor, rel_error
+from hgemm_rt.testing import epilogue_case, forced_twice
 from kernel_cases import load_manifest_or_none
 
 MANIFEST = load_manifest_or_none()
@@ -162,51 +160,19 @@ def _grids(name, prob, manifest, sm_count):
 def test_every_stream_k_kernel_and_grid_matches_float64_and_repeats_bitwise(dtype, M, N, K, batch, bias, act, alpha,
                                                                            beta, rng):
     from hgemm_rt.device import get_device
-    from hgemm_rt.executor import Execution
     from hgemm_rt.registry import get_registry
 
     manifest = get_registry().manifest
     dev = get_device()
-    n_out = N // 2 if act == "swiglu" else N
-    a = GuardedArray(rng.standard_normal((*batch, M, K)), dtype, "row", 1, 0)
-    b = GuardedArray(rng.standard_normal((*batch, K, N)), dtype, "row", 0, 0)
-    c = GuardedArray(rng.standard_normal((*batch, M, n_out)), dtype, "row", 0, 0)
-    bv = None
-    if bias is not None:
-        bv = GuardedArray(rng.standard_normal((1, N) if bias == "col" else (M, 1)), dtype, "row", 0, 0)
-    call = api.validate_call(a.view, b.view, c.view, alpha, beta, None, "auto", None,
-                             None if bv is None else bv.view, act, 1.0)
-    prob = api.problem_of(call)
-    want = reference(a.exact @ b.exact, prob.epi or Epilogue(None), alpha, beta, c.exact, None if bv is None else bv.exact)
-    want = storage_to_f64(to_storage(np.asarray(want, np.float32), dtype), dtype)
-    floor = error_floor(dtype, "f32", dtype, K) * (2 if act == "swiglu" else 1)
-    ptrs = (a.view.ptr, b.view.ptr, c.view.ptr, bv.view.ptr if bv is not None else 0)
+    case = epilogue_case(rng, dtype, M, N, K, batch=batch, bias=bias, act=act, alpha=alpha, beta=beta)
     tested, bad = 0, []
     for name, spec in manifest.kernels.items():
         if not planner.streamk(spec) or spec.dtype != dtype:
             continue
-        for grid in _grids(name, prob, manifest, dev.info.sm_count):
-            plan = planner.recipe_for(Route(name, False, (("ctas", grid),)), prob, manifest)
+        for grid in _grids(name, case.prob, manifest, dev.info.sm_count):
+            plan = planner.recipe_for(Route(name, False, (("ctas", grid),)), case.prob, manifest)
             if plan is None:
                 continue
-            ex = Execution(plan, dtype, 0, manifest)
-            try:
-                runs = []
-                for _ in range(2):
-                    c.buf.copy_from_host(c.host)
-                    ex.run(ptrs, alpha, beta, 0)
-                    dev.synchronize()
-                    runs.append(c.read())
-                flags = ex.temps["tW"].to_host().reshape(-1).view(np.int32)[: planner.SK_FLAG_BYTES // 4]
-            finally:
-                ex.close()
-            got = runs[0]
-            err = rel_error(got, want)
             tested += 1
-            if not err <= floor or not c.outside_untouched():
-                bad.append(f"{planner.describe(plan)}: {err:.2e} > {floor:.2e}")
-            if not np.array_equal(runs[0], runs[1], equal_nan=True):
-                bad.append(f"{planner.describe(plan)}: two runs differ")
-            if flags.any():
-                bad.append(f"{planner.describe(plan)}: {int((flags != 0).sum())} workspace flags left set")
+            bad += forced_twice(case, plan, planner.SK_FLAG_BYTES // 4)
     assert tested >= 4 and not bad, "\n".join(bad)
