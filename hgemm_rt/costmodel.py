@@ -281,8 +281,9 @@ class CostModel:
             load = self._streamk_blocks(spec, g) / math.ceil(g.K / spec.tile[2])
         compute = self._compute_s(spec, g)
         dram = r.dram_bytes_per_s
-        if g.k_groups > 1:
-            dram = min(r.k_groups_dram_bytes_per_s, min(tiles, self.cta_slots(spec, g.splits)) * r.k_groups_cta_bytes_per_s)
+        if g.k_groups > 1:  # the CTAs of one wave streaming
+            wave = min(tiles, self.cta_slots(spec, g.splits))
+            dram = min(r.k_groups_dram_bytes_per_s, wave * r.k_groups_cta_bytes_per_s)
         memory = (g.M * g.K * _matrices(g.a, g.batch) + g.K * g.N * _matrices(g.b, g.batch) +
                   g.M * g.N * _matrices(g.c, g.batch) / C_STORE_SHARE[c_store_kind(spec)]) * isz / dram
         # the operand panels each CTA streams, by the busiest SM and by all. A multicast pair shares its B tile, but

@@ -55,7 +55,7 @@ def step_operands(step: Any) -> dict[str, View]:
 
 # the user's operands: their index in Execution.pack's ptrs (group: grouped_matmul's int32 ends or counts)
 OPERAND_SLOTS = {"A": 0, "B": 1, "C": 2, "bias": 3, "group": 4}
-OPTIONAL_POINTERS = ("bias", "group", "work")  # a kernel parameter for these gets a null pointer where the step has none
+OPTIONAL_POINTERS = ("bias", "group", "work")  # such a kernel parameter gets a null pointer where the step lacks it
 
 
 def epilogue_scalars(step: Any) -> dict[str, int]:

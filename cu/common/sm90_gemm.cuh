@@ -492,9 +492,10 @@ __device__ __forceinline__ void sk_store_pair(const hge::Epilogue<T>& e, T* cb, 
 // order: every tpq-th partial per lane, then a butterfly) and stores those elements of C itself, through the
 // epilogue: no piece waits for another's sum, and no owner gathers and stores the tile after them (H100, 128 x
 // 128 x 131072 cut 132 ways: after the main loops, publishing took 4 us, the peers' shared sum into the owner's
-// slot 5.6, the owner's gather 2.4 and its epilogue 2.3). Only the float4s of output columns are summed: 8-column blocks below N - n0 (float4 i of thread t is block
-// i: the accumulator layout below), or a SwiGLU tile's gate blocks 0-15, each with its up block i + 16. The last
-// piece to finish resets the tile's counters for the next launch.
+// slot 5.6, the owner's gather 2.4 and its epilogue 2.3). Only the float4s of output columns are summed: 8-column
+// blocks below N - n0 (float4 i of thread t is block i: the accumulator layout below), or a SwiGLU tile's gate
+// blocks 0-15, each with its up block i + 16. The last piece to finish resets the tile's counters for the next
+// launch.
 template <typename T>
 __device__ __forceinline__ void sk_reduce_store(float* work, const volatile SkConfig* cfg, const FusedArgs<T>& x,
                                                 int M, int N, int m0, int n0, int outer, int inner, int cw,
