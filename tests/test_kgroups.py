@@ -8,7 +8,7 @@ import pytest
 from hgemm_rt import planner, problem, tuning
 from hgemm_rt.costmodel import CostModel
 from hgemm_rt.problem import Gemm, Route
-from hgemm_rt.testing import epilogue_case, forced_twice
+from epilogue_cases import epilogue_case, forced_twice
 from kernel_cases import load_manifest_or_none
 
 MANIFEST = load_manifest_or_none()

@@ -10,7 +10,7 @@ import pytest
 from hgemm_rt import planner, problem
 from hgemm_rt.costmodel import SK_SERIAL_PIECES, CostModel, streamk_splits
 from hgemm_rt.problem import Gemm, Route
-from hgemm_rt.testing import epilogue_case, forced_twice
+from epilogue_cases import epilogue_case, forced_twice
 from kernel_cases import load_manifest_or_none
 
 MANIFEST = load_manifest_or_none()
