@@ -28,7 +28,7 @@ from .errors import NotBuiltForDeviceError
 from .launcher import default_swizzle_stride
 from .manifest import KernelSpec, Manifest
 from .dtypes import ITEMSIZE
-from .epilogue import Epilogue
+from .epilogue import SWIGLU, Epilogue
 from .problem import KERNEL_LEVELS, MAX_GRID_BATCH, Copy, Gemm, Problem, Recipe, Route, Temp, View, \
     batch_align, kernel_batch
 
@@ -177,6 +177,15 @@ def streamk_grids(tiles: int, k_blocks: int, sm_count: int) -> list[int]:
 def applies_epilogue(spec: KernelSpec) -> bool:
     """Whether a kernel takes the fused epilogue's parameters (cu/common/epilogue.cuh): bias, activation, scale."""
     return "i32:epi" in spec.params
+
+
+def rounds_before_activation(p: Problem) -> bool:
+    """Whether a route whose GEMM writes the temporary tC and leaves the epilogue to the copy would apply the
+    activation to a rounded product: tC has the problem's dtype, so for fp16/bf16 it would (gelu(-2.35) off by
+    4 fp16 units in the last place). Such routes are not offered: the activation acts on the fp32 accumulator.
+    (SwiGLU's fallback is its own route: planner.pairs_swiglu.)"""
+    act = p.epi.activation if p.epi is not None else None
+    return act is not None and act != SWIGLU and p.dtype != "f32"
 
 
 def copy_kernel(manifest: Manifest, dtype: str, role: str = "copy") -> str | None:
@@ -428,7 +437,7 @@ def _recipe(route: Route, p: Problem, spec: KernelSpec, glue: _Glue) -> Recipe |
     direct = p.plain and p.linear and fits(c, Mk, Nk, tma="C" in tm, align=spec.align, itemsize=isz) and \
         spec.out == p.dtype
     if not direct:
-        if glue.copier is None:
+        if glue.copier is None or rounds_before_activation(p):
             return None
         glue.temps.append(Temp("tC", Mk, Nk))
         c = _dense("tC", Mk, Nk)

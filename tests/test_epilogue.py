@@ -118,6 +118,8 @@ def test_every_recipe_applies_the_epilogue_once_at_the_end(cc, kw, shape):
     for _us, recipe in ranked:
         epi = prob.epi.transposed() if recipe.route.transpose else prob.epi
         assert _last_applies_epilogue(recipe, epi), planner.describe(recipe)
+        if not prob.swiglu:  # the activation acts on the fp32 accumulator, not on an fp16 temporary's copy
+            assert isinstance(recipe.steps[-1], Gemm), planner.describe(recipe)
         if prob.swiglu:
             assert not recipe.route.transpose
             last = recipe.steps[-1]
@@ -214,6 +216,38 @@ def test_every_route_applies_the_epilogue(dtype, M, N, K, bias, act, scale, alph
         tested += 1
         if not err <= floor or not c.outside_untouched():
             bad.append(f"{planner.describe(plan)}: {err:.2e} > {floor:.2e}")
+    assert tested >= 2 and not bad, "\n".join(bad)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("act", ["gelu", "gelu_tanh", "silu"])
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_activations_match_float64_element_by_element(act, dtype, rng):
+    """Each output within 2 units in the last place of the correctly rounded activation (plus 1e-6 for the
+    approximations' absolute error where outputs are tiny), on every route: the norm-wise tests would not see a
+    fast formula that is 1% off in a tail. The accumulators are exact (K = 16, one non-zero product per output:
+    u_m v_n, fp16/bf16 products fit fp32), u spanning [-12, 12] in 256 steps, v in [0.25, 1]."""
+    M, N, K = 256, 136, 16
+    u = np.linspace(-12.0, 12.0, M) + rng.uniform(-0.02, 0.02, M)
+    v = rng.uniform(0.25, 1.0, N)
+    av, bv = np.zeros((M, K)), np.zeros((K, N))
+    av[:, 0], bv[0, :] = u, v
+    a, b = GuardedArray(av, dtype), GuardedArray(bv, dtype)
+    c = GuardedArray(np.zeros((M, N)), dtype)
+    call = api.validate_call(a.view, b.view, c.view, 1.0, 0.0, None, "auto", None, None, act, 1.0)
+    prob = api.problem_of(call)
+    want = as_stored(reference(a.exact @ b.exact, prob.epi), dtype)
+    ulp = np.spacing(np.abs(want).astype(np.float16 if dtype == "f16" else np.float32)).astype(np.float64)
+    if dtype == "bf16":
+        ulp *= 2.0 ** 16  # bf16 keeps 8 of fp32's 24 significant bits
+    tol = 2 * ulp + 1e-6
+    tested, bad = 0, []
+    for plan, got in each_route(prob, dtype, a, b, c, 1.0, 0.0):
+        tested += 1
+        worst = np.unravel_index(np.argmax(np.abs(got - want) - tol), want.shape)
+        if not (np.abs(got - want) <= tol).all():
+            bad.append(f"{planner.describe(plan)}: at acc {(a.exact @ b.exact)[worst]:.4g} got {got[worst]:.6g}, "
+                       f"want {want[worst]:.6g}")
     assert tested >= 2 and not bad, "\n".join(bad)
 
 
