@@ -27,34 +27,48 @@ constexpr int kActMask = 15 << kActShift;
 constexpr int kActNone = 0, kActRelu = 1, kActGelu = 2, kActGeluTanh = 3, kActSilu = 4;
 constexpr int kSwiGLU = 1 << 8;    // bit 8: gate/up pairs (only kernels that declare it)
 
-// gelu(x) = x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)). erf by Abramowitz & Stegun 7.1.26 (absolute error below
-// 1.5e-7, far under an fp16/bf16 output's rounding): erf(z) = 1 - q, q = t (a1 + t (a2 + ...)) e^(-z^2),
-// t = 1 / (1 + p z), z >= 0. Branch-free, two MUFU operations: erff's branches diverge inside a warp and made
-// the fused epilogue's gelu cost a quarter of a 4096 x 8192 x 2048 GEMM on the H100.
 // e^x as one ex2.approx.ftz (what __expf is, less the denormal handling it compiles to without -ftz): the
 // activations' arguments and results that matter are far from fp32's denormal range (fp16/bf16 outputs).
-__device__ __forceinline__ float fast_exp(float x) {
+__device__ __forceinline__ float fast_exp2(float x) {
   float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 1.4426950408889634f));
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float fast_exp(float x) { return fast_exp2(x * 1.4426950408889634f); }
+// 1 / x as one rcp.approx.ftz for x >= 1 or +inf (1 / inf = 0): __fdividef adds 4 instructions per call
+// rescaling denormal divisors, which these never are.
+__device__ __forceinline__ float rcp_ge1(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
 
+// The activations are bound by the SM's issue slots and its MUFU pipe (16 lanes an SM: 8 cycles a warp per
+// MUFU op), both idle tensor cores while the epilogue runs: each is written for the fewest instructions.
+//
+// gelu(x) = x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)). erf by Abramowitz & Stegun 7.1.26 (absolute error below
+// 1.5e-7, far under an fp16/bf16 output's rounding): 1 - erf(z) = q = t (a1 + t (a2 + ...)) e^(-z^2),
+// t = 1 / (1 + p z), z = |x| / sqrt 2 >= 0. Then gelu(x) = relu(x) - 0.5 |x| q for either sign, so -0.5 goes
+// into the coefficients and 1/sqrt 2 into p and the exponent: 14 instructions with the bias and scale, 2 of
+// them MUFU. Branch-free: erff's branches diverge inside a warp and made the fused epilogue's gelu cost a
+// quarter of a 4096 x 8192 x 2048 GEMM on the H100.
 __device__ __forceinline__ float gelu_erf(float x) {
-  const float z = fabsf(x) * 0.70710678118654752f;
-  const float t = __fdividef(1.f, fmaf(0.3275911f, z, 1.f));  // (the IEEE __frcp_rn is a subroutine)
-  const float poly = t * fmaf(t, fmaf(t, fmaf(t, fmaf(t, 1.061405429f, -1.453152027f), 1.421413741f), -0.284496736f),
-                              0.254829592f);
-  const float q = poly * fast_exp(-z * z);  // 1 - erf(z)
-  return x >= 0.f ? fmaf(-0.5f * x, q, x) : 0.5f * x * q;
+  const float ax = fabsf(x);
+  const float t = rcp_ge1(fmaf(0.3275911f * 0.70710678118654752f, ax, 1.f));
+  const float c = fmaf(t, fmaf(t, fmaf(t, fmaf(t, -0.5f * 1.061405429f, 0.5f * 1.453152027f), -0.5f * 1.421413741f),
+                               0.5f * 0.284496736f),
+                       -0.5f * 0.254829592f);  // -0.5 (a1 + t (a2 + ...))
+  const float e = fast_exp2(x * (x * (-0.5f * 1.4426950408889634f)));  // e^(-z^2)
+  return fmaf(ax, (c * t) * e, fmaxf(x, 0.f));
 }
-// The tanh form: 0.5 x (1 + tanh(u)) = x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3): no tanhf.
+// The tanh form: 0.5 x (1 + tanh(u)) = x * sigmoid(2u) = x / (1 + e^(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3),
+// the exponent's constants folded: no tanhf.
 __device__ __forceinline__ float gelu_tanh(float x) {
-  const float u2 = 1.5957691216057308f * fmaf(0.044715f * x, x * x, x);  // 2u
-  return __fdividef(x, 1.f + fast_exp(-u2));
+  constexpr float k = -2.f * 0.79788456080286536f * 1.4426950408889634f;  // -2u log2(e) = x (k + k' x^2)
+  return x * rcp_ge1(1.f + fast_exp2(x * fmaf(x * x, k * 0.044715f, k)));
 }
-// x / (1 + e^-x) by the fast division (reciprocal and multiply, not the IEEE division's subroutine): where
-// e^-x overflows to inf (x below about -88) or the denominator passes 2^126, it gives (-)0, silu's limit.
-__device__ __forceinline__ float silu(float x) { return __fdividef(x, 1.f + fast_exp(-x)); }
+// x / (1 + e^-x): where e^-x overflows to inf (x below about -88) the reciprocal is 0, giving (-)0, silu's limit.
+__device__ __forceinline__ float silu(float x) { return x * rcp_ge1(1.f + fast_exp(-x)); }
 
 __device__ __forceinline__ float activate(int act, float x) {
   switch (act) {

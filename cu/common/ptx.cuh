@@ -56,6 +56,9 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::); }
 
+// The 128-byte line holding p into L1 (and L2), without a register or a wait: for a few values read much later.
+__device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
+
 // ---- ldmatrix (shared -> registers in the mma.sync fragment layout) ----
 __device__ __forceinline__ void ldmatrix_x1(uint32_t& r0, const void* smem) {
   asm volatile("ldmatrix.sync.aligned.x1.m8n8.shared.b16 {%0}, [%1];\n" : "=r"(r0) : "r"(smem_u32(smem)));

@@ -722,6 +722,28 @@ __device__ __forceinline__ void cold_prefetch(const CMapAt& cm, const FusedArgs<
     if (c < cols && n0 + c < N) cm.prefetch(n0 + c, row0);
 }
 
+// The bias values of this warpgroup's part of the tile into L1, by 8 threads at the start of the tile's main loop
+// (no register, no wait), so that the epilogue's bias loads, which every consumer warp issues at the same
+// point, wait on L1 rather than L2: per column, the tile's BN columns from n0 (SwiGLU: 128 gate columns from n0
+// and their up columns from N + n0), probed at most 37 values (74 bytes) apart so that each 128-byte line is
+// touched; per row, the warpgroup's 64 rows from row0 (first and last). A strided bias gets its first lines only.
+template <typename T>
+__device__ __forceinline__ void bias_prefetch(const FusedArgs<T>& x, int n0, int N, int row0, int M, int tid) {
+  const int mode = x.epi & hge::kBiasMask;
+  if (mode == 0 || tid >= 8) return;
+  long long i;
+  if (mode == hge::kBiasCol) {
+    if ((x.epi & hge::kSwiGLU) != 0)
+      i = (tid / 4) * static_cast<long long>(N) + min(n0 + (tid % 4) * (kSwiGLUCols - 1) / 3, N - 1);
+    else
+      i = min(n0 + tid * (BN - 1) / 7, N - 1);
+  } else {
+    if (tid >= 2) return;
+    i = min(row0 + tid * (kWgRows - 1), M - 1);
+  }
+  hg::prefetch_l1(x.bias + i * x.bias_stride);
+}
+
 // C_old of one staging pass (64 rows at row x kFusedCols columns at col) into the staging buffer sCw by TMA,
 // completing on bar (the warpgroup's own, one arrival per phase): by one thread, once the previous bulk
 // store from sCw (its own) has been read. The warpgroup waits on bar and reads it back by ldmatrix.
@@ -1114,6 +1136,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
       if constexpr (K::kFused) {
         if (tid == 0 && owner)
           cold_prefetch(CMapAt(&cArg, x, outer, inner), x, n0, N, m0 + cw * kWgRows, sched.row_end);
+        if (owner) bias_prefetch(x, n0, N, m0 + cw * kWgRows, M, tid);
       }
       int prev = -1;
       for (int kb = kb0; kb < kb1; ++kb) {
