@@ -338,7 +338,8 @@ __device__ __forceinline__ void reduce_store_wide(uint8_t* tile, int splits, uin
   if constexpr (W::kSwiGLU) {
     if (ep.swiglu()) {  // n0 is the first output column of the tile's BN/2
       // the pass reads gate and up quads that other threads summed above: wait for all their write-backs
-      if (splits > 1) hg90::named_bar_sync(1, 128 * W::kConsumers);
+      // (after K groups' sum, kgroups_fixup's last barrier did)
+      if (splits > 1 && kg.groups <= 1) hg90::named_bar_sync(1, 128 * W::kConsumers);
       store_pass_swiglu<W>(tile, row0, rows, t, C, M, N, m0, n0, ldc_r, ldc_c, ep);
       return;
     }
