@@ -130,8 +130,8 @@ constexpr int kSwiGLUCols = BN / 2;
 //    [clamp(ends[e-1], 0, M), clamp(ends[e], that, M)) of A and C (ends[-1] = 0), B is the expert's matrix;
 //  kGroupMasked (any other non-zero mode): group = counts[groups]: rows [0, clamp(counts[e], 0, M)) of
 //    matrix e of the batched A, B and C.
-// Tiles: ceil(rows / BM) x tiles_n per group, walked in the grouped order over the groups' m-tiles laid end
-// to end (one "virtual" M of sum ceil(rows_e / BM) tiles); rows at or past a group's end are never stored.
+// Tiles: ceil(rows / BM) x tiles_n per group, the groups one after another, each in the grouped order (strips
+// of up to kGroupRows inside the group); rows at or past a group's end are never stored.
 constexpr int kGroupContiguous = 1, kGroupMasked = 2;
 
 template <typename T>
@@ -211,11 +211,11 @@ __device__ __forceinline__ void group_scan(int* tab, int* scratch, const int* gr
 // Non-persistent ("tiles" grid): one tile, blockIdx.x walks N and blockIdx.y walks M.
 // kBatched (the fused GEMM): the tiles of batch_count matrices, tile t in matrix t / (tiles per matrix),
 // each matrix in the grouped order; a tile covers `cols` output columns (BN, or kSwiGLUCols).
-// Grouped GEMM (group_mode != 0): the groups' m-tiles laid end to end are one matrix of tab[E-1] m-tiles in
-// the grouped order; a tile's virtual m-tile v lies in group e = the first with tab[e] > v (a binary search
-// of the shared table, empty groups never matching), m-tile v - tab[e-1] of it. next() then gives the
-// tile's first row (contiguous: in A and C; masked: in matrix e), the batch coordinates of matrix e and
-// row_end, the group's end (rows at or past it are not stored); without groups row_end = M.
+// Grouped GEMM (group_mode != 0): tab[E-1] x tiles_n tiles, group e's (tab[e] - tab[e-1]) x tiles_n of them
+// after those of the groups before it (a binary search of the shared table, empty groups never matching),
+// each group in the grouped order of its own m-tiles. next() then gives the tile's first row (contiguous: in
+// A and C; masked: in matrix e), the batch coordinates of matrix e and row_end, the group's end (rows at or
+// past it are not stored); without groups row_end = M.
 template <int kClusterM, bool kPersistent, bool kBatched = false>
 struct TileSched {
   int tiles_m, tiles_n, total, next_t, stride;
@@ -238,7 +238,7 @@ struct TileSched {
     group_vec = group_;
     groups = groups_;
     tab = tab_;
-    if (group_mode != 0) {  // one matrix of virtual m-tiles (so t / per_matrix is 0)
+    if (group_mode != 0) {  // all groups' m-tiles, tab[groups - 1] of them
       tiles_m = groups > 0 ? tab[groups - 1] : 0;
       per_matrix = total = tiles_m * tiles_n;
     }
@@ -271,31 +271,39 @@ struct TileSched {
   __device__ __forceinline__ void at(int t, int& m0, int& n0, int& outer, int& inner) {
     if (kPersistent) {
       constexpr int group = kGroupRows / (BM * kClusterM);
-      int b = 0;
+      int b = 0, strip_m = tiles_m;  // the matrix, and the m-tiles its strips walk
       if constexpr (kBatched) {
-        b = t / per_matrix;
-        t -= b * per_matrix;
-      }
-      const int per_group = group * tiles_n;
-      const int first_m = (t / per_group) * group;
-      const int gsz = min(tiles_m - first_m, group);
-      int tm = first_m + (t % per_group) % gsz;
-      const int tn = (t % per_group) / gsz;
-      int row = 0;  // grouped: the group's first row
-      if constexpr (kBatched) {
-        if (group_mode != 0) {  // tm is a virtual m-tile: find its group b, then its m-tile there
+        if (group_mode != 0) {
+          // Grouped: the group b of tile t is the first whose tiles end past t (tab[b] * tiles_n > t), and its
+          // strips stay inside it. Strips across group ends (over all groups' m-tiles laid end to end) had a
+          // wave's tiles split each 16-m-tile strip of small groups, reading its A rows twice: H100, 256 experts
+          // x 65536 x 2048 x 7168, 10.3 GB from DRAM for 8.5 GB of operands (docs/tuning_log.md, session 14).
+          const int vt = t / tiles_n;
           int lo = 0, hi = groups - 1;
           while (lo < hi) {
             const int mid = (lo + hi) / 2;
-            if (tab[mid] > tm)
+            if (tab[mid] > vt)
               hi = mid;
             else
               lo = mid + 1;
           }
           b = lo;
-          tm -= b > 0 ? tab[b - 1] : 0;
-          group_rows(group_vec, group_mode, b, M_, row, row_end);
+          const int first = b > 0 ? tab[b - 1] : 0;
+          strip_m = tab[b] - first;
+          t -= first * tiles_n;
+        } else {
+          b = t / per_matrix;
+          t -= b * per_matrix;
         }
+      }
+      const int per_group = group * tiles_n;
+      const int first_m = (t / per_group) * group;
+      const int gsz = min(strip_m - first_m, group);
+      const int tm = first_m + (t % per_group) % gsz;
+      const int tn = (t % per_group) / gsz;
+      int row = 0;  // grouped: the group's first row
+      if constexpr (kBatched) {
+        if (group_mode != 0) group_rows(group_vec, group_mode, b, M_, row, row_end);
         outer = b / batch_inner;
         inner = b - outer * batch_inner;
       }
