@@ -50,8 +50,8 @@ __device__ __forceinline__ float rcp_ge1(float x) {
 // 1.5e-7, far under an fp16/bf16 output's rounding): 1 - erf(z) = q = t (a1 + t (a2 + ...)) e^(-z^2),
 // t = 1 / (1 + p z), z = |x| / sqrt 2 >= 0. Then gelu(x) = relu(x) - 0.5 |x| q for either sign, so -0.5 goes
 // into the coefficients and 1/sqrt 2 into p and the exponent: 15 SASS instructions an element with the bias and
-// scale (the fused kernel's pass, sm_90a), 2 of them MUFU. Branch-free: erff's branches diverge inside a warp and made the fused epilogue's gelu cost a
-// quarter of a 4096 x 8192 x 2048 GEMM on the H100.
+// scale (the fused kernel's pass, sm_90a), 2 of them MUFU. Branch-free: erff's branches diverge inside a warp
+// and made the fused epilogue's gelu cost a quarter of a 4096 x 8192 x 2048 GEMM on the H100.
 __device__ __forceinline__ float gelu_erf(float x) {
   const float ax = fabsf(x);
   const float t = rcp_ge1(fmaf(0.3275911f * 0.70710678118654752f, ax, 1.f));
