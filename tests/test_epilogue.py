@@ -118,13 +118,13 @@ def test_every_recipe_applies_the_epilogue_once_at_the_end(cc, kw, shape):
     for _us, recipe in ranked:
         epi = prob.epi.transposed() if recipe.route.transpose else prob.epi
         assert _last_applies_epilogue(recipe, epi), planner.describe(recipe)
-        if not prob.swiglu:  # the activation acts on the fp32 accumulator, not on an fp16 temporary's copy
-            assert isinstance(recipe.steps[-1], Gemm), planner.describe(recipe)
         if prob.swiglu:
             assert not recipe.route.transpose
             last = recipe.steps[-1]
             spec = MANIFEST.kernels[last.kernel]
             assert planner.pairs_swiglu(spec), f"{spec.name} cannot pair gate and up columns"
+        else:  # the activation acts on the fp32 accumulator, not on an fp16 temporary's copy
+            assert isinstance(recipe.steps[-1], Gemm), planner.describe(recipe)
     described = planner.describe(ranked[0][1])
     epi = prob.epi.transposed() if ranked[0][1].route.transpose else prob.epi
     assert all(part in described for part in str(epi).split(", ")), described  # (the SwiGLU fallback: two steps)
