@@ -736,8 +736,8 @@ __device__ __forceinline__ bool fused_cold(const FusedArgs<T>& x, int row_end, i
          !__any_sync(0xffffffffu, row_end <= row0 || (x.group_mode != 0 && row_end < row0 + kWgRows));
 }
 
-// beta != 0: this warpgroup's C_old of the tile (its 64 rows at row0 if they begin before row_end, the
-// tile's columns at n0 before N) into L2, by one thread at the start of the tile's main loop, for cold_load
+// beta != 0: a consumer warpgroup's C_old of the tile (its 64 rows at row0 if they begin before row_end, the
+// tile's columns at n0 before N) into L2, by the producer thread as it starts the tile's loads, for cold_load
 // at its end (and the partial tiles' reads through x.C). No shared memory, no barrier, no wait.
 template <typename T>
 __device__ __forceinline__ void cold_prefetch(const CMapAt& cm, const FusedArgs<T>& x, int n0, int N, int row0,
@@ -749,24 +749,26 @@ __device__ __forceinline__ void cold_prefetch(const CMapAt& cm, const FusedArgs<
     if (c < cols && n0 + c < N) cm.prefetch(n0 + c, row0);
 }
 
-// The bias values of this warpgroup's part of the tile into L1, by 8 threads at the start of the tile's main loop
-// (no register, no wait), so that the epilogue's bias loads, which every consumer warp issues at the same
+// The bias values of the tile into L1, probe p < 8 by consumer thread p of each warpgroup at the start of the tile's
+// main loop (no register, no wait), so that the epilogue's bias loads, which every consumer warp issues at the same
 // point, wait on L1 rather than L2: per column, the tile's BN columns from n0 (SwiGLU: 128 gate columns from n0
 // and their up columns from N + n0), probed at most 37 values (74 bytes) apart so that each 128-byte line is
-// touched; per row, the warpgroup's 64 rows from row0 (first and last). A strided bias gets its first lines only.
+// touched; per row, each consumer warpgroup's first and last row. A strided bias gets its first lines only.
+// (Issued by the producer thread instead, with C_old's prefetch, the bias epilogues ran 1 us slower: H100, 1024 x
+// 8192 x 2048, 53.6-53.9 -> 54.7-54.9 us.)
 template <typename T>
-__device__ __forceinline__ void bias_prefetch(const FusedArgs<T>& x, int n0, int N, int row0, int M, int tid) {
+__device__ __forceinline__ void bias_prefetch(const FusedArgs<T>& x, int n0, int N, int m0, int M, int p) {
   const int mode = x.epi & hge::kBiasMask;
-  if (mode == 0 || tid >= 8) return;
+  if (mode == 0) return;
   long long i;
   if (mode == hge::kBiasCol) {
     if ((x.epi & hge::kSwiGLU) != 0)
-      i = (tid / 4) * static_cast<long long>(N) + min(n0 + (tid % 4) * (kSwiGLUCols - 1) / 3, N - 1);
+      i = (p / 4) * static_cast<long long>(N) + min(n0 + (p % 4) * (kSwiGLUCols - 1) / 3, N - 1);
     else
-      i = min(n0 + tid * (BN - 1) / 7, N - 1);
+      i = min(n0 + p * (BN - 1) / 7, N - 1);
   } else {
-    if (tid >= 2) return;
-    i = min(row0 + tid * (kWgRows - 1), M - 1);
+    if (p >= 2 * kConsumers) return;
+    i = min(m0 + (p / 2) * kWgRows + (p % 2) * (kWgRows - 1), M - 1);
   }
   hg::prefetch_l1(x.bias + i * x.bias_stride);
 }
@@ -1116,6 +1118,14 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
           bi = (x.tma_levels & kLevelBInner) ? inner : 0;
           bo = (x.tma_levels & kLevelBOuter) ? outer : 0;
           nb1 = (x.epi & hge::kSwiGLU) ? N + n0 : n0 + BN / 2;
+          // The tile's C_old into L2 for its epilogue (stream-K: the owner's, the piece of k-block 0), from here
+          // rather than by a consumer thread: that branch at the start of the tile took the consumers' main loop
+          // stage and phase out of the uniform datapath (62 vector instructions a k-block instead of 30).
+          if (kb0 == 0) {
+            const CMapAt cm(&cArg, x, outer, inner);
+#pragma unroll 1  // (unrolled, its values spilled in the NN kernels' producer)
+            for (int c = 0; c < kConsumers; ++c) cold_prefetch(cm, x, n0, N, m0 + c * kWgRows, sched.row_end);
+          }
         }
         for (int kb = kb0; kb < kb1; ++kb) {
           // A fresh barrier counts as having completed the phase before phase 0, so the first pass
@@ -1200,9 +1210,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
       // (stream-K: a piece without k-block 0 writes a partial tile, no epilogue)
       [[maybe_unused]] const bool owner = !K::kStreamK || kb0 == 0;
       if constexpr (K::kFused) {
-        if (tid == 0 && owner)
-          cold_prefetch(CMapAt(&cArg, x, outer, inner), x, n0, N, m0 + cw * kWgRows, sched.row_end);
-        if (owner) bias_prefetch(x, n0, N, m0 + cw * kWgRows, M, tid);
+        if (owner && tid < 8) bias_prefetch(x, n0, N, m0, M, tid);
       }
       int prev = -1;
       for (int kb = kb0; kb < kb1; ++kb) {
