@@ -27,6 +27,8 @@
 //                                      tile and multicasts it to both (B traffic from L2 halved)
 //   *_ws_persistent_cluster2_direct_tn the same with 4 stages and direct stores (no staging buffer)
 //   *_ws_persistent_acol_{tn,nn}[_bf16] the persistent kernels with A column-major
+//   *_ws_persistent_n192_{tn,nn}[_bf16] the persistent kernels with 128 x 192 tiles (wgmma.m64n192k16, the tile
+//                                      staged whole): for N where 256-wide tiles leave a wave part-empty
 //
 // The code (knobs, rungs, Config, TileSched, epilogues, sm90_gemm) is in cu/common/sm90_gemm.cuh, shared
 // with util_sm90_fused.cu (its kFused rung); this file declares the catalogue's symbols.
@@ -71,3 +73,8 @@ HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_acol_tn_bf16, Bf16<Acol>)
 HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_acol_nn_bf16, Bf16<Nn<Acol>>)
 HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_tn_bf16, Bf16<Persistent>)
 HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_nn_bf16, Bf16<Nn<Persistent>>)
+struct PersistentN192 : Bn<Persistent, 192> {};  // (the macros take a rung without commas)
+HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_n192_tn, PersistentN192)
+HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_n192_nn, Nn<PersistentN192>)
+HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_n192_tn_bf16, Bf16<PersistentN192>)
+HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_n192_nn_bf16, Bf16<Nn<PersistentN192>>)

@@ -48,7 +48,7 @@ class ArchRates:
     # GPC, so the SMs a GPC has beyond a multiple of the size stay idle; sizes not listed fill them all
     cluster_sm_share: Mapping[int, float] = field(default_factory=dict)
     strided_tile_latency_us: float = 0.0  # per 128 x 128 of tile: a strided-role CTA's fill and fp32 epilogue
-    hopper_bonus: Mapping[str, float] = field(default_factory=dict)  # persistent / cluster / tma_store
+    hopper_bonus: Mapping[str, float] = field(default_factory=dict)  # persistent / cluster / tma_store / narrow
     streamk_fixup_us: float = 0.0  # what a stream-K launch takes beyond its busiest CTA's k-blocks ...
     streamk_shared_fixup_us: float = 0.0  # ... where every piece sums and stores a share (more than SK_SERIAL_PIECES)
     k_groups_fixup_us: float = 0.0  # K groups: publishing, counting in and the last group's start on the sum
@@ -68,6 +68,7 @@ def _matrices(view: View, batch: tuple[int, ...]) -> int:
 
 
 LADDER_FLOOR = 0.25  # the first rung of a ladder runs at about this fraction of its last (naive kernels)
+HOPPER_TILE_COLS = 256  # the Hopper catalogue's tile width (its 128 x 192 kernels are "narrow": hopper_bonus)
 REUSE_FULL = 42.0  # BM*BN/(BM+BN) of a 128 x 64 tile: smaller tiles re-read operands from L2 more
 STREAM_SPLIT_COST = 0.04  # per doubling of the splits of a streaming kernel (docs/tuning_log.md, util_decode)
 ODD_N_DIRECT_STORE = 0.85  # direct-store epilogues fall back to element stores when N is odd (4095^3)
@@ -155,8 +156,10 @@ HOPPER = ArchRates(
     dsmem_bytes_per_s=60e9,
     # persistent grid with grouped tile order; B multicast across a 2-CTA cluster (no gain on the H200:
     # 28.6 vs 29.6 us at 2048^3, 180.8 vs 182.1 at 4096^3); TMA-store epilogue overlapped with the next
-    # tile (180 vs 198 us at 4096^3)
-    hopper_bonus={"persistent": 40.0, "cluster": -3.0, "tma_store": 80.0},
+    # tile (180 vs 198 us at 4096^3); tiles narrower than 256 columns (128 x 192: more operand traffic per flop) ~3%
+    # slower per flop (2048 x 6144 x 4096, equal wave fill: 152.6 vs 147.7 us; 8192^3 1655 vs 1646 with 99.3% vs 97%
+    # of the last wave filled)
+    hopper_bonus={"persistent": 40.0, "cluster": -3.0, "tma_store": 80.0, "narrow": -23.0},
     # latencies, the floor of a tiny problem's time: warm per-launch GPU times at 64^3 (H100, CUDA-graph
     # replay) of a split launch are 1.0-1.4 us above the same kernel unsplit, and the strided-role
     # tiles add ~1.2-3 us per 128 x 128 (pipeline fill, fp32 epilogue through shared memory)
@@ -259,6 +262,7 @@ class CostModel:
             rate += bonus.get("persistent", 0.0) if spec.grid == "persistent" else 0.0
             rate += bonus.get("cluster", 0.0) if spec.cluster != (1, 1, 1) else 0.0
             rate += bonus.get("tma_store", 0.0) if "tmap:C" in spec.params else 0.0
+            rate += bonus.get("narrow", 0.0) if spec.tile[1] < HOPPER_TILE_COLS else 0.0
         else:
             rate *= LADDER_FLOOR + (1 - LADDER_FLOOR) * self._step_rank(spec)
         return rate * min(1.0, BM * BN / (BM + BN) / REUSE_FULL)

@@ -292,6 +292,32 @@ def test_every_batched_plan_respects_the_kernel_contracts(M, N, K, dtype, orders
 
 
 @needs_manifest
+@needs_manifest
+def test_the_128_x_192_tiles_go_where_256_wide_ones_leave_a_wave_part_empty():
+    """H100, fp16, B as nn.Linear holds it: 1024 x 6144 x 4096 ran 72.9 us on them (256 tiles, 1.94 waves) against
+    90.8 on 128 x 256 tiles (1.45 waves) and 77.9 stream-K; 3072^3 84.0 against 104.4. Where the 256-wide tiles
+    fill their waves they stay (4096^3: 206.6 against 225.6; 2048 x 6144 x 4096 147.7 against 152.6)."""
+    narrow = {n for n, s in MANIFEST.kernels.items() if s.ladder == "hopper" and s.tile[1] == 192}
+    if not narrow:
+        pytest.skip("no 128 x 192 Hopper kernels in this build")
+    h = lambda *a, **k: planner.heuristic_recipe(_problem(*a, **k), MANIFEST, (9, 0), 132)  # noqa: E731
+    for dtype in ("f16", "bf16"):
+        for M, N, K in ((1024, 6144, 4096), (3072, 3072, 3072)):
+            p = h(M, N, K, dtype, orders=("row", "col", "row"))
+            assert p.route.kernel in narrow and len(p.steps) == 1, planner.describe(p)
+        for M, N, K in ((4096, 4096, 4096), (2048, 6144, 4096), (8192, 8192, 8192), (1024, 4096, 4096)):
+            p = h(M, N, K, dtype, orders=("row", "col", "row"))
+            assert p.route.kernel not in narrow, planner.describe(p)
+    # nor beside copies of the operands (4097^3 packed: 538.7 us on them against 320 on the util kernel's route)
+    p = h(4097, 4097, 4097)
+    assert len(p.steps) > 1 and not [s for s in p.steps if getattr(s, "kernel", None) in narrow], planner.describe(p)
+    # never on an output narrower than the tile (either way round)
+    for M, N in ((16384, 128), (128, 16384), (4096, 160)):
+        prob = _problem(M, N, 4096, orders=("row", "col", "row"))
+        routes = planner.candidate_routes(prob, MANIFEST, (9, 0), sm_count=132)
+        assert not [r for r in routes if r.kernel in narrow and (M if r.transpose else N) < 192]
+
+
 def test_heuristic_picks_the_fast_paths_on_hopper():
     h = lambda *a, **k: planner.heuristic_recipe(_problem(*a, **k), MANIFEST, (9, 0), 132)  # noqa: E731
     if not any(s.ladder == "hopper" for s in MANIFEST.kernels.values()):

@@ -314,6 +314,29 @@ __device__ __forceinline__ void fence_regs(float& r) { asm volatile("" : "+f"(r)
   "%64, %65, p, 1, 1, " TRANS_A ", " TRANS_B ";\n"                                                            \
   "}\n"
 
+// The first 96: the m64n192 accumulators.
+#define HG90_ACC_REGS96 \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
+  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}"
+#define HG90_WGMMA_ACC_LIST96(X) \
+  X(0), X(1), X(2), X(3), X(4), X(5), X(6), X(7), X(8), X(9), X(10), X(11), X(12), X(13), X(14), X(15), \
+  X(16), X(17), X(18), X(19), X(20), X(21), X(22), X(23), X(24), X(25), X(26), X(27), X(28), X(29), X(30), X(31), \
+  X(32), X(33), X(34), X(35), X(36), X(37), X(38), X(39), X(40), X(41), X(42), X(43), X(44), X(45), X(46), X(47), \
+  X(48), X(49), X(50), X(51), X(52), X(53), X(54), X(55), X(56), X(57), X(58), X(59), X(60), X(61), X(62), X(63), \
+  X(64), X(65), X(66), X(67), X(68), X(69), X(70), X(71), X(72), X(73), X(74), X(75), X(76), X(77), X(78), X(79), \
+  X(80), X(81), X(82), X(83), X(84), X(85), X(86), X(87), X(88), X(89), X(90), X(91), X(92), X(93), X(94), X(95)
+#define HG90_WGMMA_M64N192K16_ASM(TYPE, TRANS_A, TRANS_B)                                                       \
+  "{\n"                                                                                                        \
+  ".reg .pred p;\n"                                                                                            \
+  "setp.ne.b32 p, %98, 0;\n"                                                                                   \
+  "wgmma.mma_async.sync.aligned.m64n192k16.f32." TYPE "." TYPE "\n" HG90_ACC_REGS96 ",\n"                      \
+  "%96, %97, p, 1, 1, " TRANS_A ", " TRANS_B ";\n"                                                            \
+  "}\n"
+
 #define HG90_WGMMA_M64N256K16_ASM(TYPE, TRANS_A, TRANS_B)                                                       \
   "{\n"                                                                                                        \
   ".reg .pred p;\n"                                                                                            \
@@ -325,6 +348,8 @@ __device__ __forceinline__ void fence_regs(float& r) { asm volatile("" : "+f"(r)
 template <typename T, int TRANS_A, int TRANS_B>
 __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d);
 template <typename T, int TRANS_A, int TRANS_B>
+__device__ __forceinline__ void wgmma_m64n192k16(float (&d)[96], uint64_t desc_a, uint64_t desc_b, int scale_d);
+template <typename T, int TRANS_A, int TRANS_B>
 __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d);
 template <typename T, int TRANS_A, int TRANS_B>
 __device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d);
@@ -335,6 +360,13 @@ __device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], uint64_t desc_a,
                                                               uint64_t desc_b, int scale_d) {              \
     asm volatile(HG90_WGMMA_M64N256K16_ASM(TYPE, #TA, #TB)                                                  \
                  : HG90_WGMMA_ACC_LIST(HG90_ACC_OPERAND)                                                    \
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));                                                \
+  }                                                                                                        \
+  template <>                                                                                              \
+  __device__ __forceinline__ void wgmma_m64n192k16<CTYPE, TA, TB>(float(&d)[96], uint64_t desc_a,          \
+                                                              uint64_t desc_b, int scale_d) {              \
+    asm volatile(HG90_WGMMA_M64N192K16_ASM(TYPE, #TA, #TB)                                                  \
+                 : HG90_WGMMA_ACC_LIST96(HG90_ACC_OPERAND)                                                  \
                  : "l"(desc_a), "l"(desc_b), "r"(scale_d));                                                \
   }                                                                                                        \
   template <>                                                                                              \
@@ -375,20 +407,6 @@ __device__ __forceinline__ void wgmma_tf32(float (&d)[128], uint64_t desc_a, uin
                : HG90_WGMMA_ACC_LIST(HG90_ACC_OPERAND)
                : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
-#define HG90_ACC_REGS96 \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
-  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
-  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
-  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
-  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}"
-#define HG90_WGMMA_ACC_LIST96(X) \
-  X(0), X(1), X(2), X(3), X(4), X(5), X(6), X(7), X(8), X(9), X(10), X(11), X(12), X(13), X(14), X(15), \
-  X(16), X(17), X(18), X(19), X(20), X(21), X(22), X(23), X(24), X(25), X(26), X(27), X(28), X(29), X(30), X(31), \
-  X(32), X(33), X(34), X(35), X(36), X(37), X(38), X(39), X(40), X(41), X(42), X(43), X(44), X(45), X(46), X(47), \
-  X(48), X(49), X(50), X(51), X(52), X(53), X(54), X(55), X(56), X(57), X(58), X(59), X(60), X(61), X(62), X(63), \
-  X(64), X(65), X(66), X(67), X(68), X(69), X(70), X(71), X(72), X(73), X(74), X(75), X(76), X(77), X(78), X(79), \
-  X(80), X(81), X(82), X(83), X(84), X(85), X(86), X(87), X(88), X(89), X(90), X(91), X(92), X(93), X(94), X(95)
 // m64n192k8: the 3xTF32 kernels' widest tile that leaves registers for a second accumulator set
 __device__ __forceinline__ void wgmma_tf32(float (&d)[96], uint64_t desc_a, uint64_t desc_b, int scale_d) {
   asm volatile(HG90_WGMMA_TF32_ASM("m64n192k8", HG90_ACC_REGS96, "%96", "%97", "%98")
@@ -408,7 +426,7 @@ __device__ __forceinline__ void wgmma_tf32(float (&d)[32], uint64_t desc_a, uint
 
 using hg::pack2;  // cu/common/pack.cuh
 
-// One k-block of BK elements as BK/16 wgmma m64nNk16 (N = 2 * accumulators: 256, 128 or 64) from
+// One k-block of BK elements as BK/16 wgmma m64nNk16 (N = 2 * accumulators: 256, 192, 128 or 64) from
 // 128-byte-swizzled shared memory: A K-major (this warpgroup's 64 rows at a_base) or MN-major (kAT:
 // one 64-wide M panel of BK rows), B K-major (TN) or MN-major (kNN, 64-wide column panels). The k-th
 // 16-element slice of a K-major row starts 32 bytes further (the hardware applies the swizzle to the
@@ -417,8 +435,8 @@ using hg::pack2;  // cu/common/pack.cuh
 // T = float: BK fp32 elements (128 bytes: BK = 32) as BK/8 tf32 m64nNk8, both operands K-major.
 template <typename T, bool kAT, bool kNN, int BK, int NACC>
 __device__ __forceinline__ void wgmma_kblock(float (&d)[NACC], uint32_t a_base, uint32_t b_base, bool accumulate) {
-  static_assert(NACC == 128 || NACC == 64 || NACC == 32 || (NACC == 96 && sizeof(T) == 4),
-                "m64n256, m64n128 or m64n64 accumulators (and m64n192 for tf32)");
+  static_assert(NACC == 128 || NACC == 96 || NACC == 64 || NACC == 32,
+                "m64n256, m64n192, m64n128 or m64n64 accumulators");
   static_assert(BK * sizeof(T) == 128, "a k-block is one 128-byte swizzle row");
   if constexpr (sizeof(T) == 4) {
     static_assert(!kAT && !kNN, "tf32 wgmma reads K-major operands only");
@@ -438,6 +456,8 @@ __device__ __forceinline__ void wgmma_kblock(float (&d)[NACC], uint32_t a_base, 
       const int scale_d = (accumulate || k > 0) ? 1 : 0;
       if constexpr (NACC == 128)
         wgmma_m64n256k16<T, kTA, kTB>(d, da, db, scale_d);
+      else if constexpr (NACC == 96)
+        wgmma_m64n192k16<T, kTA, kTB>(d, da, db, scale_d);
       else if constexpr (NACC == 64)
         wgmma_m64n128k16<T, kTA, kTB>(d, da, db, scale_d);
       else

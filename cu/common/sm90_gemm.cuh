@@ -58,6 +58,7 @@ struct Knobs {
   static constexpr bool kAT = false;     // A column-major: BM/64 boxes of 64 K rows x 64 M columns
   static constexpr bool kNN = false;     // B K x N row-major (else N x K: TN)
   static constexpr int kStages = 4;      // TMA ring stages
+  static constexpr int kBN = BN;         // tile columns: BN, or 192 (m64n192k16) for the plain persistent kernel
   static constexpr int kClusterM = 1;    // CTAs per cluster along M, sharing (multicasting) B
   static constexpr bool kPersistent = false;  // persistent grid walking tiles, else one tile per CTA
   static constexpr bool kTmaStore = false;    // stmatrix + TMA-store epilogue, else direct stores
@@ -81,18 +82,23 @@ template <class Rung, int S>
 struct Stages : Rung {
   static constexpr int kStages = S;
 };
+template <class Rung, int N>
+struct Bn : Rung {
+  static constexpr int kBN = N;
+};
 
 // The knobs and what derives from them: shared-memory layout and barrier counts.
 template <class Rung>
 struct Config : Rung {
   using Rung::kStages, Rung::kClusterM, Rung::kPersistent, Rung::kTmaStore;
+  static constexpr int kBN = Rung::kBN;
   static constexpr int kABytes = BM * BK * 2;                 // 16 KB per stage
-  static constexpr int kBBytes = BN * BK * 2;                 // 32 KB per stage
+  static constexpr int kBBytes = kBN * BK * 2;                // 32 KB per stage (24 at kBN = 192)
   static constexpr int kStageBytes = kABytes + kBBytes;       // TMA bytes each full barrier expects
   // Output staging for the TMA-store epilogue. With 3 stages the whole 128 x 256 fp16 tile fits
   // (64 KB); a 4th stage leaves room for half of it only (32 KB), stored in two passes of 128
-  // columns per consumer.
-  static constexpr int kCStageCols = kStages >= 4 ? BN / 2 : BN;
+  // columns per consumer. A 128 x 192 tile is staged whole (48 KB; half of it is no whole 64-column box).
+  static constexpr int kCStageCols = kStages >= 4 && (kBN / 2) % 64 == 0 ? kBN / 2 : kBN;
   static constexpr int kCBytes = kTmaStore ? BM * kCStageCols * 2 : 0;
   static constexpr int kBarOffset = kStages * kStageBytes + kCBytes;
   // kFused: one more barrier per consumer after full[] and empty[] (its C_old loads into its staging buffer),
@@ -107,12 +113,14 @@ struct Config : Rung {
   // Arrivals that free a stage: every consumer that reads it, in every CTA that it is multicast to.
   static constexpr int kEmptyArrivals = kConsumers * kClusterM;
   // B rows (TN: N rows of 64 K; NN: 64-column chunks) loaded by this CTA; the peer loads the rest.
-  static constexpr int kBSlice = BN / kClusterM;
+  static constexpr int kBSlice = kBN / kClusterM;
   static_assert(kSmemBytes <= 227 * 1024, "shared memory over the 227 KB per-block limit");
   static_assert(kStages >= 2, "the TMA ring needs at least two stages");
   static_assert(kClusterM == 1 || kClusterM == 2, "cluster of 1 or 2 CTAs along M");
   static_assert(!(kClusterM > 1 && !kPersistent), "clusters only with the persistent schedule");
   static_assert(!Rung::kStreamK || Rung::kFused, "stream-K: the fused GEMM's epilogue and batch");
+  static_assert(kBN == BN || (kBN == 192 && kPersistent && kTmaStore && kClusterM == 1 && !Rung::kFused),
+                "other tile widths: the plain persistent kernel (m64n192k16)");
   static_assert(!Rung::kFused || (kPersistent && kTmaStore && kClusterM == 1 && !Rung::kAT && kCStageCols == BN / 2),
                 "the fused GEMM: persistent, TMA store with half-tile staging (one SwiGLU tile), no cluster, A row-major");
 };
@@ -216,7 +224,7 @@ __device__ __forceinline__ void group_scan(int* tab, int* scratch, const int* gr
 // each group in the grouped order of its own m-tiles. next() then gives the tile's first row (contiguous: in
 // A and C; masked: in matrix e), the batch coordinates of matrix e and row_end, the group's end (rows at or
 // past it are not stored); without groups row_end = M.
-template <int kClusterM, bool kPersistent, bool kBatched = false>
+template <int kClusterM, bool kPersistent, bool kBatched = false, int kBN = BN>
 struct TileSched {
   int tiles_m, tiles_n, total, next_t, stride;
   uint32_t rank;
@@ -248,7 +256,7 @@ struct TileSched {
   }
   __device__ TileSched(int M, int N) {
     tiles_m = (M + BM * kClusterM - 1) / (BM * kClusterM);
-    tiles_n = (N + BN - 1) / BN;
+    tiles_n = (N + kBN - 1) / kBN;
     total = tiles_m * tiles_n;
     rank = kClusterM > 1 ? hg90::cluster_ctarank() : 0;
     next_t = kPersistent ? static_cast<int>(blockIdx.x) / kClusterM : 0;
@@ -308,10 +316,10 @@ struct TileSched {
         inner = b - outer * batch_inner;
       }
       m0 = row + (tm * kClusterM + static_cast<int>(rank)) * BM;
-      n0 = tn * (kBatched ? cols : BN);
+      n0 = tn * (kBatched ? cols : kBN);
     } else {
       m0 = blockIdx.y * BM;
-      n0 = blockIdx.x * BN;
+      n0 = blockIdx.x * kBN;
     }
   }
 };
@@ -621,8 +629,8 @@ __device__ __forceinline__ uint32_t staging_addr(uint32_t base, int warp, int la
 
 // stmatrix of kBlocks 8-column blocks of the accumulator, from block j0, into the staging buffer at `base`
 // (block jj of the pass at staging_addr's place for it), as fp16/bf16 pairs.
-template <typename T, int kBlocks>
-__device__ __forceinline__ void stage_blocks(const float (&d)[128], int j0, uint32_t base, int warp, int lane) {
+template <typename T, int kBlocks, int NACC>
+__device__ __forceinline__ void stage_blocks(const float (&d)[NACC], int j0, uint32_t base, int warp, int lane) {
 #pragma unroll
   for (int jj = 0; jj < kBlocks; jj += 2) {
     const int j = j0 + jj;
@@ -638,18 +646,20 @@ __device__ __forceinline__ void stage_blocks(const float (&d)[128], int j0, uint
 // tile in BN / kCols passes. before_pass(d, pass), where given, changes the pass's accumulators first (while the
 // previous store may still be reading the buffer).
 struct NoPassHook {
-  __device__ __forceinline__ void operator()(float (&)[128], int) const {}
+  template <int NACC>
+  __device__ __forceinline__ void operator()(float (&)[NACC], int) const {}
 };
-template <typename T, int kCols, class Store, class Hook = NoPassHook>
-__device__ __forceinline__ void epilogue_tma(float (&d)[128], const Store& store, uint8_t* sCw, int wg, int row0,
+template <typename T, int kCols, class Store, class Hook = NoPassHook, int NACC>
+__device__ __forceinline__ void epilogue_tma(float (&d)[NACC], const Store& store, uint8_t* sCw, int wg, int row0,
                                              int n0, const Hook& before_pass = Hook{}) {
-  static_assert(BN % kCols == 0 && kCols % 64 == 0, "passes of whole 64-column boxes");
+  constexpr int kTileCols = 2 * NACC;  // (64 rows of the tile per consumer warpgroup: 2 accumulators a column)
+  static_assert(kTileCols % kCols == 0 && kCols % 64 == 0, "passes of whole 64-column boxes");
   const int tid = threadIdx.x % 128;
   const int lane = threadIdx.x % 32;
   const int warp = tid / 32;
   const uint32_t base = smem_u32(sCw);
 #pragma unroll
-  for (int pass = 0; pass < BN / kCols; ++pass) {
+  for (int pass = 0; pass < kTileCols / kCols; ++pass) {
     before_pass(d, pass);
     if (tid == 0) hg90::tma_store_wait_read<0>();
     hg90::named_bar_sync(1 + wg, 128);
@@ -1052,7 +1062,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
     __syncthreads();
 
   const int nk = (K_ + BK - 1) / BK;
-  using Sched = TileSched<kClusterM, K::kPersistent, K::kFused>;
+  using Sched = TileSched<kClusterM, K::kPersistent, K::kFused, K::kBN>;
   static_assert(!K::kStreamK || K::kGroupBytes >= static_cast<int>(sizeof(SkConfig)), "SkConfig's room");
   static_assert(!K::kStreamK || kConsumers * kSkPartFloats * 4 <= kStages * K::kStageBytes, "sk_gather's buffers");
   Sched sched = [&] {
@@ -1195,7 +1205,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
     hg90::setmaxnreg_inc<kConsumerRegs>();
     const int cw = wg - 1;  // consumer index: rows [64 cw, 64 cw + 64) of the tile
     const int tid = threadIdx.x % 128;
-    float d[128];
+    float d[K::kBN / 2];
     int stage = 0;
     uint32_t phase = 0;
     [[maybe_unused]] uint32_t cphase = 0;  // kFused: the phase parity of this consumer's C_old barrier
@@ -1247,7 +1257,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
       }
       hg90::wgmma_wait<0>();
 #pragma unroll
-      for (int i = 0; i < 128; ++i) hg90::fence_regs(d[i]);
+      for (int i = 0; i < K::kBN / 2; ++i) hg90::fence_regs(d[i]);
       if (prev >= 0) release(prev);
       const int row0 = m0 + cw * kWgRows;
       if constexpr (K::kStreamK) {
