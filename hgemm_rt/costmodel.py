@@ -79,6 +79,11 @@ ODD_N_DIRECT_STORE = 0.85  # direct-store epilogues fall back to element stores 
 C_STORE_SHARE = {"tma": 1.0, "staged": 0.8, "direct": 0.4}
 
 
+def narrow_hopper(spec: KernelSpec) -> bool:
+    """One of the catalogue's 128 x 192 Hopper kernels (narrower than the ladder's 128 x 256 tile)."""
+    return spec.ladder == "hopper" and spec.tile[1] < HOPPER_TILE_COLS
+
+
 # Split-K launches of the Hopper strided kernels (a cluster of CTAs along K, partial tiles summed through
 # DSMEM) ran 1.15-2.3x their estimate at the unsplit rates on the H100, the more the shorter each CTA's K
 # (fp16, 256 x 6144 x 4096: splits=4 (K 1024 per CTA) 70.7 us against 30.5 estimated, splits=1 37.0 against
@@ -262,7 +267,7 @@ class CostModel:
             rate += bonus.get("persistent", 0.0) if spec.grid == "persistent" else 0.0
             rate += bonus.get("cluster", 0.0) if spec.cluster != (1, 1, 1) else 0.0
             rate += bonus.get("tma_store", 0.0) if "tmap:C" in spec.params else 0.0
-            rate += bonus.get("narrow", 0.0) if spec.tile[1] < HOPPER_TILE_COLS else 0.0
+            rate += bonus.get("narrow", 0.0) if narrow_hopper(spec) else 0.0
         else:
             rate *= LADDER_FLOOR + (1 - LADDER_FLOOR) * self._step_rank(spec)
         return rate * min(1.0, BM * BN / (BM + BN) / REUSE_FULL)

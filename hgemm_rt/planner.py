@@ -23,7 +23,7 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from .costmodel import HOPPER_TILE_COLS, CostModel, streamk_splits, tma_slow_rows
+from .costmodel import CostModel, narrow_hopper, streamk_splits, tma_slow_rows
 from .errors import NotBuiltForDeviceError
 from .launcher import default_swizzle_stride
 from .manifest import KernelSpec, Manifest
@@ -540,8 +540,9 @@ def candidate_routes(prob: Problem, manifest: Manifest, cc: tuple[int, int], ker
         opts = ((STAGES, WHOLE_TILE_STAGES),) if single_k_block(spec, prob) else ()
         for t in (False, True):
             # the catalogue's 128 x 192 kernels are for the wave fill of wide outputs; narrower than the tile, the
-            # util kernels' tiles fill it better (as the tile-fill rule of ranked_recipes has it for 256-wide ones)
-            if narrow_hopper(spec) and (prob.M if t else prob.N) < spec.tile[1]:
+            # util kernels' tiles fill it better (as the tile-fill rule of ranked_recipes has it for 256-wide ones).
+            # A kernel the caller names runs wherever it can.
+            if kernel is None and narrow_hopper(spec) and (prob.M if t else prob.N) < spec.tile[1]:
                 continue
             out.append(Route(spec.name, t, opts))
     isz = ITEMSIZE[prob.dtype]
@@ -553,13 +554,9 @@ def candidate_routes(prob: Problem, manifest: Manifest, cc: tuple[int, int], ker
     return out
 
 
-def narrow_hopper(spec: KernelSpec) -> bool:
-    """One of the catalogue's 128 x 192 Hopper kernels (narrower than the ladder's 128 x 256 tile)."""
-    return spec.ladder == "hopper" and spec.tile[1] < HOPPER_TILE_COLS
-
-
 def _narrow_with_copies(recipe: Recipe, manifest: Manifest) -> bool:
-    """A recipe that pairs the catalogue's 128 x 192 kernels with copies of the operands: not offered. Measured in
+    """A recipe that pairs the catalogue's 128 x 192 kernels with copies of the operands: not offered unless the
+    caller names the kernel. Measured in
     place only (H100, fp16): 4097^3 with both operands packed ran 538.7 us on them, estimated below the util kernels'
     packed route, which ran 320."""
     gemms = [manifest.kernels[s.kernel] for s in recipe.steps if isinstance(s, Gemm)]
@@ -602,7 +599,7 @@ def ranked_recipes(prob: Problem, manifest: Manifest, cc: tuple[int, int], sm_co
     out = []
     for route in candidate_routes(prob, manifest, cc, kernel, sm_count):
         recipe = recipe_for(route, prob, manifest)
-        if recipe is not None and not _narrow_with_copies(recipe, manifest):
+        if recipe is not None and (kernel is not None or not _narrow_with_copies(recipe, manifest)):
             out.append((model.estimate_us(recipe, prob.dtype, prob.beta_zero), recipe))
     if min(prob.M, prob.N) <= DECODE_ROWS:
         out = [x for x in out if _gemm_tile_rows(x[1], manifest) <= DECODE_ROWS] or out

@@ -316,6 +316,10 @@ def test_the_128_x_192_tiles_go_where_256_wide_ones_leave_a_wave_part_empty():
         prob = _problem(M, N, 4096, orders=("row", "col", "row"))
         routes = planner.candidate_routes(prob, MANIFEST, (9, 0), sm_count=132)
         assert not [r for r in routes if r.kernel in narrow and (M if r.transpose else N) < 192]
+    # a kernel the caller names runs wherever it can
+    forced = planner.heuristic_recipe(_problem(16384, 128, 4096, orders=("row", "col", "row")), MANIFEST, (9, 0), 132,
+                                      kernel=sorted(narrow)[0])
+    assert forced.route.kernel == sorted(narrow)[0]
 
 
 def test_heuristic_picks_the_fast_paths_on_hopper():
