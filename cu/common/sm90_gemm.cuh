@@ -642,8 +642,8 @@ __device__ __forceinline__ void stage_blocks(const float (&d)[NACC], int j0, uin
 
 // TMA store: stmatrix the tile (as fp16) into the staging buffer, then one thread issues the bulk tensor
 // stores (store(src, col, row): a 64 x 64 box). The store runs asynchronously while this warpgroup starts the
-// next tile; the buffer is reused only after the previous store has finished reading it. kCols < BN stages the
-// tile in BN / kCols passes. before_pass(d, pass), where given, changes the pass's accumulators first (while the
+// next tile; the buffer is reused only after the previous store has finished reading it. kCols below the tile's
+// width (2 NACC columns) stages the tile in passes of kCols. before_pass(d, pass), where given, changes the pass's accumulators first (while the
 // previous store may still be reading the buffer).
 struct NoPassHook {
   template <int NACC>
@@ -833,7 +833,7 @@ template <typename T>
 struct BiasPass {
   const FusedArgs<T>& x;
   bool on;  // bias_pass_fits (else nothing to add: the plain store)
-  int row0, n0, M, N;
+  int row0, n0, M;
   __device__ __forceinline__ void operator()(float (&d)[128], int pass) const {
     constexpr int kBlocks = kFusedCols / 8;
     if (!on) return;
@@ -1280,7 +1280,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
         // the catalogue's epilogue (no math, the passes unrolled), or the same adding a bias to each pass
         const bool bias_only = bias_pass_fits(x, n0, N);
         if (bias_only || plain_epilogue(x)) {
-          epilogue_tma<T, K::kCStageCols>(d, store, sCw, cw, row0, n0, BiasPass<T>{x, bias_only, row0, n0, M, N});
+          epilogue_tma<T, K::kCStageCols>(d, store, sCw, cw, row0, n0, BiasPass<T>{x, bias_only, row0, n0, M});
         } else {
           epilogue_fused<T>(d, cm, sCw, &cbar[cw], cphase, cold, cw, row0, n0, M, N, sched.row_end, outer, inner, x);
         }
