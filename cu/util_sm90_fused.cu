@@ -53,7 +53,9 @@ using namespace hg90g;  // the knobs, rungs and sm90_gemm (cu/common/sm90_gemm.c
 
 // Parameters in the toml's order: the three maps, then C's pointer (C_old, and the grouped GEMM's partial
 // tiles), the shape, C's row stride, the epilogue (cu/common/epilogue.cuh), the batch, then TAIL: the grouped
-// GEMM's (group, group_mode, groups) or stream-K's (work, sk_tiles), each kernel passing the other's unused.
+// GEMM's (group, group_mode, groups) and the dynamic tile order's counter (work: TileQueue in
+// cu/common/sm90_gemm.cuh; null for the static order), or stream-K's (work, sk_tiles), each kernel passing the
+// other's unused.
 // RUNG is a knobs type without commas; TAIL_PARAMS and TAIL_ARGS are parenthesised lists.
 #define HG_UNPAREN(...) __VA_ARGS__
 #define UTIL_FUSED_KERNEL(NAME, RUNG, TAIL_PARAMS, TAIL_ARGS)                                                    \
@@ -68,8 +70,9 @@ using namespace hg90g;  // the knobs, rungs and sm90_gemm (cu/common/sm90_gemm.c
                                                HG_UNPAREN TAIL_ARGS});                                           \
   }                                                                                                              \
   HG_EXPORT_DSMEM(NAME, Config<RUNG>::kSmemBytes)
-#define UTIL_FUSED(NAME, RUNG) \
-  UTIL_FUSED_KERNEL(NAME, RUNG, (const int* group, int group_mode, int groups), (group, group_mode, groups))
+#define UTIL_FUSED(NAME, RUNG)                                                                   \
+  UTIL_FUSED_KERNEL(NAME, RUNG, (const int* group, int group_mode, int groups, float* work), \
+                    (group, group_mode, groups, work))
 
 UTIL_FUSED(util_gemm_wgmma_fused_f16_tn, Fused)
 UTIL_FUSED(util_gemm_wgmma_fused_f16_nn, Nn<Fused>)

@@ -34,7 +34,7 @@ from .registry import get_registry
 __all__ = ["grouped_matmul", "GROUP_MODES"]
 
 GROUP_MODES = {"contiguous": 1, "masked": 2}  # the kernels' i32:group_mode (0: not grouped)
-MAX_GROUPS = 496  # the kernels' shared-memory table of per-group tile prefix sums (cu/util_sm90_fused.cu)
+MAX_GROUPS = 492  # the kernels' shared-memory table of per-group tile prefix sums (cu/util_sm90_fused.cu)
 ROLE = "gemm_fused_wgmma"
 _I32 = 2**31 - 1
 

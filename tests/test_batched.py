@@ -352,6 +352,33 @@ def test_attention_shapes_plan_one_launch_without_copies():
 
 
 @needs_manifest
+def test_long_batched_fused_launches_take_the_dynamic_tile_order():
+    """A launch of the fused kernel with planner.DYNAMIC_MIN_TILES tiles or more, of K at most
+    planner.DYNAMIC_MAX_K, takes its tiles from a counter (an int32 temporary its `ptr:work` gets); a shorter one,
+    or one with a longer K, keeps the static order (a null pointer)."""
+    fused = next(n for n, s in MANIFEST.kernels.items() if s.role == "gemm_fused_wgmma" and not planner.streamk(s)
+                 and s.dtype == "f16" and s.layout == "NN")  # (B as K x N, row-major)
+    spec = MANIFEST.kernels[fused]
+    assert spec.params[-1] == "ptr:work" and "work" in executor.OPTIONAL_POINTERS
+    for batch, dynamic in ((256, True), (4, False)):
+        q, k = _fake((batch, 2048, 128)), _fake((batch, 128, 2048), slot=1)
+        prob = api.problem_of(_call(q, k))
+        tiles = spec.output_tiles(2048, 2048, False) * batch
+        assert (tiles >= planner.DYNAMIC_MIN_TILES) == dynamic
+        recipe = planner.ranked_recipes(prob, MANIFEST, (9, 0), 132, kernel=fused)[0][1]
+        (step,) = recipe.steps
+        assert (step.work is not None) == dynamic, planner.describe(recipe)
+        assert ("dynamic tile order" in planner.describe(recipe)) == dynamic
+        assert [t.name for t in recipe.temps] == (["tQ"] if dynamic else [])
+        if dynamic:  # one int32
+            assert recipe.temps[0].rows * recipe.temps[0].cols * ITEMSIZE["f16"] == 4
+    for K, dynamic in ((128, True), (256, False)):  # 8192 tiles, unbatched
+        a, b = _fake((16384, K)), _fake((K, 16384), slot=1)
+        recipe = planner.ranked_recipes(api.problem_of(_call(a, b)), MANIFEST, (9, 0), 132, kernel=fused)[0][1]
+        assert (recipe.steps[0].work is not None) == dynamic, planner.describe(recipe)
+
+
+@needs_manifest
 def test_a_broadcast_operand_is_copied_once():
     """A packed copy of a broadcast operand is one matrix, read by every matrix of the batch."""
     a = _fake((7, 100, 33), strides=(100 * 33 * 2, 33 * 2, 2))  # K = 33: rows not 16-byte multiples
@@ -536,6 +563,46 @@ def test_numpy_batched_in_and_out(rng):
     out = np.ones((4, 33, 17), np.float32)
     assert hg.matmul(a, b, out=out, beta=1.0) is out
     assert _rel(out.astype(np.float64), np.matmul(a.astype(np.float64), b) + 1.0) < 1e-5
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,b_order", [("f16", "col"), ("bf16", "row")])
+def test_dynamic_tile_order_is_correct_launch_after_launch(dtype, b_order, rng):
+    """A batched launch long enough for the dynamic tile order (100 x (300 x 1000 x 72): 1200 ragged tiles),
+    fresh inputs each call, against float64: the counter the CTAs claim tiles from is back at zero after every
+    launch (a tile claimed twice or never would leave NaN or a wrong sum), with beta * C_old too."""
+    kernel = f"util_gemm_wgmma_fused_{dtype}_{'tn' if b_order == 'col' else 'nn'}"
+    for call, beta in enumerate((0.0, 0.0, 0.5)):  # (the same execution each time: its counter)
+        a = GuardedArray(rng.standard_normal((100, 300, 72)), dtype)
+        b = GuardedArray(rng.standard_normal((100, 72, 1000)), dtype, b_order)
+        c = GuardedArray(rng.standard_normal((100, 300, 1000)) if beta else np.full((100, 300, 1000), np.nan), dtype)
+        plan = hg.explain(a.view, b.view, c.view, beta=beta, kernel=kernel)
+        assert "dynamic tile order" in plan, plan
+        err, bound, _ = _run(a, b, c, 1.0, beta, kernel=kernel)
+        assert err <= bound, f"call {call}: rel err {err:.2e} > {bound:.2e}: {plan}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch,M,N,K", [(3, 1, 1, 1), (3, 17, 33, 9), (64, 131, 77, 261), (7, 128, 256, 64)])
+def test_dynamic_tile_order_at_any_tile_count(batch, M, N, K, rng, monkeypatch):
+    """The dynamic tile order forced on short launches (fewer tiles than SMs: every CTA's first claim fails),
+    twice each, against float64."""
+    monkeypatch.setattr(planner, "DYNAMIC_MIN_TILES", 1)
+    hg.plans.clear()
+    try:
+        for dtype in ("f16", "bf16"):
+            a = GuardedArray(rng.standard_normal((batch, M, K)), dtype)
+            b = GuardedArray(rng.standard_normal((batch, K, N)), dtype)
+            c = GuardedArray(np.full((batch, M, N), np.nan), dtype)
+            plan = hg.explain(a.view, b.view, c.view)
+            if "util_gemm_wgmma_fused" not in plan:
+                continue  # (another kernel's route: nothing to test here)
+            assert "dynamic tile order" in plan
+            for call in range(2):
+                err, bound, _ = _run(a, b, c)
+                assert err <= bound, f"{dtype} call {call}: rel err {err:.2e} > {bound:.2e}: {plan}"
+    finally:
+        hg.plans.clear()
 
 
 @pytest.mark.gpu

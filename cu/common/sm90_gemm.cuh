@@ -37,9 +37,9 @@ constexpr int kGroupRows = 2048;
 
 // The grouped GEMM (kFused, group_mode != 0; see kGroupContiguous below): the most groups its shared-memory
 // table holds, one int32 inclusive prefix sum per group in the dynamic shared memory the fused kernel has
-// left under the 227 KB per block (232448 bytes less the ring, staging, barriers and alignment slack: see
+// left under the 227 KB per block (232448 bytes less the ring, staging, barriers, stage tile indices and alignment slack: see
 // Config). The kernel traps on a launch with more; the runtime refuses them before.
-constexpr int kMaxGroups = 496;
+constexpr int kMaxGroups = 492;
 
 // One kernel's compile-time shape. Both consumers work on the same 128 x 256 tile (rows 0-63 and
 // 64-127, "cooperative") and read the same B stage, so a stage is 128 + 256 rows of 64 K: 48 KB of
@@ -106,10 +106,13 @@ struct Config : Rung {
   static constexpr int kColdBars = Rung::kFused ? kConsumers : 0;
   static constexpr int kGroupOffset = kBarOffset + (2 * kStages + kColdBars) * 8;
   static constexpr int kGroupBytes = Rung::kFused ? kMaxGroups * 4 : 0;
+  // kFused: the tile index of each stage (TileQueue)
+  static constexpr int kStageTileOffset = kGroupOffset + kGroupBytes;
+  static constexpr int kStageTileBytes = Rung::kFused ? kStages * 4 : 0;
   // The slack for aligning the dynamic shared memory up to 1024 bytes: it is 16-byte aligned (PTX
   // `.extern .shared .align 16`), so 1008 bytes do; kFused counts on that (its two barriers take the other 16).
   static constexpr int kSlack = Rung::kFused ? 1008 : 1024;
-  static constexpr int kSmemBytes = kGroupOffset + kGroupBytes + kSlack;  // + barriers, (table), slack
+  static constexpr int kSmemBytes = kStageTileOffset + kStageTileBytes + kSlack;  // + barriers, (table), slack
   // Arrivals that free a stage: every consumer that reads it, in every CTA that it is multicast to.
   static constexpr int kEmptyArrivals = kConsumers * kClusterM;
   // B rows (TN: N rows of 64 K; NN: 64-column chunks) loaded by this CTA; the peer loads the rest.
@@ -156,7 +159,7 @@ struct FusedArgs {
   long long bsc_o, bsc_i;
   const int* group;  // grouped GEMM: ends or counts, `groups` of them (group_mode 0: not grouped, unread)
   int group_mode, groups;
-  float* work = nullptr;  // kStreamK: the workspace (StreamK) ...
+  float* work = nullptr;  // kStreamK: the workspace (StreamK) ...; else the tile counter (TileQueue) or null
   int sk_tiles = 0;       // ... and how many of the last tiles are stream-K tiles
 };
 struct NoFused {};  // the catalogue kernels' (none)
@@ -323,6 +326,49 @@ struct TileSched {
     }
   }
 };
+
+// The fused GEMM's tile order (not stream-K's), decided by the producer alone: it writes each tile's index beside
+// the ring stage of the tile's first k-block, where the consumers read it once that stage is full.
+// - Static (`work` null): the CTA's tiles blockIdx.x + i * gridDim.x, as TileSched::next gives them.
+// - Dynamic (`work` given): the first tile blockIdx.x, each later one the next unclaimed tile, gridDim.x + an
+//   atomicAdd on the int32 counter work[0]. With the static stride, CTAs that run slower fall behind the rest, and
+//   over a long batched launch those far behind read operands that the output stream has pushed out of L2 (H100,
+//   256 x (2048 x 2048 x 128): the same matrices as 4 launches of 64 ran 5% faster). Each claim is made a tile
+//   ahead, so that its round trip overlaps the tile's loads. Every CTA with a first tile claims until a claim
+//   fails, so a launch makes exactly `total` claims: the one that returns total - 1 is the last, and the CTA that
+//   made it sets the counter back to zero for the next launch (the runtime zeroes it once, when it allocates it).
+struct TileQueue {
+  int* ctr;
+  int total, cur, ahead;
+  __device__ TileQueue(int* ctr_, int total_) : ctr(ctr_), total(total_), cur(static_cast<int>(blockIdx.x)) {
+    ahead = claim();
+  }
+  // The tile after `cur` (none once cur is past the end: this CTA's last claim has failed). Nothing here waits for
+  // the atomic's value: it is read a tile later.
+  __device__ int claim() {
+    if (cur >= total) return cur;
+    if (ctr == nullptr) return cur + static_cast<int>(gridDim.x);
+    return static_cast<int>(gridDim.x) + atomicAdd(ctr, 1);
+  }
+  // This CTA's next tile (false: none left).
+  __device__ bool next(int& t) {
+    t = cur;
+    if (t >= total) return false;
+    cur = ahead;
+    if (ctr != nullptr && cur == static_cast<int>(gridDim.x) + total - 1) atomicExch(ctr, 0);  // the last claim
+    ahead = claim();
+    return true;
+  }
+};
+
+// The dynamic order's counter (the fused GEMM's `work`), or null: the static order.
+template <class K, class X>
+__device__ __forceinline__ int* tile_queue_counter(const X& x) {
+  if constexpr (K::kFused && !K::kStreamK)
+    return reinterpret_cast<int*>(x.work);
+  else
+    return nullptr;
+}
 
 // ---- stream-K (kStreamK; cu/util_sm90_fused.cu's util_gemm_wgmma_streamk_*) ----
 // Where a persistent grid's last wave of tiles would leave SMs idle (tiles % G of the G CTAs busy, or fewer
@@ -1065,24 +1111,30 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
   using Sched = TileSched<kClusterM, K::kPersistent, K::kFused, K::kBN>;
   static_assert(!K::kStreamK || K::kGroupBytes >= static_cast<int>(sizeof(SkConfig)), "SkConfig's room");
   static_assert(!K::kStreamK || kConsumers * kSkPartFloats * 4 <= kStages * K::kStageBytes, "sk_gather's buffers");
-  Sched sched = [&] {
-    if constexpr (K::kFused) {
-      const int cols = (x.epi & hge::kSwiGLU) ? kSwiGLUCols : BN;
-      if (x.group_mode == 0) return Sched(M, N, cols, x.batch_count, x.batch_inner);
+  if constexpr (K::kFused) {
+    if (x.group_mode != 0) {
       // Grouped GEMM: the table of the groups' m-tile prefix sums, built by the whole CTA (the staging
       // buffer, unused before the first epilogue, holds the scan's warp sums). More groups than the table
       // holds: trap (the runtime refuses them); more than there are matrices: those have no tiles.
       if (x.groups > kMaxGroups || K::kStreamK) __trap();  // (stream-K: no grouped GEMM)
-      const int E = min(x.groups, x.batch_count);
-      int* tab = reinterpret_cast<int*>(smem + K::kGroupOffset);
-      group_scan(tab, reinterpret_cast<int*>(sC), x.group, x.group_mode, E, M);
-      return Sched(M, N, cols, x.batch_count, x.batch_inner, x.group_mode, x.group, E, tab);
+      group_scan(reinterpret_cast<int*>(smem + K::kGroupOffset), reinterpret_cast<int*>(sC), x.group, x.group_mode,
+                 min(x.groups, x.batch_count), M);
+    }
+  }
+  // The tile order: made by each warpgroup after its setmaxnreg (state live across it went to the stack)
+  auto make_sched = [&] {
+    if constexpr (K::kFused) {
+      const int cols = (x.epi & hge::kSwiGLU) ? kSwiGLUCols : BN;
+      if (x.group_mode == 0) return Sched(M, N, cols, x.batch_count, x.batch_inner);
+      return Sched(M, N, cols, x.batch_count, x.batch_inner, x.group_mode, x.group, min(x.groups, x.batch_count),
+                   reinterpret_cast<const int*>(smem + K::kGroupOffset));
     } else {
       return Sched(M, N);
     }
-  }();
+  };
   if constexpr (K::kStreamK) {
-    if (threadIdx.x == 0) sk_config(reinterpret_cast<SkConfig*>(smem + K::kGroupOffset), sched.total, x.sk_tiles, nk);
+    if (threadIdx.x == 0)
+      sk_config(reinterpret_cast<SkConfig*>(smem + K::kGroupOffset), make_sched().total, x.sk_tiles, nk);
     __syncthreads();
   }
   int m0, n0, outer, inner;
@@ -1096,7 +1148,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
     else
       return 0;
   };
-  auto next_piece = [&](SkState& sk, int& kb0, int& kb1) -> bool {
+  auto next_piece = [&](Sched& sched, SkState& sk, int& kb0, int& kb1) -> bool {
     if constexpr (K::kStreamK) {
       int t;
       if (!sk.next(sk_cfg(), t, kb0, kb1)) return false;
@@ -1110,16 +1162,36 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
     }
   };
   int kb0, kb1;
+  // The fused GEMM's tiles come from the producer (TileQueue): each one's index beside the stage of its first
+  // k-block; after the last, a stage without data and index -1. (Consumers that computed the static order
+  // themselves beside this path had their k-loop's stage and phase out of the uniform datapath.)
+  constexpr bool kQueue = K::kFused && !K::kStreamK;
+  [[maybe_unused]] volatile int* const stage_tile = reinterpret_cast<volatile int*>(smem + K::kStageTileOffset);
 
   if (wg == 0) {
     // ---------------- producer ----------------
     hg90::setmaxnreg_dec<kProducerRegs>();
     if (threadIdx.x == 0) {
+      Sched sched = make_sched();
       const uint32_t rank = sched.rank;
       int stage = 0;
       uint32_t phase = 0;
       [[maybe_unused]] SkState sk = make_sk();
-      while (next_piece(sk, kb0, kb1)) {
+      [[maybe_unused]] int tile = -1;
+      [[maybe_unused]] TileQueue queue(tile_queue_counter<K>(x), kQueue ? sched.total : 0);
+      auto produce_next = [&]() -> bool {
+        if constexpr (!kQueue) {
+          return next_piece(sched, sk, kb0, kb1);
+        } else {
+          if (!queue.next(tile)) return false;
+          outer = inner = 0;
+          sched.at(tile, m0, n0, outer, inner);
+          kb0 = 0;
+          kb1 = nk;
+          return true;
+        }
+      };
+      while (produce_next()) {
         // kFused: the tile's batch coordinates in each map, and where B's second half starts: the
         // up rows/columns of the tile's output columns (SwiGLU, B has 2N rows/columns) or n0 + BN/2.
         [[maybe_unused]] int ai = 0, ao = 0, bi = 0, bo = 0, nb1 = 0;
@@ -1144,6 +1216,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
           // A fresh barrier counts as having completed the phase before phase 0, so the first pass
           // over the ring does not block.
           hg90::mbar_wait(&empty[stage], phase ^ 1);
+          if (kQueue && kb == kb0) stage_tile[stage] = tile;
           hg90::mbar_arrive_expect_tx(&full[stage], K::kStageBytes);
           const int k0 = kb * BK;
           if constexpr (K::kFused) {
@@ -1199,6 +1272,11 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
           }
         }
       }
+      if constexpr (kQueue) {  // the end: the next stage, full without data, index -1
+        hg90::mbar_wait(&empty[stage], phase ^ 1);
+        stage_tile[stage] = -1;
+        hg90::mbar_arrive(&full[stage]);
+      }
     }
   } else {
     // ---------------- consumers ----------------
@@ -1218,8 +1296,28 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
         hg90::mbar_arrive(&empty[s]);
       }
     };
+    Sched sched = make_sched();
     [[maybe_unused]] SkState sk = make_sk();
-    while (next_piece(sk, kb0, kb1)) {
+    // the tile order's next tile: the index beside its first k-block's stage, once that stage is full
+    auto consume_next = [&]() -> bool {
+      if constexpr (!kQueue) {
+        return next_piece(sched, sk, kb0, kb1);
+      } else {
+        // (warp-wide, so that the wait, the loop's exit and the tile's coordinates are provably uniform: mbar_wait's
+        // per-thread loop here, or a branch on the loaded index, took the k-loop's stage and phase out of the
+        // uniform datapath; the index through redux.sync lands in a uniform register)
+        while (!__all_sync(0xffffffffu, hg90::mbar_try_wait(&full[stage], phase))) {
+        }
+        const int t = __reduce_max_sync(0xffffffffu, stage_tile[stage]);
+        if (t < 0) return false;
+        outer = inner = 0;
+        sched.at(t, m0, n0, outer, inner);
+        kb0 = 0;
+        kb1 = nk;
+        return true;
+      }
+    };
+    while (consume_next()) {
       // (stream-K: a piece without k-block 0 writes a partial tile, no epilogue)
       [[maybe_unused]] const bool owner = !K::kStreamK || kb0 == 0;
       if constexpr (K::kFused) {
