@@ -70,9 +70,14 @@ using namespace hg90g;  // the knobs, rungs and sm90_gemm (cu/common/sm90_gemm.c
                                                HG_UNPAREN TAIL_ARGS});                                           \
   }                                                                                                              \
   HG_EXPORT_DSMEM(NAME, Config<RUNG>::kSmemBytes)
-#define UTIL_FUSED(NAME, RUNG)                                                                   \
+// The `queue` variant (util_sm90_fused.toml): NAME__queue0 walks the static tile order, NAME__queue1 takes its tiles
+// from the producer's TileQueue (the dynamic order where `work` is a counter).
+#define UTIL_FUSED_VARIANT(NAME, RUNG)                                                          \
   UTIL_FUSED_KERNEL(NAME, RUNG, (const int* group, int group_mode, int groups, float* work), \
                     (group, group_mode, groups, work))
+#define UTIL_FUSED(NAME, RUNG)                  \
+  UTIL_FUSED_VARIANT(NAME##__queue0, RUNG) \
+  UTIL_FUSED_VARIANT(NAME##__queue1, Queue<RUNG>)
 
 UTIL_FUSED(util_gemm_wgmma_fused_f16_tn, Fused)
 UTIL_FUSED(util_gemm_wgmma_fused_f16_nn, Nn<Fused>)

@@ -79,6 +79,26 @@ ODD_N_DIRECT_STORE = 0.85  # direct-store epilogues fall back to element stores 
 C_STORE_SHARE = {"tma": 1.0, "staged": 0.8, "direct": 0.4}
 
 
+# The fused kernel's `queue` variant: its tiles claimed from a counter (the dynamic order; TileQueue in
+# cu/common/sm90_gemm.cuh). It pays on batched launches of at least DYNAMIC_MIN_TILES tiles of at most DYNAMIC_MAX_K,
+# whose time is the output's writes: there the static order lets CTAs drift apart, reading operands the output stream has
+# pushed out of L2 (H100, fp16, do_bench: 256 x (2048 x 2048 x 128) 1016 us as one launch, 965 as 4 launches of 64),
+# and the queue ran 1016 -> 878 us (torch 892), 64 x (...) 243 -> 228 (torch 229), 256 x (512 x 512 x 64) 68.2 ->
+# 67.9; unbatched, 32768 x 8192 x 128 225 -> 213, the catalogue kernel's time, which plain GEMMs run on (only
+# batched launches are priced as gaining). Elsewhere it lost 1-3% (64 x (512 x 512 x 64) 19.5 -> 21.2, 32 x 1024^3 118 ->
+# 121, 16384 x 4096 x 4096 863 -> 871), each claim's round trip waiting on the one before it. Priced as
+# QUEUE_SCALE of the static launch.
+QUEUE = "queue"  # the variant axis (1: the tile queue)
+DYNAMIC_MIN_TILES = 1024
+DYNAMIC_MAX_K = 128
+QUEUE_SCALE = {True: 0.94, False: 1.02}  # (where it pays, elsewhere)
+
+
+def dynamic_order_pays(tiles: int, K: int, batched: bool) -> bool:
+    """Whether a fused-kernel launch of `tiles` tiles (over its batch) and this K runs faster from the tile queue."""
+    return batched and tiles >= DYNAMIC_MIN_TILES and K <= DYNAMIC_MAX_K
+
+
 def narrow_hopper(spec: KernelSpec) -> bool:
     """One of the catalogue's 128 x 192 Hopper kernels (narrower than the ladder's 128 x 256 tile)."""
     return spec.ladder == "hopper" and spec.tile[1] < HOPPER_TILE_COLS
@@ -321,6 +341,9 @@ class CostModel:
             epilogue = g.M * g.N * nb * isz / r.fused_c_read_bytes_per_s
         if g.ctas:  # stream-K: the pieces' partial tiles published, waited for and added by the owners
             epilogue += self._streamk_fixup_us(spec, g) * 1e-6
+        if dict(g.variant).get(QUEUE) == 1:
+            scale = QUEUE_SCALE[dynamic_order_pays(tiles, g.K, nb > 1)]
+            compute, memory, panel, epilogue = (x * scale for x in (compute, memory, panel, epilogue))
         # a problem too small to keep the GPU busy costs the launch's latency instead
         return max((max(compute, memory, panel) + epilogue) * 1e6, latency)
 

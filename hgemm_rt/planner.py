@@ -23,7 +23,7 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from .costmodel import CostModel, narrow_hopper, streamk_splits, tma_slow_rows
+from .costmodel import QUEUE, CostModel, narrow_hopper, streamk_splits, tma_slow_rows
 from .errors import NotBuiltForDeviceError
 from .launcher import default_swizzle_stride
 from .manifest import KernelSpec, Manifest
@@ -78,16 +78,6 @@ SK_MAX_BLOCKS = 2**31 - 1  # the kernel cuts K at j x k-blocks / pieces in 32 bi
 # 256-wide tiles 54.4-59.0 at 256 x 256 x 65536 (the split-K pick there: 48.0), and m128n64 at 64 x 64 x 65536 21.0-21.7
 # (the decode kernel 19.5-20.3)
 K_GROUPS = "k_groups"
-# The fused kernel's dynamic tile order (its `ptr:work`: an int32 counter the CTAs claim tiles from; TileQueue in
-# cu/common/sm90_gemm.cuh): for launches of at least DYNAMIC_MIN_TILES tiles of at most DYNAMIC_MAX_K, whose time
-# is the output's writes. There the static order lets CTAs drift apart, reading operands the output stream has
-# pushed out of L2 (H100, fp16, do_bench: 256 x (2048 x 2048 x 128) 1016 us as one launch, 965 as 4 launches of
-# 64), and the dynamic one ran 1016 -> 878 us (torch 892), 64 x (...) 243 -> 228 (torch 229), 32768 x 8192 x 128
-# 225 -> 213, 256 x (512 x 512 x 64) 68.2 -> 67.9. Not with fewer tiles or a longer K: each claim's round trip
-# waits on the one before it (64 x (512 x 512 x 64) 19.5 -> 21.2, 32 x 1024^3 118 -> 121, 16384 x 4096 x 4096 863
-# -> 871).
-DYNAMIC_MIN_TILES = 1024
-DYNAMIC_MAX_K = 128
 KG_ROLE = "gemm_strided_wgmma"
 KG_DTYPES = ("f16", "bf16")
 KG_TILE_ROWS, KG_TILE_COLS = 128, 128
@@ -161,12 +151,6 @@ def k_groups_work_bytes(tiles: int, splits: int, groups: int, tile: tuple[int, i
 def streamk(spec: KernelSpec) -> bool:
     """A stream-K kernel: its grid and stream-K tiles are the recipe's, and it takes a workspace."""
     return spec.role == "gemm_fused_wgmma" and "i32:sk_tiles" in spec.params
-
-
-def dynamic_order(p: Problem, tiles: int) -> bool:
-    """Whether a plain fused-kernel launch of `tiles` tiles takes its tiles from a counter (see
-    DYNAMIC_MIN_TILES) rather than in the static order."""
-    return tiles >= DYNAMIC_MIN_TILES and p.K <= DYNAMIC_MAX_K
 
 
 def streamk_tiles(tiles: int, ctas: int) -> int:
@@ -411,10 +395,11 @@ def _recipe(route: Route, p: Problem, spec: KernelSpec, glue: _Glue) -> Recipe |
             nbytes = SK_FLAG_BYTES + ctas * SK_PART_BYTES
             glue.temps.append(Temp("tW", 1, -(-nbytes // isz)))
             g = replace(g, ctas=ctas, sk_tiles=sk, work=_dense("tW", 1, -(-nbytes // isz)))
-        elif spec.role == "gemm_fused_wgmma" and \
-                dynamic_order(p, spec.output_tiles(M, p.c.cols, p.swiglu) * _prod(p.kernel_batch)):
-            glue.temps.append(Temp("tQ", 1, -(-4 // isz)))  # the tile counter: one int32
-            g = replace(g, work=_dense("tQ", 1, -(-4 // isz)))
+        elif QUEUE in opts:  # the tile queue, with its counter (the dynamic order): one int32, zeroed once
+            if opts[QUEUE] != 1 or 1 not in spec.variants.get(QUEUE, ()):
+                return None
+            glue.temps.append(Temp("tQ", 1, -(-4 // isz)))
+            g = replace(g, variant=g.variant + ((QUEUE, 1),), work=_dense("tQ", 1, -(-4 // isz)))
         return glue.recipe(route, g)
     if spec.role in LEADING_DIM_ROLES:
         a = p.a
@@ -532,8 +517,9 @@ def candidate_routes(prob: Problem, manifest: Manifest, cc: tuple[int, int], ker
                 grids = streamk_grids(tiles, -(-prob.K // spec.tile[2]), sm_count) if sm_count else []
                 out += [Route(spec.name, t, (("ctas", g),)) for g in grids]
             continue
-        if spec.role == "gemm_fused_wgmma":  # persistent: no split-K
-            out += [Route(spec.name, t) for t in (False, True)]
+        if spec.role == "gemm_fused_wgmma":  # persistent: no split-K; the static order, or the tile queue
+            orders = [()] + ([((QUEUE, 1),)] if 1 in spec.variants.get(QUEUE, ()) else [])
+            out += [Route(spec.name, t, order) for t in (False, True) for order in orders]
             continue
         if spec.role in SPLIT_K_ROLES:
             if acc_variant(spec, prob.dtype, prob.acc) is False:
@@ -676,7 +662,7 @@ def describe(recipe: Recipe) -> str:
             extra = f" splits={s.splits}" if s.splits > 1 else ""
             extra += f" k_groups={s.k_groups}" if s.k_groups > 1 else ""
             extra += f" stream-K {s.sk_tiles} tiles over {s.ctas} CTAs" if s.ctas else ""
-            extra += " dynamic tile order" if s.work is not None and not s.ctas and s.k_groups == 1 else ""
+            extra += " dynamic tile order" if dict(s.variant).get(QUEUE) == 1 else ""
             v = ",".join(f"{k}={v}" for k, v in s.variant)
             parts.append(f"{s.kernel}{'[' + v + ']' if v else ''}{extra} {batch(s)}{s.M}x{s.N}x{s.K}{epi(s)}")
     loop = f" (x {'x'.join(map(str, recipe.loop))} launches)" if recipe.loop else ""

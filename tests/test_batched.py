@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import hgemm_rt as hg
-from hgemm_rt import DeviceArray, api, executor, planner, problem
+from hgemm_rt import DeviceArray, api, costmodel, executor, planner, problem
 from hgemm_rt.costmodel import CostModel
 from hgemm_rt.dtypes import ITEMSIZE, STORAGE, storage_to_f64
 from hgemm_rt.errors import ManifestError, ValidationError
@@ -353,9 +353,9 @@ def test_attention_shapes_plan_one_launch_without_copies():
 
 @needs_manifest
 def test_long_batched_fused_launches_take_the_dynamic_tile_order():
-    """A launch of the fused kernel with planner.DYNAMIC_MIN_TILES tiles or more, of K at most
-    planner.DYNAMIC_MAX_K, takes its tiles from a counter (an int32 temporary its `ptr:work` gets); a shorter one,
-    or one with a longer K, keeps the static order (a null pointer)."""
+    """The fused kernel's best route where the tile queue pays (costmodel.dynamic_order_pays: many tiles, a short
+    K) is its `queue` variant, its tiles claimed from a counter (an int32 temporary its `ptr:work` gets); elsewhere
+    the plain variant, in the static order (a null pointer), the queue ranked after it."""
     fused = next(n for n, s in MANIFEST.kernels.items() if s.role == "gemm_fused_wgmma" and not planner.streamk(s)
                  and s.dtype == "f16" and s.layout == "NN")  # (B as K x N, row-major)
     spec = MANIFEST.kernels[fused]
@@ -364,18 +364,23 @@ def test_long_batched_fused_launches_take_the_dynamic_tile_order():
         q, k = _fake((batch, 2048, 128)), _fake((batch, 128, 2048), slot=1)
         prob = api.problem_of(_call(q, k))
         tiles = spec.output_tiles(2048, 2048, False) * batch
-        assert (tiles >= planner.DYNAMIC_MIN_TILES) == dynamic
-        recipe = planner.ranked_recipes(prob, MANIFEST, (9, 0), 132, kernel=fused)[0][1]
+        assert costmodel.dynamic_order_pays(tiles, 128, True) == dynamic
+        ranked = [r for _est, r in planner.ranked_recipes(prob, MANIFEST, (9, 0), 132, kernel=fused)
+                  if not r.route.transpose]
+        recipe = ranked[0]
         (step,) = recipe.steps
-        assert (step.work is not None) == dynamic, planner.describe(recipe)
+        queued = dict(step.variant).get(planner.QUEUE) == 1
+        assert (step.work is not None) == queued == dynamic, planner.describe(recipe)
         assert ("dynamic tile order" in planner.describe(recipe)) == dynamic
+        assert any(dict(r.steps[0].variant).get(planner.QUEUE) != queued for r in ranked[1:])  # the other order
         assert [t.name for t in recipe.temps] == (["tQ"] if dynamic else [])
         if dynamic:  # one int32
             assert recipe.temps[0].rows * recipe.temps[0].cols * ITEMSIZE["f16"] == 4
-    for K, dynamic in ((128, True), (256, False)):  # 8192 tiles, unbatched
+    for K in (128, 256):  # 8192 tiles, unbatched: the static order (the gain was measured on batches)
         a, b = _fake((16384, K)), _fake((K, 16384), slot=1)
         recipe = planner.ranked_recipes(api.problem_of(_call(a, b)), MANIFEST, (9, 0), 132, kernel=fused)[0][1]
-        assert (recipe.steps[0].work is not None) == dynamic, planner.describe(recipe)
+        step = recipe.steps[0]
+        assert step.work is None and not dict(step.variant).get(planner.QUEUE), planner.describe(recipe)
 
 
 @needs_manifest
@@ -587,7 +592,8 @@ def test_dynamic_tile_order_is_correct_launch_after_launch(dtype, b_order, rng):
 def test_dynamic_tile_order_at_any_tile_count(batch, M, N, K, rng, monkeypatch):
     """The dynamic tile order forced on short launches (fewer tiles than SMs: every CTA's first claim fails),
     twice each, against float64."""
-    monkeypatch.setattr(planner, "DYNAMIC_MIN_TILES", 1)
+    monkeypatch.setattr(costmodel, "DYNAMIC_MIN_TILES", 1)
+    monkeypatch.setattr(costmodel, "DYNAMIC_MAX_K", 1 << 30)
     hg.plans.clear()
     try:
         for dtype in ("f16", "bf16"):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -41,18 +42,24 @@ def test_cubins_match_their_sha256(manifest):
         assert sha256_file(manifest.root / path) == digest, path
 
 
-# Spills accepted, with the bytes and the reason: the fused and stream-K kernels keep one 4-byte value on the stack,
-# the column offset p (BN - 1) / 7 of the bias L1 prefetch of consumer threads p = 0-7 (bias_prefetch), which
-# ptxas hoists out of the tile loop: stored once after the consumers' setmaxnreg and loaded once per tile where a
-# column bias is prefetched (cuobjdump -sass: one STL, one LDL), never in the k-loop.
-JUSTIFIED_SPILL_BYTES = {"util_gemm_wgmma_fused_": 4, "util_gemm_wgmma_streamk_": 4}
+# Spills accepted, by symbol, with the bytes and the reason (cuobjdump -sass: never in a k-loop):
+# - the stream-K kernels keep three 4-byte values of the tile schedule computed before the warpgroups split (live
+#   across setmaxnreg) on the stack, stored once and loaded once per warpgroup at its start (STL before the first
+#   BAR.SYNC, LDL after USETMAXREG), and since the shared fix-up stores C itself (sk_reduce_store) also the SwiGLU
+#   flag (epi & kSwiGLU) and the tile's column count, stored once at kernel start and loaded once per tile (at its
+#   epilogue choice) and once in the fix-up: 16 bytes stored, 36 loaded (13 STL/LDL) (H100: the stream-K shapes
+#   whose tiles are not cut more than 4 ways ran as before, 1024 x 6144 x 4096 78.5 -> 77.9-78.1 us);
+# - the fused kernels' tile-queue variant keeps the schedule's row end made before the split (stored once, loaded
+#   once per warpgroup start and where a tile's row end is written back, once a tile) and the column offset of the
+#   bias L1 prefetch (loaded once a tile where a column bias is prefetched): 8 bytes stored, 20 loaded.
+JUSTIFIED_SPILL_BYTES = {r"util_gemm_wgmma_streamk_.*": 36, r"util_gemm_wgmma_fused_.*__queue1": 20}
 
 
 def test_no_local_memory_spills(manifest):
     spills = [(spec.name, arch, sym, info.spill_stores, info.spill_loads)
               for spec in manifest.kernels.values() for arch, b in spec.builds.items()
               for sym, info in b.symbols.items() if info.spill_stores or info.spill_loads]
-    spills = [s for s in spills if not any(s[0].startswith(k) and max(s[3], s[4]) <= n
+    spills = [s for s in spills if not any(re.fullmatch(k, s[2]) and max(s[3], s[4]) <= n
                                            for k, n in JUSTIFIED_SPILL_BYTES.items())]
     assert not spills, f"(kernel, arch, symbol, spill stores, spill loads): {spills}"
 

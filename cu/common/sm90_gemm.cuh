@@ -69,6 +69,8 @@ struct Knobs {
   // kFused + stream-K (StreamK below): the last partial wave's tiles cut along K, one piece per CTA, partial
   // tiles summed through a workspace (ptr:work) by the CTA holding each tile's k-block 0.
   static constexpr bool kStreamK = false;
+  // kFused, not stream-K: the tiles claimed from a counter (TileQueue below; the `queue` variant, ptr:work)
+  static constexpr bool kQueue = false;
 };
 template <class Rung>
 struct Nn : Rung {
@@ -106,12 +108,12 @@ struct Config : Rung {
   static constexpr int kColdBars = Rung::kFused ? kConsumers : 0;
   static constexpr int kGroupOffset = kBarOffset + (2 * kStages + kColdBars) * 8;
   static constexpr int kGroupBytes = Rung::kFused ? kMaxGroups * 4 : 0;
-  // kFused: the tile index of each stage (TileQueue)
-  static constexpr int kStageTileOffset = kGroupOffset + kGroupBytes;
-  static constexpr int kStageTileBytes = Rung::kFused ? kStages * 4 : 0;
   // The slack for aligning the dynamic shared memory up to 1024 bytes: it is 16-byte aligned (PTX
   // `.extern .shared .align 16`), so 1008 bytes do; kFused counts on that (its two barriers take the other 16).
   static constexpr int kSlack = Rung::kFused ? 1008 : 1024;
+  // kFused: the tile index of each stage (kQueue)
+  static constexpr int kStageTileOffset = kGroupOffset + kGroupBytes;
+  static constexpr int kStageTileBytes = Rung::kFused ? kStages * 4 : 0;
   static constexpr int kSmemBytes = kStageTileOffset + kStageTileBytes + kSlack;  // + barriers, (table), slack
   // Arrivals that free a stage: every consumer that reads it, in every CTA that it is multicast to.
   static constexpr int kEmptyArrivals = kConsumers * kClusterM;
@@ -159,7 +161,7 @@ struct FusedArgs {
   long long bsc_o, bsc_i;
   const int* group;  // grouped GEMM: ends or counts, `groups` of them (group_mode 0: not grouped, unread)
   int group_mode, groups;
-  float* work = nullptr;  // kStreamK: the workspace (StreamK) ...; else the tile counter (TileQueue) or null
+  float* work = nullptr;  // kStreamK: the workspace (StreamK) ...; kQueue: the tile counter (TileQueue) or null
   int sk_tiles = 0;       // ... and how many of the last tiles are stream-K tiles
 };
 struct NoFused {};  // the catalogue kernels' (none)
@@ -327,8 +329,10 @@ struct TileSched {
   }
 };
 
-// The fused GEMM's tile order (not stream-K's), decided by the producer alone: it writes each tile's index beside
-// the ring stage of the tile's first k-block, where the consumers read it once that stage is full.
+// The tile queue of the fused GEMM's `queue` variant (kQueue): the producer alone decides the tile order, and writes
+// each tile's index beside the ring stage of the tile's first k-block, where the consumers read it once that stage
+// is full. (The plain variant's consumers walk the static order themselves: reading the index there cost static
+// launches 1-3.5%, H100: 16384 x 4096 x 4096 with bias + gelu 890 -> 911 us, 32 x 1024^3 112 -> 116.)
 // - Static (`work` null): the CTA's tiles blockIdx.x + i * gridDim.x, as TileSched::next gives them.
 // - Dynamic (`work` given): the first tile blockIdx.x, each later one the next unclaimed tile, gridDim.x + an
 //   atomicAdd on the int32 counter work[0]. With the static stride, CTAs that run slower fall behind the rest, and
@@ -361,10 +365,10 @@ struct TileQueue {
   }
 };
 
-// The dynamic order's counter (the fused GEMM's `work`), or null: the static order.
+// The queue's counter (the `queue` variant's `work`; null: the static order), null for every other kernel.
 template <class K, class X>
 __device__ __forceinline__ int* tile_queue_counter(const X& x) {
-  if constexpr (K::kFused && !K::kStreamK)
+  if constexpr (K::kQueue)
     return reinterpret_cast<int*>(x.work);
   else
     return nullptr;
@@ -1069,6 +1073,15 @@ __device__ __forceinline__ void epilogue_fused(float (&d)[128], const CMapAt& cm
   }
 }
 
+// The queue variant's schedule, made by each warpgroup after its setmaxnreg (nothing for the other kernels).
+template <bool kQueue, class Make>
+__device__ __forceinline__ auto queue_sched(const Make& make) {
+  if constexpr (kQueue)
+    return make();
+  else
+    return 0;
+}
+
 template <class K, typename CArg, class X = NoFused>
 __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensorMap& tmB, const CArg& cArg, int M,
                                           int N, int K_, const X& x = X{}) {
@@ -1111,18 +1124,30 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
   using Sched = TileSched<kClusterM, K::kPersistent, K::kFused, K::kBN>;
   static_assert(!K::kStreamK || K::kGroupBytes >= static_cast<int>(sizeof(SkConfig)), "SkConfig's room");
   static_assert(!K::kStreamK || kConsumers * kSkPartFloats * 4 <= kStages * K::kStageBytes, "sk_gather's buffers");
-  if constexpr (K::kFused) {
-    if (x.group_mode != 0) {
+  Sched sched = [&] {
+    if constexpr (K::kFused) {
+      const int cols = (x.epi & hge::kSwiGLU) ? kSwiGLUCols : BN;
+      if (x.group_mode == 0) return Sched(M, N, cols, x.batch_count, x.batch_inner);
       // Grouped GEMM: the table of the groups' m-tile prefix sums, built by the whole CTA (the staging
       // buffer, unused before the first epilogue, holds the scan's warp sums). More groups than the table
       // holds: trap (the runtime refuses them); more than there are matrices: those have no tiles.
       if (x.groups > kMaxGroups || K::kStreamK) __trap();  // (stream-K: no grouped GEMM)
-      group_scan(reinterpret_cast<int*>(smem + K::kGroupOffset), reinterpret_cast<int*>(sC), x.group, x.group_mode,
-                 min(x.groups, x.batch_count), M);
+      const int E = min(x.groups, x.batch_count);
+      int* tab = reinterpret_cast<int*>(smem + K::kGroupOffset);
+      group_scan(tab, reinterpret_cast<int*>(sC), x.group, x.group_mode, E, M);
+      return Sched(M, N, cols, x.batch_count, x.batch_inner, x.group_mode, x.group, E, tab);
+    } else {
+      return Sched(M, N);
     }
+  }();
+  if constexpr (K::kStreamK) {
+    if (threadIdx.x == 0) sk_config(reinterpret_cast<SkConfig*>(smem + K::kGroupOffset), sched.total, x.sk_tiles, nk);
+    __syncthreads();
   }
-  // The tile order: made by each warpgroup after its setmaxnreg (state live across it went to the stack)
-  auto make_sched = [&] {
+  // The queue variant's warpgroups remake the schedule after their setmaxnreg (queue_sched): the one made before,
+  // live across it, went to the stack (24 bytes stored and 44 loaded, against 8 and 20). The plain variant's code
+  // is as it was: any of the queue's objects there, dead or a reference, cost it 24 bytes of spills.
+  [[maybe_unused]] auto make_sched = [&] {
     if constexpr (K::kFused) {
       const int cols = (x.epi & hge::kSwiGLU) ? kSwiGLUCols : BN;
       if (x.group_mode == 0) return Sched(M, N, cols, x.batch_count, x.batch_inner);
@@ -1132,11 +1157,6 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
       return Sched(M, N);
     }
   };
-  if constexpr (K::kStreamK) {
-    if (threadIdx.x == 0)
-      sk_config(reinterpret_cast<SkConfig*>(smem + K::kGroupOffset), make_sched().total, x.sk_tiles, nk);
-    __syncthreads();
-  }
   int m0, n0, outer, inner;
   // The next piece of work: a tile and its k-blocks [kb0, kb1) (the whole K but for stream-K pieces).
   // (made by each warpgroup after its setmaxnreg: state live across it went to the stack)
@@ -1148,7 +1168,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
     else
       return 0;
   };
-  auto next_piece = [&](Sched& sched, SkState& sk, int& kb0, int& kb1) -> bool {
+  auto next_piece = [&](SkState& sk, int& kb0, int& kb1) -> bool {
     if constexpr (K::kStreamK) {
       int t;
       if (!sk.next(sk_cfg(), t, kb0, kb1)) return false;
@@ -1162,30 +1182,36 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
     }
   };
   int kb0, kb1;
-  // The fused GEMM's tiles come from the producer (TileQueue): each one's index beside the stage of its first
-  // k-block; after the last, a stage without data and index -1. (Consumers that computed the static order
-  // themselves beside this path had their k-loop's stage and phase out of the uniform datapath.)
-  constexpr bool kQueue = K::kFused && !K::kStreamK;
+  // kQueue: the tiles come from the producer (TileQueue): each one's index beside the stage of its first k-block;
+  // after the last, a stage without data and index -1.
+  constexpr bool kQueue = K::kQueue;
+  static_assert(!kQueue || (K::kFused && !K::kStreamK), "the tile queue: the plain fused GEMM");
   [[maybe_unused]] volatile int* const stage_tile = reinterpret_cast<volatile int*>(smem + K::kStageTileOffset);
 
   if (wg == 0) {
     // ---------------- producer ----------------
     hg90::setmaxnreg_dec<kProducerRegs>();
     if (threadIdx.x == 0) {
-      Sched sched = make_sched();
       const uint32_t rank = sched.rank;
       int stage = 0;
       uint32_t phase = 0;
       [[maybe_unused]] SkState sk = make_sk();
       [[maybe_unused]] int tile = -1;
-      [[maybe_unused]] TileQueue queue(tile_queue_counter<K>(x), kQueue ? sched.total : 0);
+      [[maybe_unused]] auto qsched = queue_sched<kQueue>(make_sched);
+      [[maybe_unused]] auto queue = [&] {
+        if constexpr (kQueue)
+          return TileQueue(tile_queue_counter<K>(x), qsched.total);
+        else
+          return 0;
+      }();
       auto produce_next = [&]() -> bool {
         if constexpr (!kQueue) {
-          return next_piece(sched, sk, kb0, kb1);
+          return next_piece(sk, kb0, kb1);
         } else {
           if (!queue.next(tile)) return false;
           outer = inner = 0;
-          sched.at(tile, m0, n0, outer, inner);
+          qsched.at(tile, m0, n0, outer, inner);
+          sched.row_end = qsched.row_end;  // (where the code both variants share reads it)
           kb0 = 0;
           kb1 = nk;
           return true;
@@ -1296,12 +1322,12 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
         hg90::mbar_arrive(&empty[s]);
       }
     };
-    Sched sched = make_sched();
+    [[maybe_unused]] auto qsched = queue_sched<kQueue>(make_sched);
     [[maybe_unused]] SkState sk = make_sk();
-    // the tile order's next tile: the index beside its first k-block's stage, once that stage is full
+    // kQueue: the next tile is the index beside its first k-block's stage, once that stage is full
     auto consume_next = [&]() -> bool {
       if constexpr (!kQueue) {
-        return next_piece(sched, sk, kb0, kb1);
+        return next_piece(sk, kb0, kb1);
       } else {
         // (warp-wide, so that the wait, the loop's exit and the tile's coordinates are provably uniform: mbar_wait's
         // per-thread loop here, or a branch on the loaded index, took the k-loop's stage and phase out of the
@@ -1311,7 +1337,8 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
         const int t = __reduce_max_sync(0xffffffffu, stage_tile[stage]);
         if (t < 0) return false;
         outer = inner = 0;
-        sched.at(t, m0, n0, outer, inner);
+        qsched.at(t, m0, n0, outer, inner);
+        sched.row_end = qsched.row_end;
         kb0 = 0;
         kb1 = nk;
         return true;
@@ -1423,6 +1450,10 @@ struct Fused : Stages<Persistent, 4> {
 };
 struct FusedStreamK : Fused {
   static constexpr bool kStreamK = true;
+};
+template <class Rung>
+struct Queue : Rung {
+  static constexpr bool kQueue = true;
 };
 
 }  // namespace hg90g
