@@ -125,9 +125,12 @@ __device__ __forceinline__ void produce(const CUtensorMap& tmA, const CUtensorMa
   }
 }
 
-template <typename T, int BM_, int BN_, bool NN, int STAGES, int X3 = 0, int MC = 1>
+template <typename T, int BM_, int BN_, bool NN, int STAGES, int X3 = 0, int MC = 1, int OCC = 1>
 struct WCfg {
   using Elem = T;
+  // CTAs resident on one SM (the `occ` variant, 2: half the ring, no setmaxnreg split; for a batch of short-K
+  // tiles that one CTA an SM would run in two waves)
+  static constexpr int kOcc = OCC;
   // B multicast (the `mc` variant, 2): launched in clusters (1, 2, 1) whose pair of CTAs share their B tile;
   // 1: no cluster along M (the unicast symbols, compiled without any of the pair's code)
   static constexpr int kMc = MC;
@@ -168,7 +171,8 @@ struct WCfg {
   static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0, "swizzled tiles must stay 1024-byte aligned");
   static_assert(BM * kRedStride * 4 <= kRingBytes, "the fp32 partial tile reuses the ring");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory over the 227 KB per-block limit");
-  static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536, "register file");
+  static_assert(kOcc > 1 || kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536, "register file");
+  static_assert(kOcc == 1 || kOcc * (kSmemBytes + 1024) <= 228 * 1024, "kOcc CTAs an SM: their shared memory");
 };
 
 // The stores of reduce_store_wide: this CTA's rows [row0, row0 + rows) of its (summed) partial tile, quad
@@ -455,7 +459,7 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
   const int nk = min(k_tiles, kt0 + per) - kt0;
 
   if (wg == 0) {
-    if constexpr (W::kConsumers > 1) hg90::setmaxnreg_dec<kProducerRegs>();
+    if constexpr (W::kConsumers > 1 && W::kOcc == 1) hg90::setmaxnreg_dec<kProducerRegs>();
     if (threadIdx.x == 0) {
       // B is streamed where one CTA of M reads each tile of it, or two and B fits in L2 (64 MiB: H100 50 MB,
       // H200 60 MB): its lines are evicted first, so that they do not push out (or make write back) other
@@ -488,7 +492,7 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
       hgu::cluster_sync();  // the consumers' last one
     }
   } else {
-    if constexpr (W::kConsumers > 1) hg90::setmaxnreg_inc<kConsumerRegs>();
+    if constexpr (W::kConsumers > 1 && W::kOcc == 1) hg90::setmaxnreg_inc<kConsumerRegs>();
     const int cw = wg - 1;  // rows [64 cw, 64 cw + 64) of the tile
     const int tid = threadIdx.x % 128;
     float d[W::kAcc];
@@ -596,23 +600,31 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
 
 }  // namespace
 
-#define UTIL_WGMMA_SYM(SYM, T, BM, BN, NN, STAGES, MC)                                                           \
-  extern "C" __global__ void __launch_bounds__(WCfg<T, BM, BN, NN, STAGES, 0, MC>::kThreads, 1)                 \
+#define UTIL_WGMMA_SYM_OCC(SYM, T, BM, BN, NN, STAGES, MC, OCC)                                                 \
+  extern "C" __global__ void __launch_bounds__(WCfg<T, BM, BN, NN, STAGES, 0, MC, OCC>::kThreads, OCC)         \
       SYM(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB, T* C, int M, int N,  \
           int K, int ldc_r, int ldc_c, int alpha_bits, int beta_bits, const T* bias, int bias_stride, int epi,   \
           int scale_bits, int batch_inner, int tma_levels, long long bsc_o, long long bsc_i, float* work,        \
           int k_groups) {                                                                                         \
-    wgmma_splitk<WCfg<T, BM, BN, NN, STAGES, 0, MC>>(tmA, tmB, C, M, N, K, ldc_r, ldc_c, alpha_bits, beta_bits,  \
-                                                     bias, bias_stride, epi, scale_bits, batch_inner, tma_levels, \
-                                                     bsc_o, bsc_i, work, k_groups);                             \
+    wgmma_splitk<WCfg<T, BM, BN, NN, STAGES, 0, MC, OCC>>(tmA, tmB, C, M, N, K, ldc_r, ldc_c, alpha_bits,        \
+                                                          beta_bits, bias, bias_stride, epi, scale_bits,          \
+                                                          batch_inner, tma_levels, bsc_o, bsc_i, work, k_groups); \
   }                                                                                                               \
-  HG_EXPORT_DSMEM(SYM, WCfg<T, BM, BN, NN, STAGES, 0, MC>::kSmemBytes)
+  HG_EXPORT_DSMEM(SYM, WCfg<T, BM, BN, NN, STAGES, 0, MC, OCC>::kSmemBytes)
+#define UTIL_WGMMA_SYM(SYM, T, BM, BN, NN, STAGES, MC) UTIL_WGMMA_SYM_OCC(SYM, T, BM, BN, NN, STAGES, MC, 1)
 #define UTIL_WGMMA(NAME, T, BM, BN, NN, STAGES) UTIL_WGMMA_SYM(NAME, T, BM, BN, NN, STAGES, 1)
 // The kernels with the `mc` variant (util_sm90.toml): NAME__mc1 (unicast), NAME__mc2 (B multicast pairs), where
 // B beyond L2 made the pair pay (128-row tiles, fp16/bf16; H100, 256 x 8192 x 8192: m128n128 78.0 -> 66.5 us)
 #define UTIL_WGMMA_MC(NAME, T, BM, BN, NN, STAGES)             \
   UTIL_WGMMA_SYM(NAME##__mc1, T, BM, BN, NN, STAGES, 1) \
   UTIL_WGMMA_SYM(NAME##__mc2, T, BM, BN, NN, STAGES, 2)
+// The kernels with the `occ` variant (util_sm90.toml): NAME__occ1 (one CTA an SM, the STAGES ring), NAME__occ2 (two,
+// each with half of it), for batches of short-K tiles that one CTA an SM runs in two waves (H100, fp16, P.V 64 x
+// (512 x 64 x 512): 26.5 -> 24.5 us; as the only build, every other shape measured lost: 1024^3 11.1 -> 12.3, 256 x
+// 4096 x 4096 24.5 -> 29.6, 256 x 256 x 65536 47.9 -> 52.4)
+#define UTIL_WGMMA_OCC(NAME, T, BM, BN, NN, STAGES)                 \
+  UTIL_WGMMA_SYM_OCC(NAME##__occ1, T, BM, BN, NN, STAGES, 1, 1) \
+  UTIL_WGMMA_SYM_OCC(NAME##__occ2, T, BM, BN, NN, STAGES / 2, 1, 2)
 // 4 stages of 48 KB at BM = 128, 5 of 40 KB at BM = 64 (as deep as 227 KB allows); the narrower
 // tiles keep a ~192 KB ring: BN = 128 in 6 stages of 32 KB (BM = 128) or 8 of 24 KB (BM = 64),
 // BN = 64 in 8 of 24 KB (BM = 128) or 12 of 16 KB (BM = 64).
@@ -630,16 +642,16 @@ UTIL_WGMMA_MC(util_gemm_wgmma_f16_m128n128_tn, __half, 128, 128, false, 6)
 UTIL_WGMMA_MC(util_gemm_wgmma_f16_m128n128_nn, __half, 128, 128, true, 6)
 UTIL_WGMMA(util_gemm_wgmma_f16_m64n64_tn, __half, 64, 64, false, 12)
 UTIL_WGMMA(util_gemm_wgmma_f16_m64n64_nn, __half, 64, 64, true, 12)
-UTIL_WGMMA(util_gemm_wgmma_f16_m128n64_tn, __half, 128, 64, false, 8)
-UTIL_WGMMA(util_gemm_wgmma_f16_m128n64_nn, __half, 128, 64, true, 8)
+UTIL_WGMMA_OCC(util_gemm_wgmma_f16_m128n64_tn, __half, 128, 64, false, 8)
+UTIL_WGMMA_OCC(util_gemm_wgmma_f16_m128n64_nn, __half, 128, 64, true, 8)
 UTIL_WGMMA(util_gemm_wgmma_bf16_m64n128_tn, __nv_bfloat16, 64, 128, false, 8)
 UTIL_WGMMA(util_gemm_wgmma_bf16_m64n128_nn, __nv_bfloat16, 64, 128, true, 8)
 UTIL_WGMMA_MC(util_gemm_wgmma_bf16_m128n128_tn, __nv_bfloat16, 128, 128, false, 6)
 UTIL_WGMMA_MC(util_gemm_wgmma_bf16_m128n128_nn, __nv_bfloat16, 128, 128, true, 6)
 UTIL_WGMMA(util_gemm_wgmma_bf16_m64n64_tn, __nv_bfloat16, 64, 64, false, 12)
 UTIL_WGMMA(util_gemm_wgmma_bf16_m64n64_nn, __nv_bfloat16, 64, 64, true, 12)
-UTIL_WGMMA(util_gemm_wgmma_bf16_m128n64_tn, __nv_bfloat16, 128, 64, false, 8)
-UTIL_WGMMA(util_gemm_wgmma_bf16_m128n64_nn, __nv_bfloat16, 128, 64, true, 8)
+UTIL_WGMMA_OCC(util_gemm_wgmma_bf16_m128n64_tn, __nv_bfloat16, 128, 64, false, 8)
+UTIL_WGMMA_OCC(util_gemm_wgmma_bf16_m128n64_nn, __nv_bfloat16, 128, 64, true, 8)
 // TF32 (fp32 operands, tn only: tf32 wgmma reads K-major operands): the same stage bytes and rings (a k-block
 // of 32 fp32 is one 128-byte row, as 64 fp16 are); matmul's accumulate="tf32" on fp32 inputs and, over the
 // operands util_split_tf32 makes, its 3xTF32 products at fp32 accuracy.

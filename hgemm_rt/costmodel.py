@@ -99,6 +99,21 @@ def dynamic_order_pays(tiles: int, K: int, batched: bool) -> bool:
     return batched and tiles >= DYNAMIC_MIN_TILES and K <= DYNAMIC_MAX_K
 
 
+# The m128n64 util kernels' `occ` variant: two CTAs an SM, each with half the ring (cu/util_sm90.cu). H100, fp16,
+# do_bench, one CTA an SM -> two: batched, P.V 64 x (512 x 64 x 512) 25.9 -> 23.9 us (torch 23.6), B as N x K
+# 25.9 -> 24.2, 128 x (...) 42.1 -> 41.2, 64 x (1024 x 64 x 1024) 65.6 -> 64.8, 256 x (...) and 32 x (512 x 64 x
+# 256) alike; unbatched it lost: 1024^3 11.1 -> 12.5, 256 x 4096 x 4096 23.7 -> 30.4, 512^3 8.0 -> 8.6. Priced as
+# OCC2_SCALE of the one-CTA launch.
+OCC = "occ"  # the variant axis (2: two CTAs an SM)
+OCC2_MAX_K = 1024
+OCC2_SCALE = {True: 0.95, False: 1.10}  # (where it pays, elsewhere)
+
+
+def two_ctas_pay(K: int, batched: bool) -> bool:
+    """Whether a launch of the `occ` kernels runs faster at two CTAs an SM: batched, with a short K."""
+    return batched and K <= OCC2_MAX_K
+
+
 def narrow_hopper(spec: KernelSpec) -> bool:
     """One of the catalogue's 128 x 192 Hopper kernels (narrower than the ladder's 128 x 256 tile)."""
     return spec.ladder == "hopper" and spec.tile[1] < HOPPER_TILE_COLS
@@ -341,9 +356,10 @@ class CostModel:
             epilogue = g.M * g.N * nb * isz / r.fused_c_read_bytes_per_s
         if g.ctas:  # stream-K: the pieces' partial tiles published, waited for and added by the owners
             epilogue += self._streamk_fixup_us(spec, g) * 1e-6
-        if dict(g.variant).get(QUEUE) == 1:
-            scale = QUEUE_SCALE[dynamic_order_pays(tiles, g.K, nb > 1)]
-            compute, memory, panel, epilogue = (x * scale for x in (compute, memory, panel, epilogue))
+        variant = dict(g.variant)
+        scale = QUEUE_SCALE[dynamic_order_pays(tiles, g.K, nb > 1)] if variant.get(QUEUE) == 1 else 1.0
+        scale *= OCC2_SCALE[two_ctas_pay(g.K, nb > 1)] if variant.get(OCC) == 2 else 1.0
+        compute, memory, panel, epilogue = (x * scale for x in (compute, memory, panel, epilogue))
         # a problem too small to keep the GPU busy costs the launch's latency instead
         return max((max(compute, memory, panel) + epilogue) * 1e6, latency)
 

@@ -23,7 +23,7 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from .costmodel import QUEUE, CostModel, narrow_hopper, streamk_splits, tma_slow_rows
+from .costmodel import OCC, QUEUE, CostModel, narrow_hopper, streamk_splits, tma_slow_rows
 from .errors import NotBuiltForDeviceError
 from .launcher import default_swizzle_stride
 from .manifest import KernelSpec, Manifest
@@ -331,6 +331,7 @@ def _recipe(route: Route, p: Problem, spec: KernelSpec, glue: _Glue) -> Recipe |
     if spec.role != "gemm" and "splits" in opts and (spec.role not in SPLIT_K_ROLES or splits not in SPLITS):
         return None
     mc = int(opts.get("mc", 1))
+    occ = int(opts.get(OCC, 1))
     repack = bool(opts.get(PACK))
     repacked = []  # operands that fit a tensor map but are packed for the `pack` option
 
@@ -341,6 +342,8 @@ def _recipe(route: Route, p: Problem, spec: KernelSpec, glue: _Glue) -> Recipe |
         return False
     if mc != 1 and (mc not in spec.variants.get("mc", ()) or splits != 1 or p.batched):
         return None  # (the pair's cluster along M leaves no room for a split-K cluster or a batch in the maps)
+    if occ != 1 and (occ not in spec.variants.get(OCC, ()) or splits != 1 or K_GROUPS in opts):
+        return None  # (two CTAs an SM: no split-K cluster)
     fused = dict(epilogue=True, batch=p.batch, epi=p.epi, bias=p.bias)  # the kernel applies the whole epilogue
     if spec.role == "gemm_strided_simt":
         if route.transpose:
@@ -374,8 +377,8 @@ def _recipe(route: Route, p: Problem, spec: KernelSpec, glue: _Glue) -> Recipe |
                     p.c.cols * isz % 16 or ("ctas" in opts) != streamk(spec):
                 return None
         # (SwiGLU: the kernel's N is C's width, half of B's)
-        g = Gemm(route.kernel, spec.role, a, b, p.c, M, p.c.cols, K, variant=(("mc", mc),) if mc != 1 else (),
-                 splits=splits, **fused)
+        variant = (("mc", mc),) * (mc != 1) + ((OCC, occ),) * (occ != 1)
+        g = Gemm(route.kernel, spec.role, a, b, p.c, M, p.c.cols, K, variant=variant, splits=splits, **fused)
         if K_GROUPS in opts:
             groups = opts[K_GROUPS]
             if spec.role != KG_ROLE or p.batched or mc != 1 or not isinstance(groups, int) or \
@@ -540,6 +543,8 @@ def candidate_routes(prob: Problem, manifest: Manifest, cc: tuple[int, int], ker
                 if MULTICAST in spec.variants.get("mc", ()) and cc >= (9, 0) and not prob.batched and \
                         -(-rows // spec.tile[0]) >= MULTICAST:
                     out.append(Route(spec.name, t, (("mc", MULTICAST), ("splits", 1))))
+                if 2 in spec.variants.get(OCC, ()):  # two CTAs an SM (the cost model knows where it pays)
+                    out.append(Route(spec.name, t, ((OCC, 2), ("splits", 1))))
             continue
         if spec.out != prob.dtype or acc_variant(spec, prob.dtype, prob.acc) is False:
             continue
