@@ -80,14 +80,14 @@ C_STORE_SHARE = {"tma": 1.0, "staged": 0.8, "direct": 0.4}
 
 
 # The fused kernel's `queue` variant: its tiles claimed from a counter (the dynamic order; TileQueue in
-# cu/common/sm90_gemm.cuh). It pays on batched launches of at least DYNAMIC_MIN_TILES tiles of at most DYNAMIC_MAX_K,
-# whose time is the output's writes: there the static order lets CTAs drift apart, reading operands the output stream has
-# pushed out of L2 (H100, fp16, do_bench: 256 x (2048 x 2048 x 128) 1016 us as one launch, 965 as 4 launches of 64),
-# and the queue ran 1016 -> 878 us (torch 892), 64 x (...) 243 -> 228 (torch 229), 256 x (512 x 512 x 64) 68.2 ->
-# 67.9; unbatched, 32768 x 8192 x 128 225 -> 213, the catalogue kernel's time, which plain GEMMs run on (only
-# batched launches are priced as gaining). Elsewhere it lost 1-3% (64 x (512 x 512 x 64) 19.5 -> 21.2, 32 x 1024^3 118 ->
-# 121, 16384 x 4096 x 4096 863 -> 871), each claim's round trip waiting on the one before it. Priced as
-# QUEUE_SCALE of the static launch.
+# cu/common/sm90_gemm.cuh). It pays on batched launches of at least DYNAMIC_MIN_TILES tiles of at most
+# DYNAMIC_MAX_K, whose time is the output's writes: there the static order lets CTAs drift apart, reading operands
+# the output stream has pushed out of L2 (H100, fp16, do_bench: 256 x (2048 x 2048 x 128) 1016 us as one launch, 965
+# as 4 launches of 64), and the queue ran 1016 -> 878 us (torch 892), 64 x (...) 243 -> 228 (torch 229), 256 x (512 x
+# 512 x 64) 68.2 -> 67.9; unbatched, 32768 x 8192 x 128 225 -> 213, the catalogue kernel's time, which plain GEMMs
+# run on (only batched launches are priced as gaining). Elsewhere it lost 1-3% (64 x (512 x 512 x 64) 19.5 -> 21.2,
+# 32 x 1024^3 118 -> 121, 16384 x 4096 x 4096 863 -> 871), each claim's round trip waiting on the one before it.
+# Priced as QUEUE_SCALE of the static launch.
 QUEUE = "queue"  # the variant axis (1: the tile queue)
 DYNAMIC_MIN_TILES = 1024
 DYNAMIC_MAX_K = 128

@@ -53,9 +53,9 @@ SHORT_SIDE = 128  # see ranked_recipes
 NEAR_TIE = 0.01  # see ranked_recipes
 WASTE_MARGIN = 0.1  # see ranked_recipes
 TMA_MAX_STRIDE = 2**40  # bytes: a tensor map's strides must stay below it
-# Stream-K (the gemm_fused_wgmma kernels with `i32:sk_tiles` and a `ptr:work` workspace; StreamK in cu/common/sm90_gemm.cuh): the
-# workspace's int32 flags and counters (kSkFlagSlots) and one fp32 partial tile per CTA (two consumers of 64 x 256
-# each)
+# Stream-K (the gemm_fused_wgmma kernels with `i32:sk_tiles` and a `ptr:work` workspace; StreamK in
+# cu/common/sm90_gemm.cuh): the workspace's int32 flags and counters (kSkFlagSlots) and one fp32 partial tile per CTA
+# (two consumers of 64 x 256 each)
 SK_FLAG_BYTES = 2048 * 4
 SK_PART_BYTES = 128 * 256 * 4
 SK_MAX_CTAS = 512  # the flags' slots, two per CTA

@@ -387,14 +387,17 @@ def test_long_batched_fused_launches_take_the_dynamic_tile_order():
 def test_short_k_batches_run_two_ctas_an_sm():
     """Attention's P.V (a batch of 512 x 64 x 512) takes the m128n64 kernel's `occ` = 2 variant (two CTAs an SM:
     costmodel.two_ctas_pay); unbatched, or with a long K, that kernel runs one CTA an SM."""
-    for batch, (M, N, K), two in ((64, (512, 64, 512), True), (1, (1024, 64, 4096), False), (64, (512, 64, 4096), False)):
+    kern = next(n for n, s in MANIFEST.kernels.items()
+                if 2 in s.variants.get(costmodel.OCC, ()) and s.dtype == "f16" and s.layout == "NN")
+    for batch, (M, N, K), two in ((64, (512, 64, 512), True), (1, (1024, 64, 4096), False),
+                                  (64, (512, 64, 4096), False)):
         a, b = _fake((batch, M, K) if batch > 1 else (M, K)), _fake((batch, K, N) if batch > 1 else (K, N), slot=1)
         prob = api.problem_of(_call(a, b))
-        kern = next(n for n, s in MANIFEST.kernels.items() if 2 in s.variants.get(costmodel.OCC, ()) and s.dtype == "f16"
-                    and s.layout == "NN")
-        ranked = [r for _e, r in planner.ranked_recipes(prob, MANIFEST, (9, 0), 132, kernel=kern) if not r.route.transpose]
+        ranked = [r for _e, r in planner.ranked_recipes(prob, MANIFEST, (9, 0), 132, kernel=kern)
+                  if not r.route.transpose]
         occ = [dict(r.steps[-1].variant).get(costmodel.OCC, 1) for r in ranked]
-        assert occ[0] == (2 if two else 1) and set(occ) == {1, 2}, (batch, M, N, K, [planner.describe(r) for r in ranked[:3]])
+        assert occ[0] == (2 if two else 1) and set(occ) == {1, 2}, \
+            (batch, M, N, K, [planner.describe(r) for r in ranked[:3]])
 
 
 @needs_manifest

@@ -37,8 +37,8 @@ constexpr int kGroupRows = 2048;
 
 // The grouped GEMM (kFused, group_mode != 0; see kGroupContiguous below): the most groups its shared-memory
 // table holds, one int32 inclusive prefix sum per group in the dynamic shared memory the fused kernel has
-// left under the 227 KB per block (232448 bytes less the ring, staging, barriers, stage tile indices and alignment slack: see
-// Config). The kernel traps on a launch with more; the runtime refuses them before.
+// left under the 227 KB per block (232448 bytes less the ring, staging, barriers, stage tile indices and
+// alignment slack: see Config). The kernel traps on a launch with more; the runtime refuses them before.
 constexpr int kMaxGroups = 492;
 
 // One kernel's compile-time shape. Both consumers work on the same 128 x 256 tile (rows 0-63 and
