@@ -1146,7 +1146,8 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
   }
   // The queue variant's warpgroups remake the schedule after their setmaxnreg (queue_sched): the one made before,
   // live across it, went to the stack (24 bytes stored and 44 loaded, against 8 and 20). The plain variant's code
-  // is as it was: any of the queue's objects there, dead or a reference, cost it 24 bytes of spills.
+  // is as it was: any of the queue's objects there, dead or a reference, cost it 24 bytes of spills, and making
+  // the schedule above through make_sched changed its SASS (so the two constructions stay side by side).
   [[maybe_unused]] auto make_sched = [&] {
     if constexpr (K::kFused) {
       const int cols = (x.epi & hge::kSwiGLU) ? kSwiGLUCols : BN;
