@@ -233,11 +233,19 @@ __device__ __noinline__ void store_pass_swiglu(const uint8_t* tile, int row0, in
 // the sum is bitwise the same whichever arrives last) into its own rows, resets the count and stores them. Nobody
 // waits on anybody, so the groups need not be resident together. `work`: int32 counts (tiles x splits, rounded up
 // to kKgCountAlign bytes; zero before a launch and left zero), then tiles x groups fp32 BM x BN partials.
+// Deferred (k_groups | kKgDeferred): nobody counts or sums; each CTA writes its rows of the tile, unscaled, into
+// its group's fp32 plane of C's shape (`work`: groups planes of M x kg_pitch(N)), and util_kgroups_sum (a second
+// launch) adds the planes and applies the epilogue. For many groups of small tiles (64 x 64 x 65536: 128 groups),
+// where one CTA summing every group's partial would read megabytes alone.
 struct KGroups {
   float* work;
   int groups, group, tile;
+  bool deferred;
+  int M, N, m0, n0;
 };
 constexpr int kKgCountAlign = 256;  // bytes: the partials start on this after the counts
+constexpr int kKgDeferred = 1 << 16, kKgGroupsMask = kKgDeferred - 1;  // the i32:k_groups bits
+__host__ __device__ constexpr int kg_pitch(int N) { return (N + 3) & ~3; }  // a deferred plane's row (fp32 quads)
 
 template <class W>
 __device__ __noinline__ bool kgroups_fixup(uint8_t* tile, int row0, int total, int t, const KGroups kg,
@@ -255,6 +263,17 @@ __device__ __noinline__ bool kgroups_fixup(uint8_t* tile, int row0, int total, i
     return reinterpret_cast<float4*>(part + static_cast<long long>(q) * (W::BM * W::BN) + (row0 + e / kQuads) * W::BN +
                                      (e % kQuads) * 4);
   };
+  if (kg.deferred) {  // this CTA's rows into its group's plane, inside C only
+    const int ldw = kg_pitch(kg.N);
+    float* plane = kg.work + static_cast<long long>(kg.group) * kg.M * ldw;
+#pragma unroll 1
+    for (int e = t; e < total; e += kThreads) {
+      const int r = kg.m0 + row0 + e / kQuads, c = kg.n0 + (e % kQuads) * 4;
+      if (r < kg.M && c < kg.N)
+        __stcg(reinterpret_cast<float4*>(plane + static_cast<long long>(r) * ldw + c), *mine(e));
+    }
+    return false;
+  }
 #pragma unroll 1
   for (int e = t; e < total; e += kThreads) __stcg(slot(kg.group, e), *mine(e));
   __threadfence();
@@ -451,6 +470,8 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
   // summed exactly once; the last slices may be empty (their partial tile is zero).
   // With K groups (unbatched) the cluster's z is its group: slice gz.split of group g is slice g * splits + gz.split.
   const int splits = gz.splits;
+  const bool kg_deferred = (k_groups & kKgDeferred) != 0;
+  k_groups &= kKgGroupsMask;
   const int group = k_groups > 1 ? gz.outer : 0, pieces = splits * k_groups;
   const int x3_blocks = W::kX3 ? (K + W::BK - 1) / W::BK : 0;  // k-blocks of one product (3xTF32: three of them)
   const int k_tiles = W::kX3 ? 3 * x3_blocks : (K + W::BK - 1) / W::BK;
@@ -592,13 +613,67 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
     const hge::Epilogue<T> ep(alpha_bits, beta_bits, bias, bias_stride, epi, scale_bits);
     reduce_store_wide<W>(smem, splits, rank, threadIdx.x - 128,
                          C + hgu::batch_offset(hgu::grid_z(batch_inner), bsc_o, bsc_i), M, N, m0, n0, ldc_r, ldc_c, ep,
-                         KGroups{work, k_groups, group, static_cast<int>(blockIdx.y * gridDim.x + blockIdx.x)});
+                         KGroups{work, k_groups, group, static_cast<int>(blockIdx.y * gridDim.x + blockIdx.x),
+                                 kg_deferred, M, N, m0, n0});
     // peers may still be reading this CTA's tile (split-K) or arriving on its barriers (the multicast pair)
     if (splits > 1 || mc > 1) hgu::cluster_sync();
   }
 }
 
+// util_kgroups_sum: C = epilogue(the sum of the deferred K groups' planes) (see KGroups). A CTA: 32 output quads (a
+// tile of 2 rows x 64 columns), each summed by 8 warps over every 8th group, then by warp 0 over the 8 sums in
+// order: the same bits whatever the schedule. The loads of a warp cover 512 contiguous bytes of 2 rows.
+constexpr int kSumRows = 2, kSumCols = 64, kSumSlices = 8;
+template <typename T>
+__device__ __forceinline__ void kgroups_sum(const float* __restrict__ work, T* C, int M, int N, int ldc_r, int ldc_c,
+                                            int alpha_bits, int beta_bits, const T* bias, int bias_stride, int epi,
+                                            int scale_bits, int groups) {
+  static_assert(kSumRows * kSumCols / 4 == 32, "a warp holds the CTA's quads");
+  __shared__ float4 sums[kSumSlices][32];
+  const int lane = threadIdx.x % 32, slice = threadIdx.x / 32;
+  const int r = blockIdx.y * kSumRows + lane / (kSumCols / 4), c = blockIdx.x * kSumCols + lane % (kSumCols / 4) * 4;
+  const bool inside = r < M && c < N;
+  const int ldw = kg_pitch(N);
+  const long long plane = static_cast<long long>(M) * ldw;
+  float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (inside) {
+    const float* p = work + static_cast<long long>(r) * ldw + c;
+#pragma unroll 4
+    for (int g = slice; g < groups; g += kSumSlices) {
+      const float4 v = __ldcg(reinterpret_cast<const float4*>(p + g * plane));
+      s.x += v.x;
+      s.y += v.y;
+      s.z += v.z;
+      s.w += v.w;
+    }
+  }
+  sums[slice][lane] = s;
+  __syncthreads();
+  if (slice != 0 || !inside) return;
+#pragma unroll
+  for (int k = 1; k < kSumSlices; ++k) {
+    const float4 v = sums[k][lane];
+    s.x += v.x;
+    s.y += v.y;
+    s.z += v.z;
+    s.w += v.w;
+  }
+  const hge::Epilogue<T> ep(alpha_bits, beta_bits, bias, bias_stride, epi, scale_bits);
+  float x[4] = {ep.value(s.x, r, c), ep.value(s.y, r, c + 1), ep.value(s.z, r, c + 2), ep.value(s.w, r, c + 3)};
+  hgu::store4_values<T>(C, static_cast<long long>(r) * ldc_r + static_cast<long long>(c) * ldc_c, ldc_c, N - c, x,
+                        ep.beta);
+}
+
 }  // namespace
+
+#define UTIL_KGROUPS_SUM(NAME, T)                                                                                   \
+  extern "C" __global__ void __launch_bounds__(32 * kSumSlices, 1)                                                 \
+      NAME(const float* work, T* C, int M, int N, int ldc_r, int ldc_c, int alpha_bits, int beta_bits,              \
+           const T* bias, int bias_stride, int epi, int scale_bits, int k_groups) {                                 \
+    kgroups_sum<T>(work, C, M, N, ldc_r, ldc_c, alpha_bits, beta_bits, bias, bias_stride, epi, scale_bits, k_groups); \
+  }
+UTIL_KGROUPS_SUM(util_kgroups_sum_f16, __half)
+UTIL_KGROUPS_SUM(util_kgroups_sum_bf16, __nv_bfloat16)
 
 #define UTIL_WGMMA_SYM_OCC(SYM, T, BM, BN, NN, STAGES, MC, OCC)                                                 \
   extern "C" __global__ void __launch_bounds__(WCfg<T, BM, BN, NN, STAGES, 0, MC, OCC>::kThreads, OCC)         \

@@ -14,7 +14,7 @@ from typing import Mapping
 
 from .manifest import KernelSpec, Manifest
 from .dtypes import ITEMSIZE
-from .problem import KERNEL_LEVELS, Copy, Gemm, Recipe, View, kernel_batch
+from .problem import KERNEL_LEVELS, Copy, Gemm, GroupSum, Recipe, View, kernel_batch
 from .tma import TMA_FAST_ROW_BYTES
 
 
@@ -55,6 +55,11 @@ class ArchRates:
     k_groups_dram_bytes_per_s: float = 0.0  # what K-group launches (long K slices of few tiles) read from DRAM at,
     k_groups_cta_bytes_per_s: float = 0.0  # ... at most this much per CTA of the wave
     k_groups_sum_round_us: float = 0.0  # the last group's CTA summing the groups' rows: per L2 round trip of a thread
+    k_sum_publish_us: float = 0.0  # deferred K groups: a CTA writing its sums to its group's plane
+    k_sum_dram_bytes_per_s: float = 0.0  # what deferred launches (unclustered, nobody waiting) read from DRAM at, ...
+    k_sum_cta_bytes_per_s: float = 0.0  # ... at most this much per CTA of the wave
+    k_sum_latency_us: float = 0.0  # the sum launch (kgroups_sum role): its fixed cost, ...
+    k_sum_bytes_per_s: float = 0.0  # ... and the rate it reads the planes (from L2) and writes C at
 
 
 def _matrices(view: View, batch: tuple[int, ...]) -> int:
@@ -228,6 +233,14 @@ HOPPER = ArchRates(
     # groups of 2 +9.6, m128n64 28 groups of 2 and 56 of 1 against 7 of 8 +6.0 / +24.0 (issuing 4 quads' loads at
     # a time ran 2-4x slower still)
     k_groups_sum_round_us=0.2,
+    # deferred K groups, H100, fp16, L2 flushed: 128 x 128 x 131072 m128n64 x 64 groups 40.7 us (kernels 35.8), 256 x
+    # 256 x 65536 m128n64 x 16 41.3 (36.4), 512 x 512 x 32768 m128n128 x 8 47.4 (42.8), 64 x 64 x 65536 m64n64 x 64
+    # 18.4 (13.5; 64 CTAs), x 128 18.7 (13.9): the operands stream at ~2 TB/s, ~26 GB/s a CTA where few
+    k_sum_publish_us=1.0,
+    k_sum_dram_bytes_per_s=2.0e12,
+    k_sum_cta_bytes_per_s=26e9,
+    k_sum_latency_us=1.5,
+    k_sum_bytes_per_s=4e12,
 )
 
 # sm_80/86/89 (A100, A10/3090, L4/4090 class): the Hopper class rates without wgmma, scaled to an A100's
@@ -327,7 +340,8 @@ class CostModel:
         dram = r.dram_bytes_per_s
         if g.k_groups > 1:  # the CTAs of one wave streaming
             wave = min(tiles, self.cta_slots(spec, g.splits))
-            dram = min(r.k_groups_dram_bytes_per_s, wave * r.k_groups_cta_bytes_per_s)
+            dram = min(r.k_sum_dram_bytes_per_s, wave * r.k_sum_cta_bytes_per_s) if g.k_deferred else \
+                min(r.k_groups_dram_bytes_per_s, wave * r.k_groups_cta_bytes_per_s)
         memory = (g.M * g.K * _matrices(g.a, g.batch) + g.K * g.N * _matrices(g.b, g.batch) +
                   g.M * g.N * _matrices(g.c, g.batch) / C_STORE_SHARE[c_store_kind(spec)]) * isz / dram
         # the operand panels each CTA streams, by the busiest SM and by all. A multicast pair shares its B tile, but
@@ -348,8 +362,10 @@ class CostModel:
             epilogue += load * (tile_bytes / r.smem_bytes_per_s +
                                (tile_bytes / r.dsmem_bytes_per_s if g.splits > 1 else 0.0))
             latency += r.strided_tile_latency_us * BM * BN / (128 * 128)
-        if g.k_groups > 1:  # every CTA publishes its rows of the tile; the last group's sums them all from L2, each
-            # consumer thread BN / (8 splits) quads over the groups, KG_SUM_LOADS loads in flight
+        if g.k_deferred:  # each CTA writes its sums to its group's plane; a GroupSum step adds them (group_sum_us)
+            epilogue += r.k_sum_publish_us * 1e-6
+        elif g.k_groups > 1:  # every CTA publishes its rows of the tile; the last group's sums them all from L2,
+            # each consumer thread BN / (8 splits) quads over the groups, KG_SUM_LOADS loads in flight
             rounds = g.k_groups * math.ceil(BN / (8 * g.splits)) / KG_SUM_LOADS
             epilogue += (r.k_groups_fixup_us + rounds * r.k_groups_sum_round_us) * 1e-6
         if spec.role == "gemm_fused_wgmma" and g.epilogue and not beta_zero:
@@ -448,6 +464,12 @@ class CostModel:
         latency = r.cluster_launch_us if g.splits > 1 else 0.0
         return max(memory, panel) * 1e6 + latency
 
+    def group_sum_us(self, s: GroupSum, dtype: str, beta_zero: bool = True) -> float:
+        """A deferred K-groups sum: every group's fp32 plane read (from L2) and C written (and read for beta)."""
+        r = self.rates
+        nbytes = s.groups * s.M * s.N * 4 + s.M * s.N * ITEMSIZE[dtype] * (1 if beta_zero else 2)
+        return r.k_sum_latency_us + nbytes / r.k_sum_bytes_per_s * 1e6
+
     def copy_us(self, c: Copy, dtype: str, beta_zero: bool = True) -> float:
         """A copy step: bytes over the rate its destination's access pattern reaches."""
         r = self.rates
@@ -482,6 +504,8 @@ class CostModel:
             if isinstance(step, Gemm):
                 spec = self.manifest.kernels[step.kernel]
                 t += self.gemm_us(spec, step, dtype, beta_zero) * self.tma_row_factor(spec, step)
+            elif isinstance(step, GroupSum):
+                t += self.group_sum_us(step, dtype, beta_zero)
             else:
                 t += self.copy_us(step, dtype, beta_zero)
         loops = math.prod(recipe.loop)

@@ -26,7 +26,7 @@ from .dtypes import ITEMSIZE
 from .launcher import ArrayRef, KernelLaunch, PackedParams, ParamPacker, prepare
 from .manifest import Manifest
 from .memory import DeviceArray
-from .problem import Copy, Recipe, View, kernel_batch
+from .problem import Copy, GroupSum, Recipe, View, kernel_batch
 from .validate import GemmShape
 
 PACKED_PER_EXECUTION = 32  # parameter sets kept per execution (one per distinct A, B, C addresses and scalars)
@@ -45,10 +45,15 @@ TMA_RANK4 = 16
 
 def step_operands(step: Any) -> dict[str, View]:
     """The views a step's pointer and tensor-map parameters name (`bias` where the step applies one)."""
-    views = {"src": step.src, "dst": step.dst} if isinstance(step, Copy) else {"A": step.a, "B": step.b, "C": step.c}
+    if isinstance(step, Copy):
+        views = {"src": step.src, "dst": step.dst}
+    elif isinstance(step, GroupSum):
+        views = {"C": step.c}
+    else:
+        views = {"A": step.a, "B": step.b, "C": step.c}
     if step.epilogue and step.bias is not None:
         views["bias"] = step.bias
-    if getattr(step, "work", None) is not None:  # a stream-K or K-groups GEMM's workspace
+    if getattr(step, "work", None) is not None:  # a stream-K or K-groups GEMM's workspace (a K-groups sum's input)
         views["work"] = step.work
     return views
 
@@ -88,8 +93,15 @@ def batched_launch(step: Any) -> bool:
     return kernel_batch(step.batch) != (1, 1)
 
 
+# i32:k_groups's bit for a deferred K-groups launch (cu/util_sm90.cu, kKgDeferred): each group's sums to its plane
+K_GROUPS_DEFERRED = 1 << 16
+
+
 def step_scalars(step: Any) -> dict[str, int]:
     """Every integer a step's kernel may declare, by its parameter name (alpha/beta excluded)."""
+    if isinstance(step, GroupSum):
+        return {"M": step.M, "N": step.N, "ldc_r": step.c.rs, "ldc_c": step.c.cs, "k_groups": step.groups,
+                **epilogue_scalars(step)}
     outer, inner = kernel_batch(step.batch)
     if isinstance(step, Copy):
         s, d = step.src, step.dst
@@ -103,7 +115,8 @@ def step_scalars(step: Any) -> dict[str, int]:
     out = {"M": step.M, "N": step.N, "K": step.K, "lda": a.rs, "ldb": b.rs if b_row else b.cs,
            "ldc_r": c.rs, "ldc_c": c.cs, "ars": a.rs, "acs": a.cs, "brs": b.rs, "bcs": b.cs, "crs": c.rs,
            "ccs": c.cs, "batch_inner": inner, "batch_count": outer * inner, **epilogue_scalars(step),
-           "group_mode": step.group, "groups": step.groups, "sk_tiles": step.sk_tiles, "k_groups": step.k_groups}
+           "group_mode": step.group, "groups": step.groups, "sk_tiles": step.sk_tiles,
+           "k_groups": step.k_groups | (K_GROUPS_DEFERRED if step.k_deferred else 0)}
     levels = 0
     for name, v in (("A", a), ("B", b), ("C", c)):
         so, si = batch_strides(v, step.batch)
@@ -148,7 +161,10 @@ class _Step:
     def __init__(self, manifest: Manifest, step: Any, dev: Any, recipe: Recipe):
         self.spec = spec = manifest.kernels[step.kernel]
         outer, inner = kernel_batch(step.batch)
-        if isinstance(step, Copy):
+        if isinstance(step, GroupSum):  # a CTA per tile of C
+            fn, cfg = prepare(manifest, spec, dev, GemmShape(step.M, step.N, 1), {}, False, None)
+            splits = 1
+        elif isinstance(step, Copy):
             # a split's grid covers its source (each CTA writes its tile's planes)
             grid = GemmShape(step.src_rows, step.src_cols, 1) if step.tf32_split else \
                 GemmShape(step.dst.rows, step.dst.cols, 1)
@@ -178,7 +194,7 @@ class _Step:
                                      "wait on each other, so all must be resident")
                 cfg = replace(cfg, grid=(ctas, 1, 1))
                 outer = inner = 1  # (the batch is in the tile schedule, not on grid.z)
-        groups = 1 if isinstance(step, Copy) else step.k_groups  # K groups take the batch's place on grid.z
+        groups = getattr(step, "k_groups", 1)  # a GEMM's K groups take the batch's place on grid.z
         if splits > 1 or outer * inner * groups > 1:  # grid.z: the splits of each matrix of the batch, batch slowest
             if cfg.grid[2] != 1:
                 raise ValueError(f"{spec.name}: a batched or split launch needs grid.z, its grid is {cfg.grid}")

@@ -35,7 +35,7 @@ LADDERS = ("cuda", "wmma", "mma", "cute", "hopper", "sgemm", "util")  # util: he
 #   gemm_tf32x3         fp32 at fp32 accuracy on TF32 wgmma: the product of split_tf32's planes of A and B^T (sm_90a)
 #   split_tf32          util_split_tf32: an fp32 operand as TF32 head and residual planes, for gemm_tf32x3
 ROLES = ("gemm", "copy", "gemm_strided_mma", "gemm_strided_wgmma", "gemm_strided_simt", "gemm_strided_stream",
-         "gemm_fused_wgmma", "gemm_tf32x3", "split_tf32")
+         "gemm_fused_wgmma", "gemm_tf32x3", "split_tf32", "kgroups_sum")
 ARCHS = ("80", "86", "89", "90", "90a")
 DEFAULT_PARAMS = ("ptr:A", "ptr:B", "ptr:C", "i32:M", "i32:N", "i32:K")
 PTX_ARCH = "90"  # the build keeps the PTX of its sm_90 cubin: the newest non-"a" target, JIT-able by newer GPUs

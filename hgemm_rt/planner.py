@@ -29,7 +29,7 @@ from .launcher import default_swizzle_stride
 from .manifest import KernelSpec, Manifest
 from .dtypes import ITEMSIZE
 from .epilogue import SWIGLU, Epilogue
-from .problem import KERNEL_LEVELS, MAX_GRID_BATCH, Copy, Gemm, Problem, Recipe, Route, Temp, View, \
+from .problem import KERNEL_LEVELS, MAX_GRID_BATCH, Copy, Gemm, GroupSum, Problem, Recipe, Route, Temp, View, \
     batch_align, kernel_batch
 
 SPLITS = (1, 2, 4, 8)  # cluster sizes along K (portable cluster size limit is 8)
@@ -84,6 +84,17 @@ KG_TILE_ROWS, KG_TILE_COLS = 128, 128
 KG_MIN_BLOCKS = 4
 KG_MAX = 512
 KG_COUNT_ALIGN = 256  # bytes: the fp32 partials follow the int32 counts (tiles x splits) at this alignment
+# Deferred K groups (`k_sum` with `k_groups`): the GEMM writes each group's fp32 sums to a plane of C's shape and a
+# second launch (the "kgroups_sum" role) adds the planes in group order and applies the epilogue, so that many groups
+# of small tiles (the last group's one CTA would read every other group's partial alone) sum across the SMs.
+# Offered unclustered (splits 1), with the groups that fill the SMs, without SwiGLU, to the tiles of at most
+# KG_TILE_COLS columns and KG_TILE_ROWS rows (half as many where M is shorter). H100, fp16, L2 flushed, against the
+# clustered K groups or split-K: 128 x 128 x 131072 m128n64 x 64 groups 44.8 -> 40.7 us, 256 x 256 x 65536 m128n64 x 16
+# 47.9 -> 41.3, 512 x 512 x 32768 m128n128 x 8 54.3 -> 47.4, 64 x 64 x 65536 m64n64 x 64-132 18.4-19.0 (the decode
+# kernel 20.0); the 64-row tiles ran 2-4 us slower than the 128-row ones wherever C fills both.
+K_SUM = "k_sum"
+KG_SUM_ROLE = "kgroups_sum"
+KG_SUM_MIN_BLOCKS = 2  # (no group waits on another: short shares cost only their launch, which the model prices)
 
 
 def _round_up(x: int, m: int) -> int:
@@ -131,13 +142,14 @@ def pairs_swiglu(spec: KernelSpec) -> bool:
     return spec.swiglu and spec.role != "gemm_strided_wgmma"
 
 
-def k_groups_offered(tiles: int, splits: int, k_blocks: int, sm_count: int, wave: int) -> list[int]:
+def k_groups_offered(tiles: int, splits: int, k_blocks: int, sm_count: int, wave: int,
+                     min_blocks: int = KG_MIN_BLOCKS) -> list[int]:
     """The K-group counts offered to a launch of `tiles` tiles split `splits` ways: as many groups as fill the SMs
     (sm_count) and as fill the wave that clusters of `splits` get (wave, the cost model's cta_slots), each at
-    least 2 and leaving every CTA KG_MIN_BLOCKS k-blocks."""
+    least 2 and leaving every CTA `min_blocks` k-blocks."""
     out = []
     for slots in (sm_count, wave):
-        g = min(slots // (tiles * splits), k_blocks // (splits * KG_MIN_BLOCKS), KG_MAX)
+        g = min(slots // (tiles * splits), k_blocks // (splits * min_blocks), KG_MAX)
         if g >= 2 and g not in out:
             out.append(g)
     return out
@@ -146,6 +158,11 @@ def k_groups_offered(tiles: int, splits: int, k_blocks: int, sm_count: int, wave
 def k_groups_work_bytes(tiles: int, splits: int, groups: int, tile: tuple[int, int]) -> int:
     """The K groups' workspace: the int32 counts, then every group's fp32 partial of every tile."""
     return _round_up(tiles * splits * 4, KG_COUNT_ALIGN) + tiles * groups * tile[0] * tile[1] * 4
+
+
+def k_sum_work_bytes(M: int, N: int, groups: int) -> int:
+    """Deferred K groups' workspace: a fp32 plane of M rows of N rounded up to 4 columns per group."""
+    return groups * M * _round_up(N, 4) * 4
 
 
 def streamk(spec: KernelSpec) -> bool:
@@ -211,6 +228,7 @@ class _Glue:
     """The temporaries and copy steps a recipe collects before its GEMM."""
 
     def __init__(self, manifest: Manifest, dtype: str, batch: tuple[int, ...] = ()):
+        self.manifest = manifest
         self.copier = copy_kernel(manifest, dtype)
         self.splitter = copy_kernel(manifest, dtype, SPLIT_ROLE)
         self.isz = ITEMSIZE[dtype]
@@ -263,9 +281,11 @@ def recipe_for(route: Route, prob: Problem, manifest: Manifest) -> Recipe | None
     """What running `route` on `prob` takes, or None if the route cannot run it."""
     if route.transpose and prob.swiglu:
         return None  # the gate/up halves are column blocks of C
+    if prob.swiglu and route.opts().get(K_SUM):
+        return None  # (the sum step would have to pair them; the SwiGLU fallback's GEMM applies the bias itself)
     p = prob.transposed() if route.transpose else prob
     spec = manifest.kernels.get(route.kernel)
-    if spec is None or spec.dtype != p.dtype or spec.role in ("copy", SPLIT_ROLE):
+    if spec is None or spec.dtype != p.dtype or spec.role in ("copy", SPLIT_ROLE, KG_SUM_ROLE):
         return None
     if p.batched and (spec.role == "gemm" or int(route.opts().get("splits", 1)) * _prod(p.kernel_batch) >
                       MAX_GRID_BATCH):
@@ -379,11 +399,23 @@ def _recipe(route: Route, p: Problem, spec: KernelSpec, glue: _Glue) -> Recipe |
         # (SwiGLU: the kernel's N is C's width, half of B's)
         variant = (("mc", mc),) * (mc != 1) + ((OCC, occ),) * (occ != 1)
         g = Gemm(route.kernel, spec.role, a, b, p.c, M, p.c.cols, K, variant=variant, splits=splits, **fused)
+        if opts.get(K_SUM) and K_GROUPS not in opts:
+            return None  # (a sum of no groups)
         if K_GROUPS in opts:
             groups = opts[K_GROUPS]
             if spec.role != KG_ROLE or p.batched or mc != 1 or not isinstance(groups, int) or \
                     not 2 <= groups <= KG_MAX:
                 return None
+            if opts.get(K_SUM):  # the GEMM's plain sums per group, then the sum launch with the epilogue
+                summer = copy_kernel(glue.manifest, p.dtype, KG_SUM_ROLE)
+                if summer is None or splits != 1:
+                    return None
+                nbytes = k_sum_work_bytes(M, p.c.cols, groups)
+                glue.temps.append(Temp("tW", 1, -(-nbytes // isz)))
+                work = _dense("tW", 1, -(-nbytes // isz))
+                g = replace(g, k_groups=groups, k_deferred=True, work=work, epilogue=False, epi=None, bias=None)
+                return glue.recipe(route, g, GroupSum(summer, work, p.c, M, p.c.cols, groups, epi=p.epi,
+                                                      bias=p.bias))
             nbytes = k_groups_work_bytes(spec.output_tiles(M, p.c.cols, p.swiglu), splits, groups, spec.tile[:2])
             glue.temps.append(Temp("tW", 1, -(-nbytes // isz)))
             g = replace(g, k_groups=groups, work=_dense("tW", 1, -(-nbytes // isz)))
@@ -508,7 +540,7 @@ def candidate_routes(prob: Problem, manifest: Manifest, cc: tuple[int, int], ker
     for spec in manifest.kernels.values():
         if spec.dtype != prob.dtype or (kernel and spec.name != kernel) or not _built(manifest, spec, cc):
             continue
-        if spec.role in ("copy", SPLIT_ROLE) or (prob.batched and spec.role == "gemm"):
+        if spec.role in ("copy", SPLIT_ROLE, KG_SUM_ROLE) or (prob.batched and spec.role == "gemm"):
             continue
         if spec.role == "gemm_strided_simt":
             out.append(Route(spec.name))
@@ -531,14 +563,20 @@ def candidate_routes(prob: Problem, manifest: Manifest, cc: tuple[int, int], ker
                 for s in SPLITS:  # thread-block clusters are sm_90+; grid.z holds splits x batch
                     if (s == 1 or cc >= (9, 0)) and s * batch <= MAX_GRID_BATCH:
                         out.append(Route(spec.name, t, (("splits", s),)))
-                    if spec.role == KG_ROLE and spec.dtype in KG_DTYPES and spec.tile[0] == KG_TILE_ROWS and \
+                    if spec.role == KG_ROLE and spec.dtype in KG_DTYPES and spec.tile[0] <= KG_TILE_ROWS and \
                             spec.tile[1] <= KG_TILE_COLS and sm_count and not prob.batched and cc >= (9, 0):
                         M, N = (prob.N, prob.M) if t else (prob.M, prob.N)
                         tiles = spec.output_tiles(M, N, prob.swiglu)
                         full = M >= spec.tile[0] and N >= spec.tile[1]
-                        for g in k_groups_offered(tiles, s, -(-prob.K // spec.tile[2]), sm_count,
-                                                  model.cta_slots(spec, s)) if full else ():
+                        k_blocks = -(-prob.K // spec.tile[2])
+                        for g in k_groups_offered(tiles, s, k_blocks, sm_count, model.cta_slots(spec, s)) \
+                                if full and spec.tile[0] == KG_TILE_ROWS else ():
                             out.append(Route(spec.name, t, ((K_GROUPS, g), ("splits", s))))
+                        # deferred: the groups that fill the SMs, on the tallest tile C fills
+                        tall = spec.tile[0] == (KG_TILE_ROWS if M >= KG_TILE_ROWS else KG_TILE_ROWS // 2)
+                        if s == 1 and full and tall and not prob.swiglu:
+                            for g in k_groups_offered(tiles, 1, k_blocks, sm_count, sm_count, KG_SUM_MIN_BLOCKS):
+                                out.append(Route(spec.name, t, ((K_GROUPS, g), (K_SUM, 1), ("splits", 1))))
                 rows = prob.N if t else prob.M
                 if MULTICAST in spec.variants.get("mc", ()) and cc >= (9, 0) and not prob.batched and \
                         -(-rows // spec.tile[0]) >= MULTICAST:
@@ -655,7 +693,7 @@ def describe(recipe: Recipe) -> str:
             return ""
         scalars = {"ab": "alpha/beta", "a": "alpha", "b": "beta"}[s.scalars]
         what = ", ".join(x for x in (scalars, str(s.epi) if s.epi else "") if x)
-        return f" ({what})" if isinstance(s, Copy) or s.epi else ""
+        return f" ({what})" if isinstance(s, (Copy, GroupSum)) or s.epi else ""
 
     parts = []
     for s in recipe.steps:
@@ -663,9 +701,12 @@ def describe(recipe: Recipe) -> str:
             parts.append(f"split {s.src.base}->{s.dst.base} (TF32 hi/lo)")
         elif isinstance(s, Copy):
             parts.append(f"copy {batch(s)}{s.src.base}->{s.dst.base}{epi(s)}")
+        elif isinstance(s, GroupSum):
+            parts.append(f"{s.kernel} of {s.groups} groups {s.M}x{s.N}{epi(s)}")
         else:
             extra = f" splits={s.splits}" if s.splits > 1 else ""
             extra += f" k_groups={s.k_groups}" if s.k_groups > 1 else ""
+            extra += " deferred" if s.k_deferred else ""
             extra += f" stream-K {s.sk_tiles} tiles over {s.ctas} CTAs" if s.ctas else ""
             extra += " dynamic tile order" if dict(s.variant).get(QUEUE) == 1 else ""
             v = ",".join(f"{k}={v}" for k, v in s.variant)

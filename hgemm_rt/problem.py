@@ -266,6 +266,7 @@ class Gemm:
     sk_tiles: int = 0  # ... how many of the last tiles it cuts along K, a piece per CTA ...
     work: View | None = None  # ... and its workspace (a temporary; also K groups')
     k_groups: int = 1  # the util_sm90 kernels' K groups: clusters of one tile along grid.z, each on a share of K
+    k_deferred: bool = False  # ... whose sums a GroupSum step adds (the GEMM writes each group's plane to `work`)
 
     @property
     def cluster_m(self) -> int:
@@ -275,10 +276,28 @@ class Gemm:
 
 
 @dataclass(frozen=True)
+class GroupSum:
+    """A "kgroups_sum"-role kernel after a deferred K-groups GEMM: C = epilogue(the sum of `groups` fp32 planes of
+    M x N in `work`, the GEMM's partials), the user's alpha/beta, bias and activation applied here."""
+
+    kernel: str
+    work: View
+    c: View
+    M: int
+    N: int
+    groups: int
+    epilogue: bool = True
+    scalars: str = "ab"
+    epi: Epilogue | None = None
+    bias: View | None = None
+    batch: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
 class Recipe:
     route: Route
     temps: tuple[Temp, ...]
-    steps: tuple[Any, ...]  # Copy | Gemm, in order
+    steps: tuple[Any, ...]  # Copy | Gemm | GroupSum, in order
     copy_bytes: int = 0
     loop: tuple[int, ...] = ()  # the problem's loop levels: the steps run once per index, at pointer offsets
 

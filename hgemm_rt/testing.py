@@ -285,7 +285,7 @@ def util_cases(dtypes) -> list[UtilCase]:
 def plan_keys(plan, prob, shape: str, manifest) -> set[tuple[str, str, str]]:
     """(kernel, feature, shape class) for every util kernel a plan launches; feature "" is the
     launch itself, then its variant, split-K, alpha/beta, transposing / misaligned copies."""
-    from .problem import Copy
+    from .problem import Copy, GroupSum
 
     def c_fast(v) -> bool:  # a view whose columns are adjacent in memory
         return abs(v.cs) <= abs(v.rs)
@@ -301,6 +301,9 @@ def plan_keys(plan, prob, shape: str, manifest) -> set[tuple[str, str, str]]:
                 feats.add("misaligned source")
             if s.epilogue and not prob.plain:
                 feats.add("alpha/beta")
+        elif isinstance(s, GroupSum):
+            name = s.kernel
+            feats = {""} | ({"alpha/beta"} if not prob.plain else set())
         elif manifest.kernels[s.kernel].ladder == "util":
             name = s.kernel
             # the symbol launched: the step's variant, its defaults filled in

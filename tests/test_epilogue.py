@@ -18,7 +18,7 @@ from hgemm_rt import DeviceArray, api, executor, planner
 from hgemm_rt.dtypes import storage_to_f64, to_storage
 from hgemm_rt.epilogue import ACT_SHIFT, ACTIVATIONS, BIAS_BITS, SWIGLU_BIT, Epilogue, reference
 from hgemm_rt.errors import ValidationError
-from hgemm_rt.problem import Copy, Gemm
+from hgemm_rt.problem import Copy, Gemm, GroupSum
 from hgemm_rt.testing import GuardedArray, each_route, error_floor
 from kernel_cases import load_manifest_or_none
 
@@ -123,8 +123,8 @@ def test_every_recipe_applies_the_epilogue_once_at_the_end(cc, kw, shape):
             last = recipe.steps[-1]
             spec = MANIFEST.kernels[last.kernel]
             assert planner.pairs_swiglu(spec), f"{spec.name} cannot pair gate and up columns"
-        else:  # the activation acts on the fp32 accumulator, not on an fp16 temporary's copy
-            assert isinstance(recipe.steps[-1], Gemm), planner.describe(recipe)
+        else:  # the activation acts on the fp32 accumulator (or deferred K groups' fp32 sum), not on an fp16 copy
+            assert isinstance(recipe.steps[-1], (Gemm, GroupSum)), planner.describe(recipe)
     described = planner.describe(ranked[0][1])
     epi = prob.epi.transposed() if ranked[0][1].route.transpose else prob.epi
     assert all(part in described for part in str(epi).split(", ")), described  # (the SwiGLU fallback: two steps)

@@ -1,19 +1,25 @@
 """K groups (cu/util_sm90.cu, `i32:k_groups`): clusters of one tile along grid.z, each on its own share of K, the
-last to finish summing every group's partial from a workspace. The planner's offers, recipes and workspace (CPU);
-every util_sm90 kernel with K groups against float64, repeated bitwise, the workspace's counts left zero (GPU)."""
+last to finish summing every group's partial from a workspace; deferred, each group's sums to a plane that a second
+kernel (util_kgroups_sum) adds. The planner's offers, recipes and workspace (CPU); every util_sm90 kernel with K
+groups, both ways, against float64, repeated bitwise, the workspace's counts left zero (GPU)."""
 from __future__ import annotations
+
+import re
+from dataclasses import replace
 
 import pytest
 
 from hgemm_rt import planner, problem, tuning
 from hgemm_rt.costmodel import CostModel
-from hgemm_rt.problem import Gemm, Route
+from hgemm_rt.executor import K_GROUPS_DEFERRED, step_scalars
+from hgemm_rt.problem import Gemm, GroupSum, Route
 from epilogue_cases import epilogue_case, forced_twice
-from kernel_cases import load_manifest_or_none
+from kernel_cases import ROOT, load_manifest_or_none
 
 MANIFEST = load_manifest_or_none()
 needs_manifest = pytest.mark.skipif(MANIFEST is None, reason="no build manifest (python build_kernels.py)")
 KG = planner.K_GROUPS
+KS = planner.K_SUM
 
 
 def _problem(M, N, K, dtype="f16", batch=()):  # B as nn.Linear holds it (N x K row-major), which the tn kernels read
@@ -86,13 +92,71 @@ def test_a_k_group_recipe_carries_its_groups_and_workspace_and_bad_ones_are_refu
 
 
 @needs_manifest
-def test_the_long_k_shapes_take_k_groups_where_they_were_measured_to_gain():
-    # H100, fp16, L2 flushed: 128 x 128 x 131072 m128n64 splits 8 x 7 groups 45.6 us (stream-K 48.1-48.6); at 256 x
-    # 256 x 65536 no K-group route of these tiles beat split-K's 48.0 (m128n64 splits 8)
-    pick = planner.describe(planner.heuristic_recipe(_problem(128, 128, 131072), MANIFEST, (9, 0), 132))
-    assert "m128n64_tn splits=8 k_groups=7" in pick, pick
-    pick = planner.describe(planner.heuristic_recipe(_problem(256, 256, 65536), MANIFEST, (9, 0), 132))
-    assert "k_groups" not in pick and "m128n64_tn splits=8" in pick, pick
+def test_the_long_k_shapes_take_deferred_k_groups_where_they_were_measured_to_gain():
+    # H100, fp16, L2 flushed: deferred m128n64 x 64 groups 40.7 us at 128 x 128 x 131072 (clustered 8 x 7 groups 44.8),
+    # x 16 at 256 x 256 x 65536 41.3 (split-K 8 ways 47.9), m64n64 x 64-132 at 64 x 64 x 65536 18.4-19.0 (decode 20.0)
+    for shape, want in (((128, 128, 131072), "m128n64_tn k_groups=66 deferred"),
+                        ((256, 256, 65536), "m128n64_tn k_groups=16 deferred"),
+                        ((64, 64, 65536), "m64n64_tn k_groups=132 deferred")):
+        pick = planner.describe(planner.heuristic_recipe(_problem(*shape), MANIFEST, (9, 0), 132))
+        assert want in pick and "util_kgroups_sum_f16" in pick, (shape, pick)
+    for shape in ((1024, 1024, 1024), (256, 4096, 14336), (128, 8192, 8192)):  # no long K: one launch
+        pick = planner.heuristic_recipe(_problem(*shape), MANIFEST, (9, 0), 132)
+        assert not any(isinstance(s, GroupSum) for s in pick.steps), (shape, planner.describe(pick))
+
+
+@needs_manifest
+def test_deferred_k_groups_are_offered_unclustered_on_the_tallest_tile_c_fills():
+    def rows(m):  # C's rows fill a 128-row tile, or half of one
+        return 128 if m >= 128 else 64
+
+    for M, N, K in ((128, 128, 131072), (64, 64, 65536), (100, 300, 65536)):
+        routes = [r for r in planner.candidate_routes(_problem(M, N, K), MANIFEST, (9, 0), sm_count=132)
+                  if KS in r.opts()]
+        assert routes, (M, N, K)
+        for r in routes:
+            spec, m = MANIFEST.kernels[r.kernel], N if r.transpose else M
+            assert r.opts()["splits"] == 1 and spec.role == planner.KG_ROLE and spec.tile[0] == rows(m), r
+            assert spec.tile[1] <= planner.KG_TILE_COLS and r.opts()[KG] >= 2, r
+    assert not any(KS in r.opts() for r in planner.candidate_routes(_problem(128, 128, 131072, batch=(2,)), MANIFEST,
+                                                                     (9, 0), sm_count=132))
+    assert planner.k_groups_offered(6, 1, 5, 132, 132, planner.KG_SUM_MIN_BLOCKS) == [2]
+
+
+@needs_manifest
+def test_a_deferred_recipe_is_the_plain_gemm_then_the_sum_with_the_epilogue():
+    from hgemm_rt.epilogue import Epilogue
+
+    name = "util_gemm_wgmma_f16_m128n64_tn"
+    base = _problem(300, 200, 40000)
+    bias = problem.View.make("bias", 1, 200, 200, 1, 256)
+    prob = problem.Problem("f16", "f32", base.a, base.b, base.c, plain=False, beta_zero=False,
+                           epi=Epilogue("col", "gelu"), bias=bias)
+    recipe = planner.recipe_for(Route(name, False, ((KG, 9), (KS, 1), ("splits", 1))), prob, MANIFEST)
+    g, s = recipe.steps
+    assert isinstance(g, Gemm) and isinstance(s, GroupSum) and s.kernel == "util_kgroups_sum_f16"
+    assert g.k_deferred and g.k_groups == 9 and not g.epilogue and g.epi is None and g.bias is None
+    assert s.epilogue and s.epi == prob.epi and s.bias == bias and s.c == prob.c and (s.M, s.N, s.groups) == (300, 200, 9)
+    assert g.work == s.work and [t.name for t in recipe.temps] == ["tW"]
+    assert g.work.cols * 2 >= planner.k_sum_work_bytes(300, 200, 9) == 9 * 300 * 200 * 4
+    assert planner.k_sum_work_bytes(3, 5, 2) == 2 * 3 * 8 * 4  # rows of whole fp32 quads
+    assert "k_groups=9 deferred" in planner.describe(recipe) and "util_kgroups_sum_f16 of 9 groups" in \
+        planner.describe(recipe)
+    assert step_scalars(g)["k_groups"] == 9 | K_GROUPS_DEFERRED and step_scalars(s)["k_groups"] == 9
+    assert (step_scalars(s)["M"], step_scalars(s)["N"], step_scalars(s)["ldc_r"]) == (300, 200, 200)
+    for opts in (((KG, 9), (KS, 1), ("splits", 2)), ((KS, 1), ("splits", 1))):  # clustered; no groups
+        assert planner.recipe_for(Route(name, False, opts), prob, MANIFEST) is None, opts
+    swiglu = replace(_problem(64, 256, 40000), epi=Epilogue(None, "swiglu"), plain=False)
+    assert planner.recipe_for(Route(name, False, ((KG, 4), (KS, 1), ("splits", 1))), swiglu, MANIFEST) is None
+    model = CostModel.for_device((9, 0), 132, MANIFEST)
+    assert model.estimate_us(recipe, "f16") > model.estimate_us(
+        replace(recipe, steps=recipe.steps[:1]), "f16") + model.rates.launch_us  # the sum launch is priced
+
+
+def test_the_deferred_bit_is_the_kernels():
+    src = (ROOT / "cu" / "util_sm90.cu").read_text()
+    assert re.search(r"kKgDeferred = 1 << (\d+)", src).group(1) == str(K_GROUPS_DEFERRED.bit_length() - 1)
+    assert K_GROUPS_DEFERRED > planner.KG_MAX
 
 
 @needs_manifest
@@ -138,3 +202,25 @@ def test_every_util_sm90_kernel_with_k_groups_matches_float64_and_repeats_bitwis
             tested += 1
             bad += forced_twice(case, plan, spec.output_tiles(g.M, g.N, g.epi is not None and g.epi.swiglu) * splits)
     assert tested >= 3 * len(SPLIT_GROUPS) and not bad, "\n".join(bad)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,M,N,K,b_order,bias,act,alpha,beta", [c for c in CASES if c[6] != "swiglu"])
+def test_every_util_sm90_kernel_with_deferred_k_groups_matches_float64_and_repeats_bitwise(dtype, M, N, K, b_order,
+                                                                                           bias, act, alpha, beta,
+                                                                                           rng):
+    from hgemm_rt.registry import get_registry
+
+    manifest = get_registry().manifest
+    case = epilogue_case(rng, dtype, M, N, K, b_order=b_order, bias=bias, act=act, alpha=alpha, beta=beta)
+    tested, bad = 0, []
+    for name, spec in manifest.kernels.items():
+        if spec.role != planner.KG_ROLE or spec.dtype != dtype:
+            continue
+        for groups in (2, 7, 130):  # 130: more planes than a sum CTA has warps, every warp summing several
+            plan = planner.recipe_for(Route(name, False, ((KG, groups), (KS, 1), ("splits", 1))), case.prob, manifest)
+            if plan is None:
+                continue
+            tested += 1
+            bad += forced_twice(case, plan, 0)
+    assert tested >= 3 * 3 and not bad, "\n".join(bad)

@@ -145,6 +145,12 @@ def _check_plan_contract(plan, prob, manifest):
         if isinstance(step, problem.Copy):
             assert step.src_rows <= step.dst.rows and step.src_cols <= step.dst.cols or step.epilogue
             continue
+        if isinstance(step, problem.GroupSum):  # the planes the deferred K-groups GEMM before it wrote
+            (gemm,) = [s for s in plan.steps if isinstance(s, problem.Gemm)]
+            assert gemm.k_deferred and gemm.work == step.work and gemm.k_groups == step.groups
+            assert (step.M, step.N) == (gemm.M, gemm.N) and step.work.cols * temps[step.work.base].count >= \
+                planner.k_sum_work_bytes(step.M, step.N, step.groups) // ITEMSIZE[prob.dtype]
+            continue
         spec = manifest.kernels[step.kernel]
         if step.role == "gemm":
             for dim, v in (("M", step.M), ("N", step.N), ("K", step.K)):
@@ -768,7 +774,7 @@ def test_cost_model_prices_short_split_k_slices_higher():
 def test_clusters_of_4_or_8_fill_120_of_132_sms():
     """A split-K grid of the Hopper strided kernels runs in waves of the CTAs its clusters can hold at once
     (H100: 15 clusters of 8, 30 of 4, 66 of 2): 256 x 256 x 65536 at m64n64 splits=8 is 16 clusters of 8, two
-    waves, so twice the one-wave estimate, and the pick is a grid that fits (m128n64, 8 clusters)."""
+    waves, so twice the one-wave estimate, and the split-K pick is a grid that fits (m128n64, 8 clusters)."""
     from hgemm_rt.costmodel import CostModel
     spec = MANIFEST.kernels.get("util_gemm_wgmma_f16_m64n64_tn")
     if spec is None:
@@ -780,7 +786,8 @@ def test_clusters_of_4_or_8_fill_120_of_132_sms():
     one_wave = CostModel(replace(model.rates, cluster_sm_share={}), 132, MANIFEST)
     assert model.gemm_us(spec, g, "f16") > 1.5 * one_wave.gemm_us(spec, g, "f16")  # the 16th cluster's wave
     ranked = planner.ranked_recipes(_problem(256, 256, 65536, orders=("row", "col", "row")), MANIFEST, (9, 0), 132)
-    steps = [s for s in ranked[0][1].steps if isinstance(s, problem.Gemm)]
+    split_k = [r for _e, r in ranked if not any(isinstance(s, problem.GroupSum) for s in r.steps)]  # (not deferred)
+    steps = [s for s in split_k[0].steps if isinstance(s, problem.Gemm)]
     assert len(steps) == 1 and steps[0].splits == 8 and "m128n64" in steps[0].kernel
 
 
