@@ -180,47 +180,31 @@ CASES = [  # dtype, M, N (B's columns), K, B's order (col: as nn.Linear holds it
     ("bf16", 300, 136, 4104, "row", None, None, 2.0, 0.0),
 ]
 SPLIT_GROUPS = ((1, 3), (2, 5), (8, 2))
+DEFERRED_GROUPS = (2, 7, 130)  # 130: more planes than the sum kernel has warps, each warp adding several
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype,M,N,K,b_order,bias,act,alpha,beta", CASES)
-def test_every_util_sm90_kernel_with_k_groups_matches_float64_and_repeats_bitwise(dtype, M, N, K, b_order, bias, act,
-                                                                                  alpha, beta, rng):
+@pytest.mark.parametrize("deferred,dtype,M,N,K,b_order,bias,act,alpha,beta",
+                         [(d, *c) for d in (False, True) for c in CASES if not (d and c[6] == "swiglu")])
+def test_every_util_sm90_kernel_with_k_groups_matches_float64_and_repeats_bitwise(deferred, dtype, M, N, K, b_order,
+                                                                                  bias, act, alpha, beta, rng):
+    """Clustered groups (their counts left zero) and deferred ones (no counts; SwiGLU is not offered deferred)."""
     from hgemm_rt.registry import get_registry
 
     manifest = get_registry().manifest
     case = epilogue_case(rng, dtype, M, N, K, b_order=b_order, bias=bias, act=act, alpha=alpha, beta=beta)
+    routes = [((KG, g), (KS, 1), ("splits", 1)) for g in DEFERRED_GROUPS] if deferred else \
+        [((KG, g), ("splits", s)) for s, g in SPLIT_GROUPS]
     tested, bad = 0, []
     for name, spec in manifest.kernels.items():
         if spec.role != planner.KG_ROLE or spec.dtype != dtype:
             continue
-        for splits, groups in SPLIT_GROUPS:
-            plan = planner.recipe_for(Route(name, False, ((KG, groups), ("splits", splits))), case.prob, manifest)
+        for opts in routes:
+            plan = planner.recipe_for(Route(name, False, opts), case.prob, manifest)
             if plan is None:
                 continue
             g = _gemm(plan)
             tested += 1
-            bad += forced_twice(case, plan, spec.output_tiles(g.M, g.N, g.epi is not None and g.epi.swiglu) * splits)
-    assert tested >= 3 * len(SPLIT_GROUPS) and not bad, "\n".join(bad)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype,M,N,K,b_order,bias,act,alpha,beta", [c for c in CASES if c[6] != "swiglu"])
-def test_every_util_sm90_kernel_with_deferred_k_groups_matches_float64_and_repeats_bitwise(dtype, M, N, K, b_order,
-                                                                                           bias, act, alpha, beta,
-                                                                                           rng):
-    from hgemm_rt.registry import get_registry
-
-    manifest = get_registry().manifest
-    case = epilogue_case(rng, dtype, M, N, K, b_order=b_order, bias=bias, act=act, alpha=alpha, beta=beta)
-    tested, bad = 0, []
-    for name, spec in manifest.kernels.items():
-        if spec.role != planner.KG_ROLE or spec.dtype != dtype:
-            continue
-        for groups in (2, 7, 130):  # 130: more planes than a sum CTA has warps, every warp summing several
-            plan = planner.recipe_for(Route(name, False, ((KG, groups), (KS, 1), ("splits", 1))), case.prob, manifest)
-            if plan is None:
-                continue
-            tested += 1
-            bad += forced_twice(case, plan, 0)
-    assert tested >= 3 * 3 and not bad, "\n".join(bad)
+            counts = 0 if deferred else spec.output_tiles(g.M, g.N, g.epi is not None and g.epi.swiglu) * g.splits
+            bad += forced_twice(case, plan, counts)
+    assert tested >= 3 * len(routes) and not bad, "\n".join(bad)
