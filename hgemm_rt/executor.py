@@ -161,8 +161,9 @@ class _Step:
     def __init__(self, manifest: Manifest, step: Any, dev: Any, recipe: Recipe):
         self.spec = spec = manifest.kernels[step.kernel]
         outer, inner = kernel_batch(step.batch)
-        if isinstance(step, GroupSum):  # a CTA per tile of C
+        if isinstance(step, GroupSum):  # a CTA per tile of C, the GEMM's programmatic dependent
             fn, cfg = prepare(manifest, spec, dev, GemmShape(step.M, step.N, 1), {}, False, None)
+            cfg = replace(cfg, pdl=True)
             splits = 1
         elif isinstance(step, Copy):
             # a split's grid covers its source (each CTA writes its tile's planes)

@@ -681,7 +681,9 @@ def test_cuda_graph_capture_replays_matmul(rng):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("M,N,K", [(64, 64, 64), (257, 129, 300), (130, 264, 200)])  # one kernel, copies, split-K
+# one kernel, copies, split-K, deferred K groups (the sum kernel a programmatic dependent of the GEMM: a graph edge,
+# and in the user's capture a launch attribute)
+@pytest.mark.parametrize("M,N,K", [(64, 64, 64), (257, 129, 300), (130, 264, 200), (96, 200, 40000)])
 def test_repeats_on_the_same_buffers_go_through_a_cuda_graph_and_stay_correct(M, N, K, rng):
     """A call repeated on the same buffers launches through one CUDA graph after GRAPH_AFTER_REPEATS
     repeats: every call still reads the current contents of A and B, and a user's capture on the same
