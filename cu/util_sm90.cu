@@ -235,7 +235,7 @@ __device__ __noinline__ void store_pass_swiglu(const uint8_t* tile, int row0, in
 // to kKgCountAlign bytes; zero before a launch and left zero), then tiles x groups fp32 BM x BN partials.
 // Deferred (k_groups | kKgDeferred): nobody counts or sums; each CTA writes its rows of the tile, unscaled, into
 // its group's fp32 plane of C's shape (`work`: groups planes of M x kg_pitch(N)), and util_kgroups_sum (a second
-// launch) adds the planes and applies the epilogue. For many groups of small tiles (64 x 64 x 65536: 128 groups),
+// launch) adds the planes and applies the epilogue. For many groups of small tiles (64 x 64 x 65536: 132 groups),
 // where one CTA summing every group's partial would read megabytes alone.
 struct KGroups {
   float* work;

@@ -34,6 +34,7 @@ LADDERS = ("cuda", "wmma", "mma", "cute", "hopper", "sgemm", "util")  # util: he
 #   gemm_fused_wgmma    the persistent wgmma GEMM with the fused epilogue, batches and grouped GEMM (sm_90a)
 #   gemm_tf32x3         fp32 at fp32 accuracy on TF32 wgmma: the product of split_tf32's planes of A and B^T (sm_90a)
 #   split_tf32          util_split_tf32: an fp32 operand as TF32 head and residual planes, for gemm_tf32x3
+#   kgroups_sum         util_kgroups_sum: a deferred K-groups GEMM's fp32 planes added, through the epilogue (sm_90a)
 ROLES = ("gemm", "copy", "gemm_strided_mma", "gemm_strided_wgmma", "gemm_strided_simt", "gemm_strided_stream",
          "gemm_fused_wgmma", "gemm_tf32x3", "split_tf32", "kgroups_sum")
 ARCHS = ("80", "86", "89", "90", "90a")
