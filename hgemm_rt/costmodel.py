@@ -36,7 +36,9 @@ class ArchRates:
     stream_sm_bytes_per_s: float  # what one SM of a gemm_strided_stream grid pulls when few SMs are busy
     copy_bytes_per_s: float  # copy kernel, row-major destination with 16-byte rows
     copy_transpose_bytes_per_s: float  # column-major destination
+    copy_transpose_unaligned_bytes_per_s: float  # ... whose columns are not 16-byte aligned: element stores
     copy_unaligned_bytes_per_s: float  # destination rows not 16-byte aligned: element stores
+    strided_c_column_bytes_per_s: float  # the strided GEMMs' element stores down a C whose columns are contiguous
     sm_bytes_per_s: float  # how fast one CTA streams its operand panels from L2
     l2_bytes_per_s: float  # what the SMs of a strided wgmma launch pull from L2 together (operand panels)
     l2_fit_bytes: int  # an operand up to this size is re-read from L2, not DRAM (util_sm90's B policy: 64 MiB)
@@ -77,6 +79,9 @@ HOPPER_TILE_COLS = 256  # the Hopper catalogue's tile width (its 128 x 192 kerne
 REUSE_FULL = 42.0  # BM*BN/(BM+BN) of a 128 x 64 tile: smaller tiles re-read operands from L2 more
 STREAM_SPLIT_COST = 0.04  # per doubling of the splits of a streaming kernel (docs/tuning_log.md, util_decode)
 ODD_N_DIRECT_STORE = 0.85  # direct-store epilogues fall back to element stores when N is odd (4095^3)
+# gemm_fused_wgmma with C stored through its pointer (Gemm.c_unmapped): the threads write the staged passes (H100,
+# fp16, 4096 x 4097 x 4096 stream-K 211-219 us against 195.7 with a 4104-wide C through its map)
+C_UNMAPPED_SHARE = 0.9
 # The share of the DRAM rate at which a kernel's epilogue writes C, where writing C is what takes the time
 # (small K): a TMA store streams whole lines; the util kernels store 8-byte runs from a staged tile; the
 # catalogue's direct epilogues store 4-byte pairs from registers (H100, 8192 x 8192 x 16 fp16: 55.9 us
@@ -190,7 +195,11 @@ HOPPER = ArchRates(
     stream_sm_bytes_per_s=45e9,
     copy_bytes_per_s=2.5e12,
     copy_transpose_bytes_per_s=1.5e12,
+    # a 4097 x 4096 fp16 temporary into a 4096 x 4097 row-major C as its transpose: 251 us
+    copy_transpose_unaligned_bytes_per_s=0.27e12,
     copy_unaligned_bytes_per_s=0.75e12,
+    # 4096 x 4097 x 4096 fp16 as C^T = B^T A^T on util_gemm_wgmma_f16_m128_tn: 467 us, 255 into the row-major C
+    strided_c_column_bytes_per_s=0.16e12,
     sm_bytes_per_s=120e9,  # ~64 B/clk from L2 per SM
     # H100, fp16, unsplit util_sm90 launches of 128 CTAs: 6.4-7.9 TB/s of operand panels (256 x 8192 x 8192 at
     # 128 x 128 tiles: 537 MB in 78.0 us, 403 MB in 66.5 with B multicast; 256 x 4096 x 4096 at 128 x 64: 201 MB in
@@ -264,7 +273,9 @@ AMPERE = ArchRates(
     stream_sm_bytes_per_s=30e9,
     copy_bytes_per_s=1.2e12,
     copy_transpose_bytes_per_s=0.75e12,
+    copy_transpose_unaligned_bytes_per_s=0.15e12,
     copy_unaligned_bytes_per_s=0.4e12,
+    strided_c_column_bytes_per_s=0.1e12,
     sm_bytes_per_s=90e9,
     l2_bytes_per_s=4e12,  # unused: no strided wgmma before sm_90
     l2_fit_bytes=32 << 20,  # (A100 40 MB)
@@ -336,7 +347,7 @@ class CostModel:
         load = math.ceil(tiles / self.cta_slots(spec, g.splits))  # CTAs on the busiest SM
         if g.ctas:  # stream-K: the busiest CTA's k-blocks, whole tiles and pieces
             load = self._streamk_blocks(spec, g) / math.ceil(g.K / spec.tile[2])
-        compute = self._compute_s(spec, g)
+        compute = self._compute_s(spec, g) / (C_UNMAPPED_SHARE if g.c_unmapped else 1.0)
         dram = r.dram_bytes_per_s
         if g.k_groups > 1:  # the CTAs of one wave streaming
             wave = min(tiles, self.cta_slots(spec, g.splits))
@@ -362,6 +373,8 @@ class CostModel:
             epilogue += load * (tile_bytes / r.smem_bytes_per_s +
                                (tile_bytes / r.dsmem_bytes_per_s if g.splits > 1 else 0.0))
             latency += r.strided_tile_latency_us * BM * BN / (128 * 128)
+            if g.c.cs != 1 and g.c.rows > 1 and r.strided_c_column_bytes_per_s:  # one element a store, row by row
+                epilogue += g.M * g.N * nb * isz / r.strided_c_column_bytes_per_s
         if g.k_deferred:  # each CTA writes its sums to its group's plane; a GroupSum step adds them (group_sum_us)
             epilogue += r.k_sum_publish_us * 1e-6
         elif g.k_groups > 1:  # every CTA publishes its rows of the tile; the last group's sums them all from L2,
@@ -479,7 +492,8 @@ class CostModel:
         if c.epilogue and not beta_zero:
             nbytes += c.dst.rows * c.dst.cols * isz * outer * inner
         if c.dst.cs != 1 and c.dst.rows > 1:
-            rate = r.copy_transpose_bytes_per_s
+            rate = r.copy_transpose_bytes_per_s if c.dst.align >= 16 and (c.dst.cols == 1 or c.dst.cs * isz % 16 == 0) \
+                else r.copy_transpose_unaligned_bytes_per_s
         elif c.dst.align < 16 or (c.dst.rows > 1 and c.dst.rs * isz % 16):
             rate = r.copy_unaligned_bytes_per_s
         else:

@@ -41,6 +41,7 @@ def f32_bits(x: float) -> int:
 TMA_LEVEL_BITS = {("A", 0): 2, ("A", 1): 1, ("B", 0): 8, ("B", 1): 4, ("C", 0): 64, ("C", 1): 32}  # (operand, outer 0
 # | inner 1) -> bit; C's map: the gemm_fused_wgmma kernels' TMA store
 TMA_RANK4 = 16
+TMA_C_NO_MAP = 128  # the gemm_fused_wgmma kernels' C without a map: stored and read through ptr:C (kCNoMap)
 
 
 def step_operands(step: Any) -> dict[str, View]:
@@ -123,7 +124,7 @@ def step_scalars(step: Any) -> dict[str, int]:
         out[f"bs{name.lower()}_o"], out[f"bs{name.lower()}_i"] = so, si
         if batched_launch(step):
             levels |= TMA_RANK4 | (TMA_LEVEL_BITS[name, 0] if so else 0) | (TMA_LEVEL_BITS[name, 1] if si else 0)
-    out["tma_levels"] = levels
+    out["tma_levels"] = levels | (TMA_C_NO_MAP if step.c_unmapped else 0)
     return out
 
 
@@ -250,7 +251,8 @@ class Execution:
     def _packers(self, alpha: float, beta: float) -> list[ParamPacker]:
         packers = self._packers_by_scalars.get((alpha, beta))
         if packers is None:
-            packers = [ParamPacker(st.spec, dict(st.scalars, **alpha_beta_bits(st.step, alpha, beta)))
+            packers = [ParamPacker(st.spec, dict(st.scalars, **alpha_beta_bits(st.step, alpha, beta)),
+                                   frozenset("C") if getattr(st.step, "c_unmapped", False) else frozenset())
                        for st in self.steps]
             with self._lock:
                 self._packers_by_scalars[(alpha, beta)] = packers

@@ -105,10 +105,12 @@ class ParamPacker:
     """A kernel's declared `params` with the integers fixed: pack(arrays) builds only what depends on
     the operands' addresses (`ptr:X` the address of arrays[X], `tmap:X` a TMA map of arrays[X], A^T for
     a kernel that reads A column-major); `i32:X` / `i64:X` is scalars[X], converted once (a 32- or
-    64-bit signed integer: batch strides in elements may pass 2^31)."""
+    64-bit signed integer: batch strides in elements may pass 2^31). `unmapped` names operands the launch
+    tells the kernel it has no map for (a gemm_fused_wgmma C off TMA's rules): their `tmap:X` is zero bytes."""
 
-    def __init__(self, spec: KernelSpec, scalars: Mapping[str, int]):
+    def __init__(self, spec: KernelSpec, scalars: Mapping[str, int], unmapped: frozenset[str] = frozenset()):
         self.spec = spec
+        self.unmapped = unmapped
         self.slots: list[tuple[str, Any]] = []  # ("i32" | "i64", its ctypes value) | ("ptr" | "tmap", operand)
         for p in spec.params:
             kind, _, what = p.partition(":")
@@ -141,6 +143,9 @@ class ParamPacker:
             else:  # tmap
                 from . import tma  # Hopper only: imported on first use
 
+                if x in self.unmapped:
+                    values.append(tma.aligned_buffer())  # (zeros: never read)
+                    continue
                 array = arrays[x].T if x == "A" and spec.a_order == "col" else arrays[x]
                 values.append(tma.build_param(spec, x, array, spec.name))
         return PackedParams(values)

@@ -390,15 +390,19 @@ def _recipe(route: Route, p: Problem, spec: KernelSpec, glue: _Glue) -> Recipe |
                 b = pack("tB", b, N, _round_up(K, 8), tma=True)
         if repack and not repacked:
             return None  # (nothing to pack: the plain route)
+        unmapped = False
         if spec.role == "gemm_fused_wgmma":  # persistent, no split-K; C through a TMA store, which writes whole
             # 16-byte runs: C's width must end on one (H100: a 97 x 141 fp16 C with rows of 144 got its 3
-            # padding columns zeroed)
-            if "splits" in opts or not fits(p.c, M, p.c.cols, tma=True, align=16, itemsize=isz) or \
-                    p.c.cols * isz % 16 or ("ctas" in opts) != streamk(spec):
+            # padding columns zeroed). Any other C with contiguous rows goes without a map, through ptr:C.
+            if "splits" in opts or ("ctas" in opts) != streamk(spec):
+                return None
+            unmapped = not fits(p.c, M, p.c.cols, tma=True, align=16, itemsize=isz) or p.c.cols * isz % 16
+            if unmapped and not (p.c.cs == 1 and (p.c.rows == 1 or p.c.rs >= p.c.cols)):
                 return None
         # (SwiGLU: the kernel's N is C's width, half of B's)
         variant = (("mc", mc),) * (mc != 1) + ((OCC, occ),) * (occ != 1)
-        g = Gemm(route.kernel, spec.role, a, b, p.c, M, p.c.cols, K, variant=variant, splits=splits, **fused)
+        g = Gemm(route.kernel, spec.role, a, b, p.c, M, p.c.cols, K, variant=variant, splits=splits,
+                 c_unmapped=bool(unmapped), **fused)
         if opts.get(K_SUM) and K_GROUPS not in opts:
             return None  # (a sum of no groups)
         if K_GROUPS in opts:
@@ -709,6 +713,7 @@ def describe(recipe: Recipe) -> str:
             extra += " deferred" if s.k_deferred else ""
             extra += f" stream-K {s.sk_tiles} tiles over {s.ctas} CTAs" if s.ctas else ""
             extra += " dynamic tile order" if dict(s.variant).get(QUEUE) == 1 else ""
+            extra += " C by pointer" if s.c_unmapped else ""
             v = ",".join(f"{k}={v}" for k, v in s.variant)
             parts.append(f"{s.kernel}{'[' + v + ']' if v else ''}{extra} {batch(s)}{s.M}x{s.N}x{s.K}{epi(s)}")
     loop = f" (x {'x'.join(map(str, recipe.loop))} launches)" if recipe.loop else ""

@@ -267,6 +267,7 @@ class Gemm:
     work: View | None = None  # ... and its workspace (a temporary; also K groups')
     k_groups: int = 1  # the util_sm90 kernels' K groups: clusters of one tile along grid.z, each on a share of K
     k_deferred: bool = False  # ... whose sums a GroupSum step adds (the GEMM writes each group's plane to `work`)
+    c_unmapped: bool = False  # gemm_fused_wgmma: C off TMA's rules, stored through ptr:C (no tmap:C; cu/CONTRACT.md)
 
     @property
     def cluster_m(self) -> int:

@@ -36,13 +36,14 @@ class EpilogueCase:
 
 def epilogue_case(rng: np.random.Generator, dtype: str, M: int, N: int, K: int, *, batch: tuple[int, ...] = (),
                   b_order: str = "row", bias: str | None = None, act: str | None = None, alpha: float = 1.0,
-                  beta: float = 0.0) -> EpilogueCase:
+                  beta: float = 0.0, c_offset: int = 0, c_pad: int = 0) -> EpilogueCase:
     """A case on N(0,1) values: A's rows padded by a column, B of N columns in `b_order`, C of N columns (N / 2 with
-    SwiGLU), a bias per column ("col") or row ("row") or none; the floor twice the usual for SwiGLU's two sums."""
+    SwiGLU) `c_offset` elements into its buffer with rows padded by `c_pad`, a bias per column ("col") or row ("row")
+    or none; the floor twice the usual for SwiGLU's two sums."""
     n_out = N // 2 if act == "swiglu" else N
     a = GuardedArray(rng.standard_normal((*batch, M, K)), dtype, "row", 1, 0)
     b = GuardedArray(rng.standard_normal((*batch, K, N)), dtype, b_order, 0, 0)
-    c = GuardedArray(rng.standard_normal((*batch, M, n_out)), dtype, "row", 0, 0)
+    c = GuardedArray(rng.standard_normal((*batch, M, n_out)), dtype, "row", c_offset, c_pad)
     bv = None
     if bias is not None:
         bv = GuardedArray(rng.standard_normal((1, N) if bias == "col" else (M, 1)), dtype, "row", 0, 0)
@@ -56,10 +57,10 @@ def epilogue_case(rng: np.random.Generator, dtype: str, M: int, N: int, K: int, 
     return EpilogueCase(dtype, a, b, c, bv, alpha, beta, prob, want, floor)
 
 
-def forced_twice(case: EpilogueCase, plan, zero_words: int, workspace: str = "tW") -> list[str]:
+def forced_twice(case: EpilogueCase, plan, zero_words: int, workspace: str | None = "tW") -> list[str]:
     """Runs `plan` twice on the case (C set back before each) and says what is wrong: an error over the floor or C's
     surroundings touched (first run), the runs differing in any bit, or any of the workspace temporary's first
-    `zero_words` int32 (the flags or counts a launch must leave zero) set."""
+    `zero_words` int32 (the flags or counts a launch must leave zero) set (workspace None: a plan without one)."""
     from hgemm_rt.device import get_device
     from hgemm_rt.executor import Execution
     from hgemm_rt.registry import get_registry
@@ -73,7 +74,7 @@ def forced_twice(case: EpilogueCase, plan, zero_words: int, workspace: str = "tW
             ex.run(case.ptrs, case.alpha, case.beta, 0)
             dev.synchronize()
             runs.append(case.c.read())
-        left = ex.temps[workspace].to_host().reshape(-1).view(np.int32)[:zero_words]
+        left = ex.temps[workspace].to_host().reshape(-1).view(np.int32)[:zero_words] if workspace else np.zeros(0)
     finally:
         ex.close()
     what, bad = planner.describe(plan), []

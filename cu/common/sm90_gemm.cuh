@@ -135,6 +135,10 @@ struct Config : Rung {
 constexpr int kLevelAInner = 1, kLevelAOuter = 2, kLevelBInner = 4, kLevelBOuter = 8;
 constexpr int kRank4Maps = 16;  // batched launch: A, B and C are rank-4 maps (cols, rows, inner, outer)
 constexpr int kLevelCInner = 32, kLevelCOuter = 64;
+// C has no tensor map (rows, base or width off TMA's 16-byte rules): the fused kernels store every tile through x.C
+// (the plain and bias-only epilogues' staged passes by StagedStore, the others' register pairs as the partial tiles'
+// path does) and read C_old through it; tmap:C is never touched.
+constexpr int kCNoMap = 128;
 // SwiGLU: a tile covers this many output columns, its B stage holding their gate and up rows/columns.
 constexpr int kSwiGLUCols = BN / 2;
 // Grouped GEMM (i32:group_mode, mixture of experts): the matrices are the `groups` experts, matrix e having
@@ -511,23 +515,36 @@ __device__ __forceinline__ void sk_gather(float (&d)[128], float* work, const vo
   }
 }
 
-// C's elements col and col + 1 of a row at p (p = &C[row][col]): a 4-byte word (C's rows are 16-byte aligned, col
-// even), the lone first element where col + 1 == N, nothing at or past N. c_pair reads C_old (0 past N); c_store_pair
-// writes v's pair.
+// C's elements col and col + 1 of a row at p (p = &C[row][col]): a 4-byte word where p is 4-byte aligned (`word`:
+// always for C's rows on TMA's 16-byte rule, col being even; the same for every pair of a thread's row, 8 columns
+// apart), else two elements (kCNoMap: odd row strides); the lone first element where col + 1 == N, nothing at or
+// past N. c_pair reads C_old (0 past N); c_store_pair writes v's pair.
 template <typename T>
-__device__ __forceinline__ float2 c_pair(const T* p, int col, int N) {
+__device__ __forceinline__ bool word_aligned(const T* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 3) == 0;
+}
+template <typename T>
+__device__ __forceinline__ float2 c_pair(const T* p, int col, int N, bool word) {
   if (col + 1 < N) {
+    if (!word) return make_float2(hg::to_f32(p[0]), hg::to_f32(p[1]));
     const uint32_t v = *reinterpret_cast<const uint32_t*>(p);
     return make_float2(hg::to_f32(reinterpret_cast<const T*>(&v)[0]), hg::to_f32(reinterpret_cast<const T*>(&v)[1]));
   }
   return make_float2(col < N ? hg::to_f32(p[0]) : 0.f, 0.f);
 }
 template <typename T>
-__device__ __forceinline__ void c_store_pair(T* p, int col, int N, uint32_t v) {
-  if (col + 1 < N)
-    *reinterpret_cast<uint32_t*>(p) = v;
-  else if (col < N)
-    p[0] = reinterpret_cast<const T*>(&v)[0];
+__device__ __forceinline__ void c_store_pair(T* p, int col, int N, bool word, uint32_t v) {
+  const T* e = reinterpret_cast<const T*>(&v);
+  if (col + 1 < N) {
+    if (word) {
+      *reinterpret_cast<uint32_t*>(p) = v;
+    } else {
+      p[0] = e[0];
+      p[1] = e[1];
+    }
+  } else if (col < N) {
+    p[0] = e[0];
+  }
 }
 
 // C's elements (row, col) and (row, col + 1) from the sums g0, g1 of their accumulators (SwiGLU: g0, g1 the gate
@@ -546,11 +563,11 @@ __device__ __forceinline__ void sk_store_pair(const hge::Epilogue<T>& e, T* cb, 
     v1 = e.value(g1, row, col + 1);
   }
   if (e.beta != 0.f) {
-    const float2 o = c_pair(p, col, N);
+    const float2 o = c_pair(p, col, N, word_aligned(p));
     v0 = fmaf(e.beta, o.x, v0);
     v1 = fmaf(e.beta, o.y, v1);
   }
-  c_store_pair(p, col, N, hg90::pack2<T>(v0, v1));
+  c_store_pair(p, col, N, word_aligned(p), hg90::pack2<T>(v0, v1));
 }
 
 // Shared fix-up (more than kSkSerialPieces pieces): every piece of the tile, the owner too, has stored its partial
@@ -695,6 +712,55 @@ __device__ __forceinline__ void stage_blocks(const float (&d)[NACC], int j0, uin
 // next tile; the buffer is reused only after the previous store has finished reading it. kCols below the tile's
 // width (2 NACC columns) stages the tile in passes of kCols. before_pass(d, pass), where given, changes the pass's accumulators first (while the
 // previous store may still be reading the buffer).
+// A store whose pass(...) the warpgroup's threads run on the staged pass (StagedStore), not bulk tensor stores.
+template <class S, class = void>
+struct ThreadStore : std::false_type {};
+template <class S>
+struct ThreadStore<S, std::void_t<decltype(S::kThreads)>> : std::bool_constant<S::kThreads> {};
+
+// kCNoMap: the staged passes written through a pointer by the warpgroup's threads, each warp a row at a time:
+// C at c (the warpgroup's first row, the tile's first column; row stride ldc), rows [0, rows), columns before
+// `cols` (past N: clipped). Lane l reads the row's staged columns [4l, 4l + 4) (8 bytes: the warp's 256 bytes in
+// two wavefronts) and, with lane l - 1's through a shuffle, stores the 8-byte-aligned run of C that ends inside
+// them (a row `lead` elements past 8 bytes: columns [4l - lead, 4l + 4 - lead)), element by element where the run
+// leaves [0, cols); lane 31 then stores the row's last `lead` columns. 256 bytes a store instruction, where the
+// register layout's pairs (the partial tiles' path) write 8 rows x 16 bytes each (H100, fp16, 4096 x 4097 x 4096
+// stream-K: 219-221 us, 248 with the pairs, 195.7 through the map of a 4104-wide C).
+template <typename T>
+struct StagedStore {
+  static constexpr bool kThreads = true;
+  T* c;
+  int ldc, rows, cols;
+  __device__ __forceinline__ void pass(uint32_t base, int col0, int warp, int lane) const {
+    const int col = 4 * lane, ncols = cols - col0;
+    const uint32_t at = base + (col / 64) * (64 * 128) + (col % 8) * 2;  // the box, the byte in the 16-byte chunk
+    const int chunk = (col % 64) / 8;
+#pragma unroll 1
+    for (int r = warp; r < rows; r += 4) {
+      uint32_t lo, hi;
+      asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(lo), "=r"(hi) : "r"(at + r * 128 + ((chunk ^ (r % 8)) << 4)));
+      const unsigned long long mine = (static_cast<unsigned long long>(hi) << 32) | lo;
+      const unsigned long long prev = __shfl_up_sync(0xffffffffu, mine, 1);  // (lane 0: its own, never stored)
+      uint16_t* g = reinterpret_cast<uint16_t*>(c + static_cast<long long>(r) * ldc + col0);
+      const int lead = static_cast<int>((reinterpret_cast<uintptr_t>(g) >> 1) & 3);
+      const unsigned long long run = lead ? (mine << (16 * lead)) | (prev >> (16 * (4 - lead))) : mine;
+      const int e0 = col - lead;  // the run's first column
+      if (e0 >= 0 && e0 + 4 <= ncols) {
+        *reinterpret_cast<unsigned long long*>(g + e0) = run;
+      } else {
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          if (e0 + i >= 0 && e0 + i < ncols) g[e0 + i] = static_cast<uint16_t>(run >> (16 * i));
+      }
+      if (lane == 31) {
+#pragma unroll
+        for (int i = 1; i < 4; ++i)
+          if (i >= 4 - lead && col + i < ncols) g[col + i] = static_cast<uint16_t>(mine >> (16 * i));
+      }
+    }
+  }
+};
+
 struct NoPassHook {
   template <int NACC>
   __device__ __forceinline__ void operator()(float (&)[NACC], int) const {}
@@ -702,6 +768,7 @@ struct NoPassHook {
 template <typename T, int kCols, class Store, class Hook = NoPassHook, int NACC>
 __device__ __forceinline__ void epilogue_tma(float (&d)[NACC], const Store& store, uint8_t* sCw, int wg, int row0,
                                              int n0, const Hook& before_pass = Hook{}) {
+  constexpr bool kBulk = !ThreadStore<Store>::value;
   constexpr int kTileCols = 2 * NACC;  // (64 rows of the tile per consumer warpgroup: 2 accumulators a column)
   static_assert(kTileCols % kCols == 0 && kCols % 64 == 0, "passes of whole 64-column boxes");
   const int tid = threadIdx.x % 128;
@@ -711,15 +778,19 @@ __device__ __forceinline__ void epilogue_tma(float (&d)[NACC], const Store& stor
 #pragma unroll
   for (int pass = 0; pass < kTileCols / kCols; ++pass) {
     before_pass(d, pass);
-    if (tid == 0) hg90::tma_store_wait_read<0>();
-    hg90::named_bar_sync(1 + wg, 128);
+    if (kBulk && tid == 0) hg90::tma_store_wait_read<0>();
+    hg90::named_bar_sync(1 + wg, 128);  // (threads' store: every thread has read the previous pass)
     stage_blocks<T, kCols / 8>(d, pass * (kCols / 8), base, warp, lane);
-    hg90::fence_proxy_async_smem();  // stmatrix writes -> visible to the TMA engine
+    if constexpr (kBulk) hg90::fence_proxy_async_smem();  // stmatrix writes -> visible to the TMA engine
     hg90::named_bar_sync(1 + wg, 128);
-    if (tid == 0) {
+    if constexpr (kBulk) {
+      if (tid == 0) {
 #pragma unroll
-      for (int c = 0; c < kCols / 64; ++c) store(sCw + c * (64 * 128), n0 + pass * kCols + 64 * c, row0);
-      hg90::tma_store_commit();
+        for (int c = 0; c < kCols / 64; ++c) store(sCw + c * (64 * 128), n0 + pass * kCols + 64 * c, row0);
+        hg90::tma_store_commit();
+      }
+    } else {
+      store.pass(base, pass * kCols, warp, lane);
     }
   }
 }
@@ -790,13 +861,14 @@ __device__ __forceinline__ bool bias_pass_fits(const FusedArgs<T>& x, int n0, in
          (x.bias_stride == 1 && n0 + BN <= N && (reinterpret_cast<uintptr_t>(x.bias) & 3) == 0);
 }
 
-// beta * C_old through the staging buffer (cold_load): beta != 0 and this warpgroup's 64 rows at row0 all
-// before the group's end (the grouped GEMM's partial tiles read it through x.C; rows all at or past the end,
-// or past M: no epilogue). Warp votes, as in epilogue_fused, which decides the same way.
+// beta * C_old through the staging buffer (cold_load): beta != 0, C has a map, and this warpgroup's 64 rows at
+// row0 all before the group's end (the grouped GEMM's partial tiles read it through x.C; rows all at or past the
+// end, or past M: no epilogue). Warp votes, as in epilogue_fused, which decides the same way.
 template <typename T>
 __device__ __forceinline__ bool fused_cold(const FusedArgs<T>& x, int row_end, int row0) {
   return __int_as_float(x.beta_bits) != 0.f &&
-         !__any_sync(0xffffffffu, row_end <= row0 || (x.group_mode != 0 && row_end < row0 + kWgRows));
+         !__any_sync(0xffffffffu, row_end <= row0 || (x.group_mode != 0 && row_end < row0 + kWgRows) ||
+                                      (x.tma_levels & kCNoMap));
 }
 
 // beta != 0: a consumer warpgroup's C_old of the tile (its 64 rows at row0 if they begin before row_end, the
@@ -805,7 +877,7 @@ __device__ __forceinline__ bool fused_cold(const FusedArgs<T>& x, int row_end, i
 template <typename T>
 __device__ __forceinline__ void cold_prefetch(const CMapAt& cm, const FusedArgs<T>& x, int n0, int N, int row0,
                                               int row_end) {
-  if (__int_as_float(x.beta_bits) == 0.f || row0 >= row_end) return;
+  if (__int_as_float(x.beta_bits) == 0.f || row0 >= row_end || (x.tma_levels & kCNoMap)) return;
   const int cols = (x.epi & hge::kSwiGLU) ? kSwiGLUCols : BN;
 #pragma unroll
   for (int c = 0; c < BN; c += 64)
@@ -935,7 +1007,7 @@ struct BiasPass {
 // Grouped GEMM: row_end is the tile's group end (else M). This warpgroup's 64 rows at row0 all before it:
 // the TMA store as above; none (or, without groups, none before M): nothing to do; some: the rows before
 // row_end stored straight from the registers through x.C (guarded pairs, as epilogue_direct), since a bulk
-// store would write them all, and beta * C_old read through x.C, those rows only.
+// store would write them all, and beta * C_old read through x.C, those rows only. kCNoMap: every tile that way.
 template <typename T>
 __device__ __forceinline__ void epilogue_fused(float (&d)[128], const CMapAt& cm, uint8_t* sCw, uint64_t* cbar,
                                                uint32_t& cphase, bool cold, int wg, int row0, int n0, int M, int N,
@@ -946,7 +1018,7 @@ __device__ __forceinline__ void epilogue_fused(float (&d)[128], const CMapAt& cm
   // and phase out of the uniform datapath, adding 9 instructions per k-block.)
   const bool grouped = x.group_mode != 0;
   if (__all_sync(0xffffffffu, row_end <= row0)) return;  // (row_end = M without groups)
-  const bool partial = __any_sync(0xffffffffu, grouped && row_end < row0 + kWgRows);
+  const bool partial = (x.tma_levels & kCNoMap) || __any_sync(0xffffffffu, grouped && row_end < row0 + kWgRows);
   const hge::Epilogue<T> e(x.alpha_bits, x.beta_bits, x.bias, x.bias_stride, x.epi, x.scale_bits);
   const bool swiglu = e.swiglu();
   const int tid = threadIdx.x % 128, lane = threadIdx.x % 32, warp = tid / 32;
@@ -1032,9 +1104,10 @@ __device__ __forceinline__ void epilogue_fused(float (&d)[128], const CMapAt& cm
         for (int h = 0; h < 2; ++h) {
           if (r + 8 * h >= row_end) continue;
           const T* p = cb + static_cast<long long>(r + 8 * h) * x.ldc_r + c;
+          const bool word = word_aligned(p);
 #pragma unroll
           for (int j = 0; j < kBlocks; ++j) {
-            const float2 o = c_pair(p + 8 * j, c + 8 * j, N);
+            const float2 o = c_pair(p + 8 * j, c + 8 * j, N, word);
             d[4 * j + 2 * h] = fmaf(e.beta, o.x, d[4 * j + 2 * h]);
             d[4 * j + 2 * h + 1] = fmaf(e.beta, o.y, d[4 * j + 2 * h + 1]);
           }
@@ -1048,9 +1121,10 @@ __device__ __forceinline__ void epilogue_fused(float (&d)[128], const CMapAt& cm
       for (int h = 0; h < 2; ++h) {
         if (r + 8 * h >= row_end) continue;
         T* p = cb + static_cast<long long>(r + 8 * h) * x.ldc_r + c;
+        const bool word = word_aligned(p);
 #pragma unroll
         for (int j = 0; j < kBlocks; ++j)
-          c_store_pair(p + 8 * j, c + 8 * j, N, hg90::pack2<T>(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]));
+          c_store_pair(p + 8 * j, c + 8 * j, N, word, hg90::pack2<T>(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]));
       }
     } else {
       if (!cold) {  // the previous store must have read the staging buffer (cold: cold_load waited for it)
@@ -1403,9 +1477,14 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
         const CMapAt cm(&cArg, x, outer, inner);
         uint8_t* sCw = sC + cw * (kWgRows * K::kCStageCols * 2);
         const auto store = [&](const uint8_t* src, int col, int row) { cm.store(src, col, row); };
-        // the catalogue's epilogue (no math, the passes unrolled), or the same adding a bias to each pass
+        // the catalogue's epilogue (no math, the passes unrolled), or the same adding a bias to each pass; without
+        // C's map (kCNoMap) the threads store the staged passes
         const bool bias_only = bias_pass_fits(x, n0, N);
-        if (bias_only || plain_epilogue(x)) {
+        if ((bias_only || plain_epilogue(x)) && (x.tma_levels & kCNoMap)) {
+          const StagedStore<T> direct{x.C + outer * x.bsc_o + inner * x.bsc_i + static_cast<long long>(row0) * x.ldc_r + n0,
+                                      x.ldc_r, min(kWgRows, M - row0), N - n0};
+          epilogue_tma<T, K::kCStageCols>(d, direct, sCw, cw, row0, n0, BiasPass<T>{x, bias_only, row0, n0, M});
+        } else if (bias_only || plain_epilogue(x)) {
           epilogue_tma<T, K::kCStageCols>(d, store, sCw, cw, row0, n0, BiasPass<T>{x, bias_only, row0, n0, M});
         } else {
           epilogue_fused<T>(d, cm, sCw, &cbar[cw], cphase, cold, cw, row0, n0, M, N, sched.row_end, outer, inner, x);
