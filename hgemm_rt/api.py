@@ -583,7 +583,8 @@ class Bound:
                 if last.graph is None and last.repeats >= GRAPH_AFTER_REPEATS:
                     with plans.lock:  # built once: a graph in use is never replaced (or destroyed)
                         if last.graph is None:
-                            graph = LaunchGraph(list(zip(last.execution.launches, last.packed)))
+                            graph = LaunchGraph(list(zip(last.execution.launches, last.packed)),
+                                                last.execution.dependencies())
                             last.graph_launch, last.graph = graph.bind(s), graph
                 if last.graph is not None:  # the same buffers again: one graph launch
                     code = last.graph_launch()

@@ -59,6 +59,26 @@ def step_operands(step: Any) -> dict[str, View]:
     return views
 
 
+def step_writes(step: Any) -> set[str]:
+    """The buffers (a view's base: A, B, C or a temporary) a step writes: a copy its destination, a GEMM or a sum C
+    and its workspace (flags and counters it leaves zero, partials)."""
+    if isinstance(step, Copy):
+        return {step.dst.base}
+    work = getattr(step, "work", None)
+    return {step.c.base} | ({work.base} if work is not None and not isinstance(step, GroupSum) else set())
+
+
+def launch_dependencies(steps: list[Any], parts: int) -> list[tuple[int, ...]]:
+    """For each launch of `parts` rounds of `steps` (Execution.launches' order), the earlier launches it must follow:
+    those that write a buffer it reads or writes, or read one it writes (a loop round's copy into a temporary after
+    the previous round's GEMM read it). Copies of different operands then run side by side in a graph."""
+    touched = [{v.base for v in step_operands(s).values()} | step_writes(s) for s in steps]
+    writes = [step_writes(s) for s in steps]
+    order = [i % len(steps) for i in range(len(steps) * parts)]
+    return [tuple(j for j in range(i) if writes[order[j]] & touched[order[i]] or writes[order[i]] & touched[order[j]])
+            for i in range(len(order))]
+
+
 # the user's operands: their index in Execution.pack's ptrs (group: grouped_matmul's int32 ends or counts)
 OPERAND_SLOTS = {"A": 0, "B": 1, "C": 2, "bias": 3, "group": 4}
 OPTIONAL_POINTERS = ("bias", "group", "work")  # such a kernel parameter gets a null pointer where the step lacks it
@@ -290,6 +310,10 @@ class Execution:
     def launches(self) -> list[KernelLaunch]:
         """The KernelLaunch of each parameter array pack() returns, in order."""
         return [st.launch for st in self.steps] * self.parts
+
+    def dependencies(self) -> list[tuple[int, ...]]:
+        """launch_dependencies of this execution's launches (a graph's edges)."""
+        return launch_dependencies([st.step for st in self.steps], self.parts)
 
     def bind(self, packed: list[PackedParams], stream: int) -> tuple:
         """(bound launch, its KernelLaunch) per launch, for these parameters on `stream` (see

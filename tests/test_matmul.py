@@ -115,6 +115,24 @@ def test_unknown_kernel_names_close_matches():
 # CPU: plans honour every kernel's contract
 # ---------------------------------------------------------------------------------------------------
 
+def test_a_graph_runs_the_copies_of_different_operands_side_by_side_and_orders_what_shares_a_buffer():
+    from hgemm_rt.executor import launch_dependencies
+
+    v = lambda base: problem.View.make(base, 64, 64, 64, 1, 256)  # noqa: E731
+    copy = lambda src, dst, epi=False: problem.Copy("util_copy2d_f16", v(src), v(dst), 64, 64, epi)  # noqa: E731
+    gemm = problem.Gemm("k", "gemm_strided_wgmma", v("tA"), v("tB"), v("tC"), 64, 64, 64)
+    steps = [copy("A", "tA"), copy("B", "tB"), gemm, copy("tC", "C", True)]
+    assert launch_dependencies(steps, 1) == [(), (), (0, 1), (2,)]
+    # a loop of launches reuses the temporaries: round 2's copies wait for round 1's GEMM (which read them), its
+    # GEMM for round 1's copy-out (which read tC)
+    deps = launch_dependencies(steps, 2)
+    assert deps[4] == (0, 2) and deps[5] == (1, 2) and deps[6] == (0, 1, 2, 3, 4, 5) and deps[7] == (2, 3, 6)
+    # a GEMM and the sum of its deferred K groups: the sum reads the workspace the GEMM writes
+    work = v("tW")
+    gsum = problem.GroupSum("s", work, v("C"), 64, 64, 4)
+    assert launch_dependencies([replace(gemm, c=v("C"), work=work, k_groups=4, k_deferred=True), gsum], 1) == [(), (0,)]
+
+
 def _view(base, rows, cols, order, pad=0, align=256):
     if order == "row":
         return problem.View.make(base, rows, cols, cols + pad, 1, align)
