@@ -707,11 +707,6 @@ __device__ __forceinline__ void stage_blocks(const float (&d)[NACC], int j0, uin
   }
 }
 
-// TMA store: stmatrix the tile (as fp16) into the staging buffer, then one thread issues the bulk tensor
-// stores (store(src, col, row): a 64 x 64 box). The store runs asynchronously while this warpgroup starts the
-// next tile; the buffer is reused only after the previous store has finished reading it. kCols below the tile's
-// width (2 NACC columns) stages the tile in passes of kCols. before_pass(d, pass), where given, changes the pass's accumulators first (while the
-// previous store may still be reading the buffer).
 // A store whose pass(...) the warpgroup's threads run on the staged pass (StagedStore), not bulk tensor stores.
 template <class S, class = void>
 struct ThreadStore : std::false_type {};
@@ -761,6 +756,12 @@ struct StagedStore {
   }
 };
 
+// TMA store: stmatrix the tile (as fp16) into the staging buffer, then one thread issues the bulk tensor
+// stores (store(src, col, row): a 64 x 64 box). The store runs asynchronously while this warpgroup starts the
+// next tile; the buffer is reused only after the previous store has finished reading it. kCols below the tile's
+// width (2 NACC columns) stages the tile in passes of kCols. before_pass(d, pass), where given, changes the pass's accumulators first (while the
+// previous store may still be reading the buffer). A ThreadStore (StagedStore) instead has the warpgroup's threads
+// write each staged pass once all have staged it.
 struct NoPassHook {
   template <int NACC>
   __device__ __forceinline__ void operator()(float (&)[NACC], int) const {}
