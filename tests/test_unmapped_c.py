@@ -60,6 +60,20 @@ def test_a_mappable_c_keeps_its_map_and_a_c_without_contiguous_rows_is_not_offer
     assert planner.recipe_for(Route(name), col_major, MANIFEST) is None  # (C^T's route takes it)
 
 
+@needs_manifest
+@pytest.mark.parametrize("M,N", [(4096, 4097), (1024, 50257), (16384, 4097)])
+def test_an_odd_width_runs_a_fused_kernel_by_pointer_not_on_c_transposed(M, N):
+    # H100, fp16: 4096 x 4097 x 4096 on the util m128 kernel as C^T 467 us, the catalogue kernel into a temporary and a
+    # transposing copy-out 443, stream-K by pointer 225; 1024 x 50257 x 4096 util m128 1220, fused by pointer 625
+    ranked = planner.ranked_recipes(_problem(M, N, 4096, N), MANIFEST, (9, 0), 132)
+    best = ranked[0][1]
+    g = next(s for s in best.steps if isinstance(s, Gemm))
+    assert MANIFEST.kernels[g.kernel].role == "gemm_fused_wgmma" and g.c_unmapped, planner.describe(best)
+    assert not best.route.transpose and not [s for s in best.steps if isinstance(s, Copy)]
+    transposed = [e for e, r in ranked if r.route.transpose]
+    assert transposed and min(transposed) > ranked[0][0] * 1.5  # (C^T's element stores or its copy-out)
+
+
 def test_an_unmapped_operand_gets_a_zero_tensor_map():
     from hgemm_rt.manifest import kernel_spec_from_dict
 
