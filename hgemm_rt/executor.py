@@ -272,7 +272,7 @@ class Execution:
         packers = self._packers_by_scalars.get((alpha, beta))
         if packers is None:
             packers = [ParamPacker(st.spec, dict(st.scalars, **alpha_beta_bits(st.step, alpha, beta)),
-                                   frozenset("C") if getattr(st.step, "c_unmapped", False) else frozenset())
+                                   frozenset({"C"}) if getattr(st.step, "c_unmapped", False) else frozenset())
                        for st in self.steps]
             with self._lock:
                 self._packers_by_scalars[(alpha, beta)] = packers

@@ -396,13 +396,13 @@ def _recipe(route: Route, p: Problem, spec: KernelSpec, glue: _Glue) -> Recipe |
             # padding columns zeroed). Any other C with contiguous rows goes without a map, through ptr:C.
             if "splits" in opts or ("ctas" in opts) != streamk(spec):
                 return None
-            unmapped = not fits(p.c, M, p.c.cols, tma=True, align=16, itemsize=isz) or p.c.cols * isz % 16
+            unmapped = not fits(p.c, M, p.c.cols, tma=True, align=16, itemsize=isz) or p.c.cols * isz % 16 != 0
             if unmapped and not (p.c.cs == 1 and (p.c.rows == 1 or p.c.rs >= p.c.cols)):
                 return None
         # (SwiGLU: the kernel's N is C's width, half of B's)
         variant = (("mc", mc),) * (mc != 1) + ((OCC, occ),) * (occ != 1)
         g = Gemm(route.kernel, spec.role, a, b, p.c, M, p.c.cols, K, variant=variant, splits=splits,
-                 c_unmapped=bool(unmapped), **fused)
+                 c_unmapped=unmapped, **fused)
         if opts.get(K_SUM) and K_GROUPS not in opts:
             return None  # (a sum of no groups)
         if K_GROUPS in opts:

@@ -86,7 +86,7 @@ def test_an_unmapped_operand_gets_a_zero_tensor_map():
     class Ref:  # an odd row pitch that no tensor map could take
         ptr, shape, strides, dtype = 0x1002, (3, 5), (10, 2), "f16"
 
-    packed = ParamPacker(spec, {"M": 3}, frozenset("C")).pack({"C": Ref()})
+    packed = ParamPacker(spec, {"M": 3}, frozenset({"C"})).pack({"C": Ref()})
     tmap = packed.values[0]
     assert ctypes.sizeof(tmap) == 128 and bytes(tmap) == bytes(128)
 
