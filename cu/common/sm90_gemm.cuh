@@ -687,11 +687,15 @@ __device__ __forceinline__ void epilogue_direct(const float (&d)[128], T* C, int
 // and jj + 1 (columns within the staged pass) of warp `warp`'s 16 rows: lane l addresses row l % 8 of
 // matrix l / 8, matrices 0/1 being rows 0-7/8-15 of block jj and 2/3 those of block jj + 1, i.e. the
 // registers d[4j + 0..7] of accumulator block j (the layout above).
+// staged_at: the address of element (row, col) of the staged pass.
+__device__ __forceinline__ uint32_t staged_at(uint32_t base, int row, int col) {
+  return base + (col / 64) * (64 * 128) + row * 128 + ((((col % 64) / 8) ^ (row % 8)) << 4) + (col % 8) * 2;
+}
 __device__ __forceinline__ uint32_t staging_addr(uint32_t base, int warp, int lane, int jj) {
   const int mat = lane / 8;                              // which of the 4 matrices this lane addresses
   const int row = warp * 16 + (mat & 1) * 8 + lane % 8;  // 0..63; row % 8 == lane % 8
   const int col = 8 * (jj + (mat >> 1));                 // column within this pass
-  return base + (col / 64) * (64 * 128) + row * 128 + ((((col % 64) / 8) ^ (row % 8)) << 4);
+  return staged_at(base, row, col);
 }
 
 // stmatrix of kBlocks 8-column blocks of the accumulator, from block j0, into the staging buffer at `base`
@@ -728,7 +732,7 @@ struct StagedStore {
   int ldc, rows, cols;
   __device__ __forceinline__ void pass(uint32_t base, int col0, int warp, int lane) const {
     const int col = 4 * lane, ncols = cols - col0;
-    const uint32_t at = base + (col / 64) * (64 * 128) + (col % 8) * 2;  // the box, the byte in the 16-byte chunk
+    const uint32_t at = base + (col / 64) * (64 * 128) + (col % 8) * 2;  // staged_at's row-free part, hoisted
     const int chunk = (col % 64) / 8;
 #pragma unroll 1
     for (int r = warp; r < rows; r += 4) {
