@@ -363,17 +363,16 @@ def _launch_via_bindings(config: Any, handle: Any, params: int) -> Any:
 class LaunchGraph:
     """Launches with their parameters fixed as one executable CUDA graph: a call costs one cuGraphLaunch (H100:
     ~3 us of host time) instead of one cuLaunchKernelEx per kernel (~4-6 us each). `after[i]` lists the earlier
-    launches launch i follows (None: each follows the one before). Built for a repeat call on the same buffers;
-    `close()` (or collection) destroys it."""
+    launches launch i follows (executor.launch_dependencies). Built for a repeat call on the same buffers; `close()`
+    (or collection) destroys it."""
 
-    def __init__(self, launches: list[tuple[KernelLaunch, PackedParams]],
-                 after: list[tuple[int, ...]] | None = None):
+    def __init__(self, launches: list[tuple[KernelLaunch, PackedParams]], after: list[tuple[int, ...]]):
         drv = driver()
         graph = check(drv.cuGraphCreate(0), "cuGraphCreate")
         self._finalizer = weakref.finalize(self, _destroy_graph, graph, None)
         nodes: list = []
         for i, (kernel, params) in enumerate(launches):
-            previous = nodes[-1:] if after is None else [nodes[j] for j in after[i]]
+            previous = [nodes[j] for j in after[i]]
             # (the driver copies the parameter values into each node)
             cfg, node_params = kernel.cfg, drv.CUDA_KERNEL_NODE_PARAMS()
             node_params.func = kernel.fn.handle
