@@ -50,6 +50,18 @@
 //   at half its rate). 64 x 64 source tile through shared memory, read along the source's contiguous
 //   dimension, written in 128-byte plane rows. Grid: (ceil(K / 64), ceil(rows / 64)). sm_80+ (cvt.rna).
 //
+// util_split_f16x3: an operand of the 3xFP16 product (matmul's fp32 inputs at fp32 accuracy on fp16 tensor
+//   cores, role gemm_f16x3). Each line of src (rows x K, any strides) is scaled by a power of two, 2^shift, that
+//   puts its largest finite magnitude in [2^14, 2^15) (fp16's range holds 2^-24 .. 65504, so a line of any
+//   magnitude keeps its 22 bits: no overflow, and its small entries stay above fp16's normal floor down to 2^-17 of
+//   its largest), and split into fp16 head hi = rn(y) and residual lo = rn(y - hi) (y = x 2^shift, exact): 2 KB
+//   planes of rows x 64 fp16 (KB = ceil(K / 64) k-blocks; plane q at dst + q * rows * 64, rows of 128 bytes),
+//   hi in planes 0 .. KB - 1, lo in KB .. 2 KB - 1, zero past K; shift[r] = the line's exponent (int32), which
+//   the GEMM takes back off its sums. hi and lo hold 22 of x's 24 bits; with hi(a)hi(b) + hi(a)lo(b) + lo(a)hi(b)
+//   the dropped terms are ~2^-22 relative. A non-finite x keeps hi = x (inf / NaN) and lo = 0. A CTA owns
+//   kX3Lines whole lines (the exponent needs all of a line): a pass for the maxima, then the split through a
+//   kX3Lines x 64 shared tile, read along the source's contiguous dimension. Grid: (1, ceil(rows / kX3Lines)).
+//
 // util_gemm_simt_{f16,bf16,f32}: C = epilogue(A.B) (+ beta * C) with any strides for A, B and C and any
 //   alignment, fp32 FMA, 256 threads, 64 x 64 tile, 4 x 4 outputs per thread. The correctness fallback
 //   (dtypes/arches without a tensor-core kernel) and the one-launch path for tiny problems.
@@ -659,12 +671,125 @@ __device__ __forceinline__ void split_tf32(const float* __restrict__ src, float*
   }
 }
 
+
+// ================================================================================================
+// split_f16x3
+// ================================================================================================
+constexpr int kX3Lines = 16;       // lines (rows of the split's source) per CTA
+constexpr int kF16Block = 64;      // a plane's width: one 128-byte row of fp16 (hgemm_rt.planner.F16_SPLIT_BLOCK)
+constexpr int kX3Top = 14;         // a line's largest finite magnitude goes to [2^kX3Top, 2^(kX3Top + 1))
+constexpr int kX3Per = kX3Lines * kF16Block / kCopyThreads;  // tile elements per thread
+constexpr int kX3Unroll = 8;       // tiles of the maxima pass in flight per thread
+constexpr int kX3Batch = 4;        // k-blocks of the split pass per shared-memory round (their loads in flight)
+
+// Element i of this thread's share of a kX3Lines x kF16Block tile: consecutive threads walk the source's
+// contiguous dimension (K for a row-major line, the lines for a transposed source)
+__device__ __forceinline__ void x3_slot(int i, bool kfast, int& line, int& k) {
+  const int e = static_cast<int>(threadIdx.x) + i * kCopyThreads;
+  line = kfast ? e / kF16Block : e % kX3Lines;
+  k = kfast ? e % kF16Block : e / kX3Lines;
+}
+
+__device__ __forceinline__ void split_f16x3(const float* __restrict__ src, __half* __restrict__ dst,
+                                            int* __restrict__ shift, int rows, int K, int srs, int scs) {
+  __shared__ float tile[kX3Batch][kX3Lines][kF16Block + 1];
+  __shared__ int amax[kX3Lines];  // bits of the lines' largest finite |x| (non-negative floats order as ints)
+  __shared__ int sh[kX3Lines];
+  const int r0 = blockIdx.y * kX3Lines;
+  const bool kfast = iabs(scs) <= iabs(srs);
+  auto load = [&](int line, int k) {
+    const int gr = r0 + line;
+    return gr < rows && k < K ? src[static_cast<long long>(gr) * srs + static_cast<long long>(k) * scs] : 0.f;
+  };
+  if (threadIdx.x < kX3Lines) amax[threadIdx.x] = 0;
+  float m[kX3Per];  // a slot's line is the same in every tile
+#pragma unroll
+  for (int i = 0; i < kX3Per; ++i) m[i] = 0.f;
+#pragma unroll 1
+  for (int k0 = 0; k0 < K; k0 += kX3Unroll * kF16Block) {
+    float x[kX3Unroll][kX3Per];
+#pragma unroll
+    for (int u = 0; u < kX3Unroll; ++u)
+#pragma unroll
+      for (int i = 0; i < kX3Per; ++i) {
+        int line, k;
+        x3_slot(i, kfast, line, k);
+        x[u][i] = load(line, k0 + u * kF16Block + k);
+      }
+#pragma unroll
+    for (int u = 0; u < kX3Unroll; ++u)
+#pragma unroll
+      for (int i = 0; i < kX3Per; ++i)
+        if (isfinite(x[u][i])) m[i] = fmaxf(m[i], fabsf(x[u][i]));
+  }
+  __syncthreads();  // amax is zeroed
+#pragma unroll
+  for (int i = 0; i < kX3Per; ++i) {
+    int line, k;
+    x3_slot(i, kfast, line, k);
+    float v = m[i];
+    if (kfast) {  // a warp's 32 slots share their line
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+      if (threadIdx.x % 32 == 0) atomicMax(&amax[line], __float_as_int(v));
+    } else {
+      atomicMax(&amax[line], __float_as_int(v));
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x < kX3Lines) {
+    const float a = __int_as_float(amax[threadIdx.x]);
+    const int s = a > 0.f ? kX3Top - ilogbf(a) : 0;  // ilogbf is exact for subnormals too
+    sh[threadIdx.x] = s;
+    if (r0 + static_cast<int>(threadIdx.x) < rows) shift[r0 + threadIdx.x] = s;
+  }
+  const int blocks = (K + kF16Block - 1) / kF16Block;
+  const long long lo_planes = static_cast<long long>(blocks) * rows * kF16Block;
+#pragma unroll 1
+  for (int kb0 = 0; kb0 < blocks; kb0 += kX3Batch) {
+    __syncthreads();  // sh is written; the previous round's tiles are read
+#pragma unroll
+    for (int p = 0; p < kX3Batch; ++p)
+#pragma unroll
+      for (int i = 0; i < kX3Per; ++i) {
+        int line, k;
+        x3_slot(i, kfast, line, k);
+        tile[p][line][k] = load(line, (kb0 + p) * kF16Block + k);  // past K: the last k-block's zero padding
+      }
+    __syncthreads();
+#pragma unroll
+    for (int p = 0; p < kX3Batch; ++p) {
+      if (kb0 + p >= blocks) break;
+#pragma unroll
+      for (int i = 0; i < kX3Per / 2; ++i) {  // fp16 pairs, a warp writing 128 contiguous bytes of a plane row
+        const int e = static_cast<int>(threadIdx.x) + i * kCopyThreads, line = e / (kF16Block / 2);
+        const int k = 2 * (e % (kF16Block / 2)), gr = r0 + line;
+        if (gr >= rows) continue;
+        __half hi[2], lo[2];
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const float y = ldexpf(tile[p][line][k + j], sh[line]);  // exact: a power of two, inside fp32's range
+          hi[j] = __float2half_rn(y);
+          lo[j] = isfinite(y) ? __float2half_rn(y - __half2float(hi[j])) : __float2half_rn(0.f);
+        }
+        __half* q = dst + (static_cast<long long>(kb0 + p) * rows + gr) * kF16Block + k;
+        *reinterpret_cast<__half2*>(q) = __halves2half2(hi[0], hi[1]);
+        *reinterpret_cast<__half2*>(q + lo_planes) = __halves2half2(lo[0], lo[1]);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 // ---- extern "C" entry points (one per declared symbol, see util.toml) ----
 extern "C" __global__ void __launch_bounds__(kCopyThreads)
     util_split_tf32(const float* src, float* dst, int src_rows, int src_cols, int srs, int scs) {
   split_tf32(src, dst, src_rows, src_cols, srs, scs);
+}
+extern "C" __global__ void __launch_bounds__(kCopyThreads)
+    util_split_f16x3(const float* src, __half* dst, int* shift, int src_rows, int src_cols, int srs, int scs) {
+  split_f16x3(src, dst, shift, src_rows, src_cols, srs, scs);
 }
 #define UTIL_COPY2D(NAME, T)                                                                             \
   extern "C" __global__ void __launch_bounds__(kCopyThreads)                                              \

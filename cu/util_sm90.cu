@@ -31,6 +31,8 @@
 //   BN/2 + c (hge::Epilogue::value_swiglu, output columns < F only). Split-K works alike.
 #include <cuda.h>  // CUtensorMap
 
+#include <type_traits>
+
 #include "common/dsmem.cuh"
 #include "common/matmul_util.cuh"
 #include "common/sm90.cuh"
@@ -56,9 +58,10 @@ using hg90::tma_load_4d;  // cu/common/sm90.cuh
 // BN/2 columns (rows of N for tn), the first from B's column n_lo, the second from n_hi: n0 and
 // n0 + BN/2 for a plain tile, gate n0 and up F + n0 for a SwiGLU one (wgmma_splitk). tn loads each half
 // as one box of BN/2 rows; nn loads 64-column chunks, BN/128 per half (BN = 64: one chunk at n_lo).
-// W::kX3 (3xTF32): the K slice walks 3 x3_blocks k-blocks, the three products lo(a) hi(b), hi(a) lo(b),
-// hi(a) hi(b) of each 32 columns in turn (so the second read of a head plane comes from L2), A and B being
-// rank-4 maps (32, rows, 2 x3_blocks planes, 1) of util_split_tf32's planes.
+// W::kX3 (3xTF32, 3xFP16): the K slice walks 3 x3_blocks k-blocks, the three products lo(a) hi(b), hi(a) lo(b),
+// hi(a) hi(b) of each k-block (32 TF32 or 64 fp16 columns) in turn (so the second read of a head plane comes from
+// L2), A and B being rank-4 maps (32 fp32 units, rows, 2 x3_blocks planes, 1) of util_split_tf32's or
+// util_split_f16x3's planes.
 // W::kMc = 2 (a cluster of two CTAs along M, unbatched, unsplit): the pair shares its B tile; CTA `rank` loads
 // the halves (tn) or 64-column chunks (nn) whose index is `rank` modulo 2 and multicasts them into both rings.
 template <class W, bool kRank4>
@@ -128,16 +131,19 @@ __device__ __forceinline__ void produce(const CUtensorMap& tmA, const CUtensorMa
 template <typename T, int BM_, int BN_, bool NN, int STAGES, int X3 = 0, int MC = 1, int OCC = 1>
 struct WCfg {
   using Elem = T;
+  // C's (and the bias's) element: the operands' but for the split products (3xTF32, 3xFP16), whose C is fp32
+  using Out = std::conditional_t<(X3 > 0), float, T>;
   // CTAs resident on one SM (the `occ` variant, 2: half the ring, no setmaxnreg split; for a batch of short-K
   // tiles that one CTA an SM would run in two waves)
   static constexpr int kOcc = OCC;
   // B multicast (the `mc` variant, 2): launched in clusters (1, 2, 1) whose pair of CTAs share their B tile;
   // 1: no cluster along M (the unicast symbols, compiled without any of the pair's code)
   static constexpr int kMc = MC;
-  // 3xTF32 (the gemm_tf32x3 kernels): A and B as TF32 hi/lo planes (produce), and each k-block's products summed
-  // in the tensor cores from zero, then added to the accumulators with FADD (consumer): the tensor cores'
-  // accumulation rounds toward zero, so a sum kept there over K = 2048-8192 lost 6-12x cuBLAS SGEMM's accuracy
-  // (H100; docs/tuning_log.md).
+  // 3xTF32 (the gemm_tf32x3 kernels, T = float) and 3xFP16 (gemm_f16x3, T = __half): A and B as hi/lo planes
+  // (produce), and each k-block's products summed in the tensor cores from zero, then added to the accumulators
+  // with FADD (consumer): the tensor cores' accumulation rounds toward zero, so a sum kept there over K =
+  // 2048-8192 lost 6-12x cuBLAS SGEMM's accuracy (H100; docs/tuning_log.md). 3xFP16's planes are scaled by a
+  // power of two per row of A and of B^T (util_split_f16x3), which the consumers take back off before the epilogue.
   static constexpr bool kX3 = X3 > 0;
   static constexpr int kPromote = X3;  // kX3: k-blocks summed in the tensor cores per FADD into the accumulators
   // kX3: tiles in groups of kGroupM rows of M, walked down M first, so that a wave of ~132 CTAs shares its A
@@ -164,10 +170,10 @@ struct WCfg {
   // Output quads each reducing thread sums at once (reduce_store_wide): up to 2 * kGroup float4
   // DSMEM loads in flight per thread (no spills under the 168-register cap of the 384-thread kernels).
   static constexpr int kGroup = 8;
-  static_assert(!kX3 || (sizeof(T) == 4 && !NN && BN <= 192), "3xTF32: tf32, tn, two accumulator sets in registers");
+  static_assert(!kX3 || (!NN && BN <= 192), "3xTF32 / 3xFP16: tn, two accumulator sets in registers");
   static_assert(BM == 64 || BM == 128, "one or two consumer warpgroups of 64 rows");
-  static_assert(kMc == 1 || (kMc == 2 && !kX3), "B multicast: a pair of CTAs, not for 3xTF32");
-  static_assert(BN == 64 || BN == 128 || BN == 256 || (kX3 && BN == 192), "m64n64, m64n128, m64n256 (3xTF32: m64n192)");
+  static_assert(kMc == 1 || (kMc == 2 && !kX3), "B multicast: a pair of CTAs, not for the split products");
+  static_assert(BN == 64 || BN == 128 || BN == 256 || (kX3 && BN == 192), "m64n64, m64n128, m64n256 (split products: m64n192)");
   static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0, "swizzled tiles must stay 1024-byte aligned");
   static_assert(BM * kRedStride * 4 <= kRingBytes, "the fp32 partial tile reuses the ring");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory over the 227 KB per-block limit");
@@ -178,9 +184,9 @@ struct WCfg {
 // The stores of reduce_store_wide: this CTA's rows [row0, row0 + rows) of its (summed) partial tile, quad
 // e of `total` at a time, through the epilogue. kLinear: alpha and beta only (the common case).
 template <class W, bool kLinear>
-__device__ __forceinline__ void store_pass(const uint8_t* tile, int row0, int total, int t, typename W::Elem* C,
+__device__ __forceinline__ void store_pass(const uint8_t* tile, int row0, int total, int t, typename W::Out* C,
                                            int M, int N, int m0, int n0, int ldc_r, int ldc_c,
-                                           const hge::Epilogue<typename W::Elem>& ep) {
+                                           const hge::Epilogue<typename W::Out>& ep) {
   constexpr int kThreads = 128 * W::kConsumers, kQuads = W::BN / 4;
 #pragma unroll 1
   for (int e = t; e < total; e += kThreads) {
@@ -188,7 +194,7 @@ __device__ __forceinline__ void store_pass(const uint8_t* tile, int row0, int to
     const float4 v = *reinterpret_cast<const float4*>(tile + (r * W::kRedStride + c) * 4);
     const int gm = m0 + r, gn = n0 + c;
     if (gm < M && gn < N)
-      hgu::store4<typename W::Elem, kLinear>(
+      hgu::store4<typename W::Out, kLinear>(
           C, static_cast<long long>(gm) * ldc_r + static_cast<long long>(gn) * ldc_c, ldc_c, N - gn, v, ep, gm, gn);
   }
 }
@@ -196,17 +202,17 @@ __device__ __forceinline__ void store_pass(const uint8_t* tile, int row0, int to
 // registers from the main loop (which then stays what it is without it).
 template <class W>
 __device__ __noinline__ void store_pass_general(const uint8_t* tile, int row0, int total, int t,
-                                                typename W::Elem* C, int M, int N, int m0, int n0, int ldc_r,
-                                                int ldc_c, const hge::Epilogue<typename W::Elem> ep) {
+                                                typename W::Out* C, int M, int N, int m0, int n0, int ldc_r,
+                                                int ldc_c, const hge::Epilogue<typename W::Out> ep) {
   store_pass<W, false>(tile, row0, total, t, C, M, N, m0, n0, ldc_r, ldc_c, ep);
 }
 
 // The SwiGLU stores: output quad (r, c) of this CTA's BN/2-column tile from the gate quad at column c
 // and the up quad at column BN/2 + c of the summed partial tile; output column n0 + c of N (= F).
 template <class W>
-__device__ __noinline__ void store_pass_swiglu(const uint8_t* tile, int row0, int rows, int t, typename W::Elem* C,
+__device__ __noinline__ void store_pass_swiglu(const uint8_t* tile, int row0, int rows, int t, typename W::Out* C,
                                                int M, int N, int m0, int n0, int ldc_r, int ldc_c,
-                                               const hge::Epilogue<typename W::Elem> ep) {
+                                               const hge::Epilogue<typename W::Out> ep) {
   constexpr int kThreads = 128 * W::kConsumers, kQuads = W::BN / 8;  // output quads per row
 #pragma unroll 1
   for (int e = t; e < rows * kQuads; e += kThreads) {
@@ -220,7 +226,7 @@ __device__ __noinline__ void store_pass_swiglu(const uint8_t* tile, int row0, in
       float x[4];
 #pragma unroll
       for (int j = 0; j < 4; ++j) x[j] = j < N - gn ? ep.value_swiglu(gs[j], us[j], gm, gn + j, N) : 0.f;
-      hgu::store4_values<typename W::Elem>(
+      hgu::store4_values<typename W::Out>(
           C, static_cast<long long>(gm) * ldc_r + static_cast<long long>(gn) * ldc_c, ldc_c, N - gn, x, ep.beta);
     }
   }
@@ -311,8 +317,8 @@ __device__ __noinline__ bool kgroups_fixup(uint8_t* tile, int row0, int total, i
 // addressing out of the loads' register peak (the 384-thread kernels run under a 168-register cap).
 template <class W>
 __device__ __forceinline__ void reduce_store_wide(uint8_t* tile, int splits, uint32_t rank, int t,
-                                                  typename W::Elem* C, int M, int N, int m0, int n0, int ldc_r,
-                                                  int ldc_c, const hge::Epilogue<typename W::Elem>& ep,
+                                                  typename W::Out* C, int M, int N, int m0, int n0, int ldc_r,
+                                                  int ldc_c, const hge::Epilogue<typename W::Out>& ep,
                                                   const KGroups& kg) {
   constexpr int kThreads = 128 * W::kConsumers, kQuads = W::BN / 4, G = W::kGroup;
   const int rows = W::BM / splits, total = rows * kQuads, row0 = static_cast<int>(rank) * rows;
@@ -378,7 +384,7 @@ __device__ __forceinline__ void reduce_store_wide(uint8_t* tile, int splits, uin
 // 1024^3 m128n64: the fp32 round trip took about a third of the kernel's warp samples; storing the
 // accumulator pairs straight from the registers, 4 bytes each, was 10% slower there).
 template <class W>
-__device__ __forceinline__ bool staged_store_ok(const typename W::Elem* C, int splits, int N, int ldc_r, int ldc_c,
+__device__ __forceinline__ bool staged_store_ok(const typename W::Out* C, int splits, int N, int ldc_r, int ldc_c,
                                                 int beta_bits, int epi, int scale_bits) {
   return splits == 1 && ldc_c == 1 && (ldc_r & 7) == 0 && (N & 7) == 0 && (reinterpret_cast<uintptr_t>(C) & 15) == 0 &&
          beta_bits == 0 && epi == 0 && scale_bits == 0x3f800000;
@@ -392,9 +398,9 @@ __device__ __forceinline__ uint32_t staged_chunk(int r, int k) {
 // rows 0-7 / 8-15 of block j, 2/3 those of block j + 1). Rows at or past M and chunks at or past N are not
 // stored (N is a multiple of 8: a chunk is all in or all out).
 template <class W>
-__device__ __forceinline__ void store_staged(const float (&d)[W::kAcc], uint8_t* stage, typename W::Elem* C, int M,
+__device__ __forceinline__ void store_staged(const float (&d)[W::kAcc], uint8_t* stage, typename W::Out* C, int M,
                                              int N, int ldc_r, int row0, int n0, float alpha, int cw, int tid) {
-  using T = typename W::Elem;
+  using T = typename W::Out;
   constexpr int kChunks = W::BN / 8;  // 16-byte chunks of a row
   const int warp = tid / 32, lane = tid % 32;
   const uint32_t base = smem_u32(stage);
@@ -417,13 +423,35 @@ __device__ __forceinline__ void store_staged(const float (&d)[W::kAcc], uint8_t*
   }
 }
 
+// 3xFP16: the sums of the scaled planes back to A.B: d (row r, column c) times 2^-(a_shift[r] + b_shift[c]), exact
+// (ldexpf: a power of two, apart from fp32's own underflow and overflow). Rows past M and columns past N hold
+// zeros: their index is clamped. (The split products take no SwiGLU: the producer loads B's rows n0 + c.)
 template <class W>
-__device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUtensorMap& tmB, typename W::Elem* C,
+__device__ __forceinline__ void unscale_x3(float (&d)[W::kAcc], const int* a_shift, const int* b_shift, int M, int N,
+                                           int row0, int n0, int tid) {
+  const int warp = tid / 32, lane = tid % 32;
+  const int r = row0 + warp * 16 + lane / 4;
+  const int sa[2] = {a_shift[min(r, M - 1)], a_shift[min(r + 8, M - 1)]};
+#pragma unroll
+  for (int j = 0; j < W::BN / 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int c = 8 * j + 2 * (lane % 4) + e;
+      const int sb = b_shift[min(n0 + c, N - 1)];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) d[4 * j + 2 * h + e] = ldexpf(d[4 * j + 2 * h + e], -(sa[h] + sb));
+    }
+}
+
+template <class W>
+__device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUtensorMap& tmB, typename W::Out* C,
                                              int M, int N, int K, int ldc_r, int ldc_c, int alpha_bits,
-                                             int beta_bits, const typename W::Elem* bias, int bias_stride, int epi,
+                                             int beta_bits, const typename W::Out* bias, int bias_stride, int epi,
                                              int scale_bits, int batch_inner, int tma_levels, long long bsc_o,
-                                             long long bsc_i, float* work, int k_groups) {
+                                             long long bsc_i, float* work, int k_groups, const int* a_shift = nullptr,
+                                             const int* b_shift = nullptr) {
   using T = typename W::Elem;
+  using Out = typename W::Out;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
   uint8_t* sA = smem;
@@ -581,10 +609,12 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
     hg90::wgmma_wait<0>();
 #pragma unroll
     for (int i = 0; i < W::kAcc; ++i) hg90::fence_regs(d[i]);
+    if constexpr (W::kX3 && sizeof(T) == 2)
+      unscale_x3<W>(d, a_shift, b_shift, M, N, m0 + cw * 64, n0, tid);
     // Every consumer must be done reading the ring before it becomes the partial (or staged) tile.
     hg90::named_bar_sync(1, 128 * W::kConsumers);
-    if constexpr (sizeof(T) == 2) {
-      T* Cb = C + hgu::batch_offset(hgu::grid_z(batch_inner), bsc_o, bsc_i);
+    if constexpr (sizeof(Out) == 2) {
+      Out* Cb = C + hgu::batch_offset(hgu::grid_z(batch_inner), bsc_o, bsc_i);
       if (staged_store_ok<W>(Cb, pieces, N, ldc_r, ldc_c, beta_bits, epi, scale_bits)) {
         store_staged<W>(d, smem + cw * (64 * W::BN * 2), Cb, M, N, ldc_r, m0 + cw * 64, n0, __int_as_float(alpha_bits),
                         cw, tid);
@@ -611,7 +641,7 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
       hg90::named_bar_sync(1, 128 * W::kConsumers);  // this CTA's partial tile is written
     }
     // C's batch offset is taken here: values held across the main loop cost the consumers registers
-    const hge::Epilogue<T> ep(alpha_bits, beta_bits, bias, bias_stride, epi, scale_bits);
+    const hge::Epilogue<Out> ep(alpha_bits, beta_bits, bias, bias_stride, epi, scale_bits);
     reduce_store_wide<W>(smem, splits, rank, threadIdx.x - 128,
                          C + hgu::batch_offset(hgu::grid_z(batch_inner), bsc_o, bsc_i), M, N, m0, n0, ldc_r, ldc_c, ep,
                          KGroups{work, k_groups, group, static_cast<int>(blockIdx.y * gridDim.x + blockIdx.x),
@@ -752,3 +782,18 @@ UTIL_WGMMA(util_gemm_wgmma_tf32_m128n128_tn, float, 128, 128, false, 6)
 UTIL_TF32X3(util_gemm_tf32x3_m128n128_tn, 128, 128, 6, 4)
 UTIL_TF32X3(util_gemm_tf32x3_m128n64_tn, 128, 64, 8, 4)
 UTIL_TF32X3(util_gemm_tf32x3_m128n192_tn, 128, 192, 5, 4)
+// 3xFP16 (role gemm_f16x3): A and B as util_split_f16x3's scaled fp16 planes and their rows' exponents, C fp32.
+#define UTIL_F16X3(NAME, BM, BN, STAGES, PROMOTE)                                                                  \
+  extern "C" __global__ void __launch_bounds__(WCfg<__half, BM, BN, false, STAGES, PROMOTE>::kThreads, 1)         \
+      NAME(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB, float* C, int M,      \
+           int N, int K, int ldc_r, int ldc_c, int alpha_bits, int beta_bits, const float* bias, int bias_stride,   \
+           int epi, int scale_bits, const int* a_shift, const int* b_shift) {                                      \
+    wgmma_splitk<WCfg<__half, BM, BN, false, STAGES, PROMOTE>>(tmA, tmB, C, M, N, K, ldc_r, ldc_c, alpha_bits,     \
+                                                             beta_bits, bias, bias_stride, epi, scale_bits, 1, 0, 0, \
+                                                             0, nullptr, 1, a_shift, b_shift);                      \
+  }                                                                                                                 \
+  HG_EXPORT_DSMEM(NAME, WCfg<__half, BM, BN, false, STAGES, PROMOTE>::kSmemBytes)
+// Promotion every 2 k-blocks (128 of K, as 3xTF32's 4 of 32)
+UTIL_F16X3(util_gemm_f16x3_m128n128_tn, 128, 128, 6, 2)
+UTIL_F16X3(util_gemm_f16x3_m128n64_tn, 128, 64, 8, 2)
+UTIL_F16X3(util_gemm_f16x3_m128n192_tn, 128, 192, 5, 2)

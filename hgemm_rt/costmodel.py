@@ -14,7 +14,7 @@ from typing import Mapping
 
 from .manifest import KernelSpec, Manifest
 from .dtypes import ITEMSIZE
-from .problem import KERNEL_LEVELS, Copy, Gemm, GroupSum, Recipe, View, kernel_batch
+from .problem import KERNEL_LEVELS, SPLIT_FORMATS, Copy, Gemm, GroupSum, Recipe, View, kernel_batch, split_format
 from .tma import TMA_FAST_ROW_BYTES
 
 
@@ -29,7 +29,8 @@ class ArchRates:
     strided_wgmma_tflops: Mapping[tuple[int, int], float]  # gemm_strided_wgmma by (BM, BN)
     fused_wgmma_tflops: float  # gemm_fused_wgmma: the persistent Hopper kernel with the fused epilogue
     fused_c_read_bytes_per_s: float  # its epilogue reading C_old for beta != 0 (partly overlapped with the MMAs)
-    tf32x3_tflops: Mapping[tuple[int, int], float]  # gemm_tf32x3 by (BM, BN), in FLOPs of the product (2MNK)
+    # the split products (gemm_tf32x3, gemm_f16x3) by role and (BM, BN), in FLOPs of the product (2MNK)
+    split_tflops: Mapping[str, Mapping[tuple[int, int], float]]
     simt_tflops: Mapping[str, float]
     dram_bytes_per_s: float
     stream_bytes_per_s: float  # gemm_strided_stream: B read once, straight from HBM
@@ -136,7 +137,8 @@ def narrow_hopper(spec: KernelSpec) -> bool:
 # 8192-16384 per CTA (256 x 256 x 65536 splits=8) ~1.0x): the arithmetic and panel terms of a split launch
 # are scaled by 1 + SPLIT_K_SHORT_K / (K per CTA), at most 2 (the worst measured: 2.3).
 SPLIT_K_SHORT_K = 1300.0
-ONE_CTA_PER_SM = ("gemm_strided_wgmma", "gemm_tf32x3")  # roles whose CTAs take a whole SM
+SPLIT_PRODUCTS = tuple(SPLIT_FORMATS)  # fp32 at fp32 accuracy: three tensor-core products of split operands
+ONE_CTA_PER_SM = ("gemm_strided_wgmma", *SPLIT_PRODUCTS)  # roles whose CTAs take a whole SM
 TF32_SHARE = 0.5  # the TF32 tensor-core rate over the fp16/bf16 one (H100 datasheet)
 # A TMA map reads rows at full speed where their byte stride is a multiple of 32 (tma.TMA_FAST_ROW_BYTES). At an odd
 # multiple of 16 bytes (fp16 K = 1000 or 3000) every box row straddles one sector more, and the TMA-fed kernels ran
@@ -187,8 +189,10 @@ HOPPER = ArchRates(
     # beta = 1 at 4096 x 8192 x 2048 fp16 (64 MB of C_old, TMA-loaded per pass): 214.5 us against 189.6 plain (H100)
     fused_c_read_bytes_per_s=2.6e12,
     # the GEMM step alone, H100, 2048-8192^3 (three TF32 products; 2048^3 fills 176 of 264 slots at 128 x 192);
-    # 128 x 64 not measured (the 128 x 128 rate scaled by its tile reuse, as REUSE_FULL does elsewhere)
-    tf32x3_tflops={(128, 64): 60.0, (128, 128): 79.0, (128, 192): 90.0},
+    # 128 x 64 not measured (the 128 x 128 rate scaled by its tile reuse, as REUSE_FULL does elsewhere).
+    # 3xFP16, the GEMM step alone, H100, 2048-8192^3: 128 x 64 110-121 TFLOPS, 128 x 128 148-164, 128 x 192 174-183
+    split_tflops={"gemm_tf32x3": {(128, 64): 60.0, (128, 128): 79.0, (128, 192): 90.0},
+                  "gemm_f16x3": {(128, 64): 112.0, (128, 128): 156.0, (128, 192): 180.0}},
     simt_tflops={"f16": 15.0, "bf16": 15.0, "f32": 20.0},
     dram_bytes_per_s=2.6e12,  # achievable on H100 SXM / H200 (3.35 / 4.8 TB/s peak)
     stream_bytes_per_s=2.9e12,
@@ -266,7 +270,7 @@ AMPERE = ArchRates(
     strided_wgmma_tflops={},
     fused_wgmma_tflops=0.0,  # sm_90a only
     fused_c_read_bytes_per_s=0.3e12,
-    tf32x3_tflops={},  # sm_90a only
+    split_tflops={},  # sm_90a only
     simt_tflops={"f16": 8.0, "bf16": 8.0, "f32": 12.0},
     dram_bytes_per_s=1.3e12,
     stream_bytes_per_s=1.45e12,
@@ -314,8 +318,8 @@ class CostModel:
             return r.strided_mma_tflops.get(BM, 100.0)
         if spec.role == "gemm_strided_wgmma":  # TF32 wgmma: half the fp16/bf16 rate (494.7 vs 989.4 TFLOPS dense)
             return r.strided_wgmma_tflops.get((BM, BN), 400.0) * (TF32_SHARE if spec.acc == "tf32" else 1.0)
-        if spec.role == "gemm_tf32x3":
-            return r.tf32x3_tflops.get((BM, BN), 40.0)
+        if spec.role in SPLIT_PRODUCTS:
+            return r.split_tflops.get(spec.role, {}).get((BM, BN), 40.0)
         if spec.role == "gemm_fused_wgmma":
             return r.fused_wgmma_tflops
         if spec.role == "gemm_strided_simt":
@@ -368,7 +372,7 @@ class CostModel:
         # and 12.4 -> 13.3 us with the pairs)
         epilogue = r.cluster_launch_us * 1e-6 if g.cluster_m > 1 else 0.0
         latency = r.cluster_launch_us if g.splits > 1 else 0.0
-        if spec.role in ("gemm_strided_mma", "gemm_strided_wgmma", "gemm_tf32x3"):  # fp32 tile through shared memory
+        if spec.role in ("gemm_strided_mma", "gemm_strided_wgmma", *SPLIT_PRODUCTS):  # fp32 tile through shared memory
             tile_bytes = BM * BN * 4
             epilogue += load * (tile_bytes / r.smem_bytes_per_s +
                                (tile_bytes / r.dsmem_bytes_per_s if g.splits > 1 else 0.0))
@@ -459,7 +463,7 @@ class CostModel:
         alike (H100, fp16, 512 x 512 x 1000: m64 splits=4 17.2 us against 6.4 estimated at their rate, m32
         splits=2 12.0 against 7.4)."""
         pieces = g.splits * g.k_groups
-        if pieces == 1 or spec.role not in ("gemm_strided_wgmma", "gemm_tf32x3", "gemm_strided_mma"):
+        if pieces == 1 or spec.role not in ("gemm_strided_wgmma", "gemm_strided_mma", *SPLIT_PRODUCTS):
             return 1.0
         return 1.0 + min(SPLIT_K_SHORT_K / (g.K / pieces), 1.0)
 
@@ -488,7 +492,8 @@ class CostModel:
         r = self.rates
         isz = ITEMSIZE[dtype]
         outer, inner = kernel_batch(c.batch)  # (the loop levels: estimate_us)
-        nbytes = (c.src_rows * c.src_cols + c.dst.rows * c.dst.cols) * isz * outer * inner
+        reads = split_format(c.split).reads if c.split else 1  # (a scaled split reads its source twice)
+        nbytes = (reads * c.src_rows * c.src_cols + c.dst.rows * c.dst.cols) * isz * outer * inner
         if c.epilogue and not beta_zero:
             nbytes += c.dst.rows * c.dst.cols * isz * outer * inner
         if c.dst.cs != 1 and c.dst.rows > 1:

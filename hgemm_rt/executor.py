@@ -26,7 +26,7 @@ from .dtypes import ITEMSIZE
 from .launcher import ArrayRef, KernelLaunch, PackedParams, ParamPacker, prepare
 from .manifest import Manifest
 from .memory import DeviceArray
-from .problem import Copy, GroupSum, Recipe, View, kernel_batch
+from .problem import SPLIT_FORMATS, Copy, GroupSum, Recipe, View, kernel_batch
 from .validate import GemmShape
 
 PACKED_PER_EXECUTION = 32  # parameter sets kept per execution (one per distinct A, B, C addresses and scalars)
@@ -48,10 +48,14 @@ def step_operands(step: Any) -> dict[str, View]:
     """The views a step's pointer and tensor-map parameters name (`bias` where the step applies one)."""
     if isinstance(step, Copy):
         views = {"src": step.src, "dst": step.dst}
+        if step.shift is not None:  # a scaled split's exponents
+            views["shift"] = step.shift
     elif isinstance(step, GroupSum):
         views = {"C": step.c}
     else:
         views = {"A": step.a, "B": step.b, "C": step.c}
+        if step.a_shift is not None:  # a scaled split product: the exponents of A's and B^T's rows
+            views.update(a_shift=step.a_shift, b_shift=step.b_shift)
     if step.epilogue and step.bias is not None:
         views["bias"] = step.bias
     if getattr(step, "work", None) is not None:  # a stream-K or K-groups GEMM's workspace (a K-groups sum's input)
@@ -63,7 +67,7 @@ def step_writes(step: Any) -> set[str]:
     """The buffers (a view's base: A, B, C or a temporary) a step writes: a copy its destination, a GEMM or a sum C
     and its workspace (flags and counters it leaves zero, partials)."""
     if isinstance(step, Copy):
-        return {step.dst.base}
+        return {step.dst.base} | ({step.shift.base} if step.shift is not None else set())
     work = getattr(step, "work", None)
     return {step.c.base} | ({work.base} if work is not None and not isinstance(step, GroupSum) else set())
 
@@ -159,8 +163,8 @@ def tma_shape(view: View, batch: tuple[int, ...], isz: int) -> tuple[tuple, tupl
     return (outer[0], inner[0], view.rows, view.cols), (outer[1], inner[1], view.rs * isz, view.cs * isz)
 
 
-def tf32x3_planes(view: View, rows: int, isz: int) -> tuple[tuple, tuple]:
-    """(shape, byte strides) of a gemm_tf32x3 operand's rank-4 TMA map: util_split_tf32's planes (view: their
+def split_planes(view: View, rows: int, isz: int) -> tuple[tuple, tuple]:
+    """(shape, byte strides) of a split product's operand's rank-4 TMA map: the split's planes (view: their
     stack, planes x rows rows of `view.cols` elements) as (1, planes, rows, cols)."""
     planes = view.rows // rows
     return (1, planes, rows, view.cols), (planes * rows * view.rs * isz, rows * view.rs * isz, view.rs * isz, isz)
@@ -187,9 +191,11 @@ class _Step:
             cfg = replace(cfg, pdl=True)
             splits = 1
         elif isinstance(step, Copy):
-            # a split's grid covers its source (each CTA writes its tile's planes)
-            grid = GemmShape(step.src_rows, step.src_cols, 1) if step.tf32_split else \
-                GemmShape(step.dst.rows, step.dst.cols, 1)
+            # a split's grid covers its source (each CTA writes its tile's planes; a scaled split's CTA whole lines)
+            if step.split:
+                grid = GemmShape(step.src_rows, 1 if step.shift is not None else step.src_cols, 1)
+            else:
+                grid = GemmShape(step.dst.rows, step.dst.cols, 1)
             variant = {}
             fn, cfg = prepare(manifest, spec, dev, grid, variant, False, None)
             splits = 1
@@ -229,8 +235,8 @@ class _Step:
         self.refs = {}
         for name, v in step_operands(step).items():
             where = OPERAND_SLOTS.get(v.base, v.base)
-            if name in tmaps and spec.role == "gemm_tf32x3" and name in ("A", "B"):
-                shape, strides = tf32x3_planes(v, step.M if name == "A" else step.N, isz)
+            if name in tmaps and spec.role in SPLIT_FORMATS and name in ("A", "B"):
+                shape, strides = split_planes(v, step.M if name == "A" else step.N, isz)
             elif name in tmaps and batched_launch(step):
                 shape, strides = tma_shape(v, step.batch, isz)
             else:

@@ -34,9 +34,13 @@ LADDERS = ("cuda", "wmma", "mma", "cute", "hopper", "sgemm", "util")  # util: he
 #   gemm_fused_wgmma    the persistent wgmma GEMM with the fused epilogue, batches and grouped GEMM (sm_90a)
 #   gemm_tf32x3         fp32 at fp32 accuracy on TF32 wgmma: the product of split_tf32's planes of A and B^T (sm_90a)
 #   split_tf32          util_split_tf32: an fp32 operand as TF32 head and residual planes, for gemm_tf32x3
+#   gemm_f16x3          fp32 at fp32 accuracy on fp16 wgmma: the product of split_f16x3's scaled planes of A and B^T,
+#                       their rows' exponents taken back off (sm_90a)
+#   split_f16x3         util_split_f16x3: an fp32 operand's lines scaled by powers of two into fp16 head and residual
+#                       planes, the exponents beside them, for gemm_f16x3
 #   kgroups_sum         util_kgroups_sum: a deferred K-groups GEMM's fp32 planes added, through the epilogue (sm_90a)
 ROLES = ("gemm", "copy", "gemm_strided_mma", "gemm_strided_wgmma", "gemm_strided_simt", "gemm_strided_stream",
-         "gemm_fused_wgmma", "gemm_tf32x3", "split_tf32", "kgroups_sum")
+         "gemm_fused_wgmma", "gemm_tf32x3", "split_tf32", "gemm_f16x3", "split_f16x3", "kgroups_sum")
 ARCHS = ("80", "86", "89", "90", "90a")
 DEFAULT_PARAMS = ("ptr:A", "ptr:B", "ptr:C", "i32:M", "i32:N", "i32:K")
 PTX_ARCH = "90"  # the build keeps the PTX of its sm_90 cubin: the newest non-"a" target, JIT-able by newer GPUs

@@ -29,15 +29,15 @@ from .launcher import default_swizzle_stride
 from .manifest import KernelSpec, Manifest
 from .dtypes import ITEMSIZE
 from .epilogue import SWIGLU, Epilogue
-from .problem import KERNEL_LEVELS, MAX_GRID_BATCH, Copy, Gemm, GroupSum, Problem, Recipe, Route, Temp, View, \
-    batch_align, kernel_batch
+from .problem import KERNEL_LEVELS, MAX_GRID_BATCH, SPLIT_FORMATS, Copy, Gemm, GroupSum, Problem, Recipe, Route, \
+    SplitFormat, Temp, View, batch_align, kernel_batch, split_format
 
 SPLITS = (1, 2, 4, 8)  # cluster sizes along K (portable cluster size limit is 8)
 STRIDED_MMA_ALIGN = 16  # 16-byte chunks of A and B: 16-byte aligned rows, leading dims multiple of 8
 TMA_ROW_BYTES = 128  # row pitch of the padded copies that TMA maps read (TMA itself needs 16)
 # A and B by pointer and leading dimension, B row- or column-major (the `b` variant)
 LEADING_DIM_ROLES = ("gemm_strided_mma", "gemm_strided_stream")
-SPLIT_K_ROLES = ("gemm_strided_mma", "gemm_strided_wgmma", "gemm_strided_stream", "gemm_tf32x3")
+SPLIT_K_ROLES = ("gemm_strided_mma", "gemm_strided_wgmma", "gemm_strided_stream", "gemm_tf32x3", "gemm_f16x3")
 # Kernels with the `mc` variant (cu/util_sm90.cu) may run unsplit, unbatched launches as pairs of CTAs of two
 # neighbouring rows of tiles in a cluster that loads their shared B tile once and multicasts it (mc = 2); the cost
 # model says where that pays (CostModel.gemm_us: only where B does not fit in L2)
@@ -45,9 +45,11 @@ MULTICAST = 2
 # Route option: pack the TMA-read A and B whose rows are off 32-byte boundaries into 128-byte rows first (offered
 # only where the problem has such an operand; costmodel.TMA_SLOW_ROW_FACTOR prices reading them in place)
 PACK = "pack"
-PACK_ROLES = ("gemm", "gemm_strided_wgmma", "gemm_fused_wgmma")  # (gemm_tf32x3 always reads planes it made)
-SPLIT_ROLE = "split_tf32"  # the gemm_tf32x3 operands' kernel
-SPLIT_BLOCK = 32  # its planes' width (cu/util.cu): one 128-byte row of fp32, the k-block the TF32 kernels read
+PACK_ROLES = ("gemm", "gemm_strided_wgmma", "gemm_fused_wgmma")  # (the split products read planes they made)
+
+
+SPLIT_ROLES = tuple(f.role for f in SPLIT_FORMATS.values())
+SPLIT_ROW = 32  # a plane row in the problem's fp32 elements: 128 bytes, the TMA box row of the split products
 DECODE_ROWS = 16  # see ranked_recipes
 SHORT_SIDE = 128  # see ranked_recipes
 NEAR_TIE = 0.01  # see ranked_recipes
@@ -230,7 +232,7 @@ class _Glue:
     def __init__(self, manifest: Manifest, dtype: str, batch: tuple[int, ...] = ()):
         self.manifest = manifest
         self.copier = copy_kernel(manifest, dtype)
-        self.splitter = copy_kernel(manifest, dtype, SPLIT_ROLE)
+        self.splitters = {f.role: copy_kernel(manifest, dtype, f.role) for f in SPLIT_FORMATS.values()}
         self.isz = ITEMSIZE[dtype]
         self.batch = batch
         self.temps: list[Temp] = []
@@ -260,17 +262,23 @@ class _Glue:
         self.copy_bytes += (src.rows * src.cols + rows * cols) * self.isz * _prod(copies)
         return dst
 
-    def split_tf32(self, name: str, src: View) -> View:
-        """The gemm_tf32x3 operand of `src` (rows x K): its TF32 head and residual planes, rows x SPLIT_BLOCK
-        each, 2 ceil(K / SPLIT_BLOCK) of them stacked (their stack as the view), filled by a split step."""
-        if self.splitter is None:
+    def split(self, fmt: SplitFormat, name: str, src: View) -> tuple[View, View | None]:
+        """A split product's operand of `src` (rows x K): its head and residual planes of rows x SPLIT_ROW, 2
+        ceil(K / fmt.block) of them stacked (their stack as the view), filled by a split step; and for a scaled
+        format the int32 exponents of its rows (1 x rows), which the same step writes."""
+        kernel = self.splitters[fmt.role]
+        if kernel is None:
             raise _NoCopyKernel
-        planes = 2 * -(-src.cols // SPLIT_BLOCK)
-        self.temps.append(Temp(name, planes * src.rows, SPLIT_BLOCK))
-        dst = _dense(name, planes * src.rows, SPLIT_BLOCK)
-        self.steps.append(Copy(self.splitter, src, dst, src.rows, src.cols, epilogue=False, tf32_split=True))
-        self.copy_bytes += (src.rows * src.cols + dst.rows * dst.cols) * self.isz
-        return dst
+        planes = 2 * -(-src.cols // fmt.block)
+        self.temps.append(Temp(name, planes * src.rows, SPLIT_ROW))
+        dst = _dense(name, planes * src.rows, SPLIT_ROW)
+        shift = None
+        if fmt.scaled:
+            self.temps.append(Temp(name + "e", 1, src.rows))
+            shift = _dense(name + "e", 1, src.rows)
+        self.steps.append(Copy(kernel, src, dst, src.rows, src.cols, epilogue=False, split=fmt.role, shift=shift))
+        self.copy_bytes += (fmt.reads * src.rows * src.cols + dst.rows * dst.cols) * self.isz
+        return dst, shift
 
     def recipe(self, route: Route, *last: Any) -> Recipe:
         return Recipe(route, tuple(self.temps), tuple(self.steps) + last, self.copy_bytes,
@@ -285,15 +293,15 @@ def recipe_for(route: Route, prob: Problem, manifest: Manifest) -> Recipe | None
         return None  # (the sum step would have to pair them; the SwiGLU fallback's GEMM applies the bias itself)
     p = prob.transposed() if route.transpose else prob
     spec = manifest.kernels.get(route.kernel)
-    if spec is None or spec.dtype != p.dtype or spec.role in ("copy", SPLIT_ROLE, KG_SUM_ROLE):
+    if spec is None or spec.dtype != p.dtype or spec.role in ("copy", *SPLIT_ROLES, KG_SUM_ROLE):
         return None
     if p.batched and (spec.role == "gemm" or int(route.opts().get("splits", 1)) * _prod(p.kernel_batch) >
                       MAX_GRID_BATCH):
         return None  # the catalogue ABI has no batch; grid.z holds splits x the kernel's batch
     if spec.role != "gemm" and acc_variant(spec, p.dtype, p.acc) is False:
         return None  # (the catalogue role resolves its acc variant in _recipe)
-    if spec.role == "gemm_tf32x3" and p.batched:
-        return None  # the split takes one matrix
+    if spec.role in SPLIT_FORMATS and (p.batched or p.swiglu):
+        return None  # the split takes one matrix; the products' producer loads B's rows n0 + c, never a gate/up pair
     if p.epi is not None:  # a build whose kernels predate the fused epilogue: never a silently dropped epilogue
         applier = _epilogue_kernel(p, spec, manifest)
         if applier is None or not applies_epilogue(applier):
@@ -369,11 +377,13 @@ def _recipe(route: Route, p: Problem, spec: KernelSpec, glue: _Glue) -> Recipe |
         if route.transpose:
             return None  # strides are general: transposing buys nothing
         return glue.recipe(route, Gemm(route.kernel, spec.role, p.a, p.b, p.c, M, N, K, **fused))
-    if spec.role == "gemm_tf32x3":  # both operands split, whatever their layout: the kernel reads A's and B^T's planes
-        if spec.tile[2] != SPLIT_BLOCK:
+    if spec.role in SPLIT_FORMATS:  # both operands split, whatever their layout: the kernel reads A's and B^T's planes
+        fmt = SPLIT_FORMATS[spec.role]
+        if spec.tile[2] != fmt.block:
             return None  # its k-block is not the split's plane
-        a3, b3 = glue.split_tf32("tA3", p.a), glue.split_tf32("tB3", p.b.T)
-        return glue.recipe(route, Gemm(route.kernel, spec.role, a3, b3, p.c, M, p.c.cols, K, splits=splits, **fused))
+        (a3, a_shift), (b3, b_shift) = glue.split(fmt, "tA3", p.a), glue.split(fmt, "tB3", p.b.T)
+        return glue.recipe(route, Gemm(route.kernel, spec.role, a3, b3, p.c, M, p.c.cols, K, splits=splits,
+                                       a_shift=a_shift, b_shift=b_shift, **fused))
     if spec.role in ("gemm_strided_wgmma", "gemm_fused_wgmma"):
         # TMA maps of A and B as they are where their rows are contiguous with 16-byte-multiple
         # strides; otherwise a packed copy (B packed as N x K, which the TN kernel reads)
@@ -544,7 +554,7 @@ def candidate_routes(prob: Problem, manifest: Manifest, cc: tuple[int, int], ker
     for spec in manifest.kernels.values():
         if spec.dtype != prob.dtype or (kernel and spec.name != kernel) or not _built(manifest, spec, cc):
             continue
-        if spec.role in ("copy", SPLIT_ROLE, KG_SUM_ROLE) or (prob.batched and spec.role == "gemm"):
+        if spec.role in ("copy", *SPLIT_ROLES, KG_SUM_ROLE) or (prob.batched and spec.role == "gemm"):
             continue
         if spec.role == "gemm_strided_simt":
             out.append(Route(spec.name))
@@ -562,7 +572,7 @@ def candidate_routes(prob: Problem, manifest: Manifest, cc: tuple[int, int], ker
             continue
         if spec.role in SPLIT_K_ROLES:
             if acc_variant(spec, prob.dtype, prob.acc) is False:
-                continue  # (a TF32 kernel for an fp32-accuracy request: the gemm_tf32x3 role is that)
+                continue  # (a TF32 kernel for an fp32-accuracy request: the split products' roles are that)
             for t in (False, True):
                 for s in SPLITS:  # thread-block clusters are sm_90+; grid.z holds splits x batch
                     if (s == 1 or cc >= (9, 0)) and s * batch <= MAX_GRID_BATCH:
@@ -701,8 +711,8 @@ def describe(recipe: Recipe) -> str:
 
     parts = []
     for s in recipe.steps:
-        if isinstance(s, Copy) and s.tf32_split:
-            parts.append(f"split {s.src.base}->{s.dst.base} (TF32 hi/lo)")
+        if isinstance(s, Copy) and s.split:
+            parts.append(f"split {s.src.base}->{s.dst.base} ({split_format(s.split).label})")
         elif isinstance(s, Copy):
             parts.append(f"copy {batch(s)}{s.src.base}->{s.dst.base}{epi(s)}")
         elif isinstance(s, GroupSum):

@@ -30,8 +30,9 @@ MAX_GRID_BATCH = 65535  # grid.z: splits x the kernel levels' batch must not exc
 # cores. The stricter choice is always allowed to run (an fp32-accumulating kernel satisfies "f16").
 ACCUMULATE = {"f16": ("f32", "f16"), "bf16": ("f32",), "f32": ("f32", "tf32")}
 
-__all__ = ["ACCUMULATE", "ITEMSIZE", "KERNEL_LEVELS", "MAX_GRID_BATCH", "Copy", "Gemm", "Problem", "Recipe", "Route",
-           "Temp", "View", "batch_align", "kernel_batch", "problem_of_arrays", "ptr_alignment", "view_of"]
+__all__ = ["ACCUMULATE", "ITEMSIZE", "KERNEL_LEVELS", "MAX_GRID_BATCH", "SPLIT_FORMATS", "Copy", "Gemm", "Problem",
+           "Recipe", "Route", "SplitFormat", "Temp", "View", "batch_align", "kernel_batch", "problem_of_arrays",
+           "ptr_alignment", "split_format", "view_of"]
 
 
 def ptr_alignment(ptr: int) -> int:
@@ -223,6 +224,29 @@ class Temp:
 
 
 @dataclass(frozen=True)
+class SplitFormat:
+    """The operands of a split product (fp32 at fp32 accuracy as three tensor-core products, cu/util.cu): the
+    kernel that makes them (its role), the k-block of K each plane row holds (one 128-byte row: 32 TF32 or 64 fp16
+    values), whether it scales each line by a power of two (and writes the exponents the GEMM takes back off), and
+    how many times it reads the source (a scaled split reads each line twice: its maximum, then the split)."""
+
+    role: str
+    block: int
+    scaled: bool
+    reads: int
+    label: str
+
+
+SPLIT_FORMATS = {  # by the product's role
+    "gemm_tf32x3": SplitFormat("split_tf32", 32, False, 1, "TF32 hi/lo"),
+    "gemm_f16x3": SplitFormat("split_f16x3", 64, True, 2, "fp16 hi/lo, rows scaled by powers of two"),
+}
+
+
+def split_format(split_role: str) -> SplitFormat:
+    """The format a split kernel's role makes (a Copy step's `split`)."""
+    return next(f for f in SPLIT_FORMATS.values() if f.role == split_role)
+@dataclass(frozen=True)
 class Copy:
     """A "copy"-role kernel: dst (rows x cols) = alpha * src (zero outside src_rows x src_cols) + beta * dst."""
 
@@ -236,9 +260,11 @@ class Copy:
     scalars: str = "ab"  # with epilogue: which of the user's alpha ("a") and beta ("b") it takes (else 1 and 0)
     epi: Epilogue | None = None  # with epilogue: the bias/activation/scale it applies too (SwiGLU:
     bias: View | None = None  # src has 2 * dst.cols columns, gate | up)
-    # a "split_tf32"-role kernel instead (3xTF32): dst = src's TF32 head and residual planes, 32 columns a
-    # k-block (cu/util.cu, util_split_tf32): 2 ceil(src_cols / 32) planes of src_rows x 32, dst their stack
-    tf32_split: bool = False
+    # the role of a split kernel instead ("split_tf32", "split_f16x3"; "" for a copy): dst = src's head and
+    # residual planes, one 128-byte row a k-block (cu/util.cu): 2 ceil(src_cols / k-block) planes of src_rows rows,
+    # dst their stack (planner.SplitFormat) ...
+    split: str = ""
+    shift: View | None = None  # ... and, for a scaled split, the int32 exponent of each of src's rows
 
 
 @dataclass(frozen=True)
@@ -268,6 +294,8 @@ class Gemm:
     k_groups: int = 1  # the util_sm90 kernels' K groups: clusters of one tile along grid.z, each on a share of K
     k_deferred: bool = False  # ... whose sums a GroupSum step adds (the GEMM writes each group's plane to `work`)
     c_unmapped: bool = False  # gemm_fused_wgmma: C off TMA's rules, stored through ptr:C (no tmap:C; cu/CONTRACT.md)
+    a_shift: View | None = None  # gemm_f16x3: the exponents the split scaled A's rows and B^T's rows by
+    b_shift: View | None = None
 
     @property
     def cluster_m(self) -> int:

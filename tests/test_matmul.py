@@ -157,8 +157,10 @@ def _check_plan_contract(plan, prob, manifest):
         _check_batched_contract(plan, prob, manifest)
     temps = {t.name: t for t in plan.temps}
     for step in plan.steps:
-        if isinstance(step, problem.Copy) and step.tf32_split:  # a head and a residual plane per 32-column block
-            assert step.dst.cols == 32 and step.dst.rows == 2 * -(-step.src_cols // 32) * step.src_rows
+        if isinstance(step, problem.Copy) and step.split:  # a head and a residual plane per k-block, 128-byte rows
+            fmt = problem.split_format(step.split)
+            assert step.dst.cols == planner.SPLIT_ROW and step.dst.rows == 2 * -(-step.src_cols // fmt.block) * step.src_rows
+            assert (step.shift is not None) == fmt.scaled and (not fmt.scaled or step.shift.cols == step.src_rows)
             continue
         if isinstance(step, problem.Copy):
             assert step.src_rows <= step.dst.rows and step.src_cols <= step.dst.cols or step.epilogue
@@ -195,10 +197,12 @@ def _check_plan_contract(plan, prob, manifest):
                 assert v.cs == 1 and v.align >= 16 and v.rs * ITEMSIZE[prob.dtype] % 16 == 0 and v.rs >= cols
                 assert rows == dims[0] and cols >= dims[1]  # a packed operand may carry zero columns
             assert step.splits in planner.SPLITS
-        elif step.role == "gemm_tf32x3":  # A's and B^T's planes, as their split steps wrote them
-            made = {s.dst.base: s for s in plan.steps if isinstance(s, problem.Copy) and s.tf32_split}
-            assert (made[step.a.base].src_rows, made[step.b.base].src_rows) == (step.M, step.N)
-            assert made[step.a.base].src_cols == made[step.b.base].src_cols == step.K
+        elif step.role in problem.SPLIT_FORMATS:  # A's and B^T's planes (and exponents), as their split steps wrote them
+            made = {s.dst.base: s for s in plan.steps if isinstance(s, problem.Copy) and s.split}
+            sa, sb = made[step.a.base], made[step.b.base]
+            assert (sa.src_rows, sb.src_rows) == (step.M, step.N) and sa.src_cols == sb.src_cols == step.K
+            assert sa.split == sb.split == problem.SPLIT_FORMATS[step.role].role
+            assert (step.a_shift, step.b_shift) == (sa.shift, sb.shift)
             assert step.splits in planner.SPLITS and not prob.batched
     last = plan.steps[-1]
     assert (last.dst.base if isinstance(last, problem.Copy) else last.c.base) == "C"

@@ -1,6 +1,8 @@
-"""fp32 inputs at fp32 accuracy on TF32 tensor cores (3xTF32): the planner's split recipe on the CPU (the pieces
-emulated in numpy, so that a wrong piece order fails here), and on the GPU every 3xTF32 route against float64,
-held to twice cuBLAS's fp32 SGEMM error on the same inputs, N(0,1) and magnitudes spanning 2^-20..2^20."""
+"""fp32 inputs at fp32 accuracy on tensor cores, as three products of split operands: 3xTF32 (TF32 heads and
+residuals) and 3xFP16 (each row scaled by a power of two into fp16 heads and residuals). The planner's split recipes
+on the CPU (the pieces emulated in numpy, so that a wrong piece order or scale fails here), and on the GPU every
+route of both against float64, held to twice cuBLAS's fp32 SGEMM error on the same inputs: N(0,1), magnitudes
+spanning 2^-20..2^20, and rows of A and columns of B whose scales differ by up to 2^100."""
 from __future__ import annotations
 
 import numpy as np
@@ -32,14 +34,20 @@ def _tf32_rn(x: np.ndarray) -> np.ndarray:
 
 
 def _x3(recipe):
-    return [s for s in recipe.steps if isinstance(s, problem.Copy) and s.tf32_split], recipe.steps[-1]
+    return [s for s in recipe.steps if isinstance(s, problem.Copy) and s.split], recipe.steps[-1]
+
+
+def _best(prob, role):
+    """The planner's best-ranked recipe whose GEMM has `role`."""
+    return next(r for _e, r in planner.ranked_recipes(prob, MANIFEST, HOPPER, 132)
+                if MANIFEST.kernels[r.steps[-1].kernel].role == role)
 
 
 @needs_manifest
 @pytest.mark.parametrize("b_order", ["row", "col"])
-def test_fp32_accuracy_on_hopper_plans_the_3xtf32_split(b_order):
+def test_fp32_accuracy_on_hopper_offers_the_3xtf32_split(b_order):
     M, N, K = 4096, 3072, 1000
-    recipe = planner.heuristic_recipe(_problem(M, N, K, b_order=b_order), MANIFEST, HOPPER, 132)
+    recipe = _best(_problem(M, N, K, b_order=b_order), "gemm_tf32x3")
     text = planner.describe(recipe)
     (sa, sb), gemm = _x3(recipe)
     assert MANIFEST.kernels[gemm.kernel].role == "gemm_tf32x3" and (gemm.M, gemm.N, gemm.K) == (M, N, K), text
@@ -47,7 +55,8 @@ def test_fp32_accuracy_on_hopper_plans_the_3xtf32_split(b_order):
     assert (sa.src.base, sa.src_rows, sa.src_cols, sa.dst.rows, sa.dst.cols) == ("A", M, K, planes * M, 32), text
     assert (sb.src.base, sb.src_rows, sb.src_cols, sb.dst.rows, sb.dst.cols) == ("B", N, K, planes * N, 32), text
     assert (gemm.a.base, gemm.b.base, gemm.c.base) == (sa.dst.base, sb.dst.base, "C") and "split A->tA3" in text
-    assert executor.tf32x3_planes(gemm.a, M, 4) == ((1, planes, M, 32), (planes * M * 128, M * 128, 128, 4))
+    assert executor.split_planes(gemm.a, M, 4) == ((1, planes, M, 32), (planes * M * 128, M * 128, 128, 4))
+    assert sa.shift is None and gemm.a_shift is None
 
 
 @needs_manifest
@@ -75,6 +84,49 @@ def test_no_silent_tf32_for_an_fp32_request_and_no_batched_3xtf32():
     assert batched and not any(MANIFEST.kernels[r.steps[-1].kernel].role == "gemm_tf32x3" for _e, r in batched)
 
 
+@needs_manifest
+@pytest.mark.parametrize("b_order", ["row", "col"])
+def test_fp32_accuracy_on_hopper_plans_the_3xfp16_split_with_row_exponents(b_order):
+    M, N, K = 4096, 3072, 1000
+    recipe = planner.heuristic_recipe(_problem(M, N, K, b_order=b_order), MANIFEST, HOPPER, 132)
+    text = planner.describe(recipe)
+    (sa, sb), gemm = _x3(recipe)
+    assert MANIFEST.kernels[gemm.kernel].role == "gemm_f16x3" and (gemm.M, gemm.N, gemm.K) == (M, N, K), text
+    planes = 2 * -(-K // 64)  # a head and a residual plane per 64-column k-block, 128-byte rows
+    assert (sa.src.base, sa.src_rows, sa.src_cols, sa.dst.rows, sa.dst.cols) == ("A", M, K, planes * M, 32), text
+    assert (sb.src.base, sb.src_rows, sb.src_cols, sb.dst.rows, sb.dst.cols) == ("B", N, K, planes * N, 32), text
+    assert (sa.shift.cols, sb.shift.cols) == (M, N) and (gemm.a_shift, gemm.b_shift) == (sa.shift, sb.shift), text
+    assert {sa.shift.base, sb.shift.base} <= {t.name for t in recipe.temps} and "rows scaled" in text
+    launches = executor.launch_dependencies(list(recipe.steps), 1)
+    assert launches[1] == () and set(launches[2]) == {0, 1}, launches  # the splits side by side, then the GEMM
+
+
+def _f16x3_pieces(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """util_split_f16x3's pieces of each row of x (float32) in float64: hi, lo (fp16, scaled) and the row's exponent."""
+    top = np.abs(np.where(np.isfinite(x), x, 0)).max(axis=1)
+    shift = np.where(top > 0, 14 - np.floor(np.log2(np.where(top > 0, top, 1))), 0)
+    y = x.astype(np.float64) * 2.0 ** shift[:, None]  # exact
+    hi = y.astype(np.float16)
+    lo = (y - hi.astype(np.float64)).astype(np.float32).astype(np.float16)  # y - hi is exact in fp32
+    return hi.astype(np.float64), lo.astype(np.float64), shift
+
+
+def test_three_fp16_products_of_scaled_rows_carry_fp32_accuracy(rng):
+    """What gemm_f16x3 sums, in float64: ~2^-22 from the dropped lo(a) lo(b) and the residuals' rounding, with rows of
+    A and columns of B 2^-60..2^60 apart (each row its own power-of-two scale); one fp16 head product leaves ~2^-11,
+    and one scale for the whole operand flushes the small rows."""
+    a = rng.standard_normal((64, 300)) * 2.0 ** rng.integers(-60, 61, (64, 1))
+    b = rng.standard_normal((300, 48)) * 2.0 ** rng.integers(-60, 61, (1, 48))
+    a32, b32 = a.astype(np.float32), b.astype(np.float32)
+    exact = a32.astype(np.float64) @ b32.astype(np.float64)
+    (ah, al, ea), (bh, bl, eb) = _f16x3_pieces(a32), _f16x3_pieces(b32.T)
+    unscale = 2.0 ** -(ea[:, None] + eb[None, :])
+    scale = np.outer(np.linalg.norm(a32.astype(np.float64), axis=1), np.linalg.norm(b32.astype(np.float64), axis=0))
+    for got, bound in (((al @ bh.T + ah @ bl.T + ah @ bh.T) * unscale, 2.0 ** -20), ((ah @ bh.T) * unscale, None)):
+        err = np.max(np.abs(got - exact) / scale)
+        assert err < bound if bound else err > 2.0 ** -14, err
+
+
 def test_three_tf32_products_carry_fp32_accuracy(rng):
     """What gemm_tf32x3 sums (lo(a) hi(b) + hi(a) lo(b) + hi(a) hi(b) of util_split_tf32's pieces), in float64:
     ~2^-21 from the dropped lo(a) lo(b) and the residuals' rounding, where one TF32 pass leaves ~2^-11."""
@@ -97,33 +149,61 @@ def test_three_tf32_products_carry_fp32_accuracy(rng):
 # GPU
 # ---------------------------------------------------------------------------------------------------
 
-def _cublas_sgemm_error(a: GuardedArray, b: GuardedArray, want: np.ndarray) -> float:
-    """cuBLAS's fp32 SGEMM (GemmEx, COMPUTE_32F: no TF32) on the same inputs, its relative error."""
+def _cublas_sgemm(a: GuardedArray, b: GuardedArray, want: np.ndarray) -> np.ndarray:
+    """cuBLAS's fp32 SGEMM (GemmEx, COMPUTE_32F: no TF32) on the same inputs."""
     from hgemm_rt import cublas
 
     try:
         c = hg.empty(want.shape, "f32")
         cublas.matmul(a.view, b.view, c, acc="f32")
-        got = c.to_numpy().astype(np.float64)
-    except (ImportError, RuntimeError) as exc:  # no cuBLAS: the static fp32 bound stands in
+        return c.to_numpy().astype(np.float64)
+    except (ImportError, RuntimeError) as exc:  # no cuBLAS: no baseline to hold the routes to
         pytest.skip(f"cuBLAS is not available for the baseline error: {exc}")
+
+
+def _cublas_sgemm_error(a: GuardedArray, b: GuardedArray, want: np.ndarray) -> float:
+    """cuBLAS's fp32 SGEMM's relative error on these inputs."""
+    got = _cublas_sgemm(a, b, want)
     return float(np.linalg.norm(got - want) / np.linalg.norm(want))
 
 
 SHAPES = [(1, 1, 1), (7, 5, 3), (97, 141, 100), (256, 384, 1000), (300, 257, 4099), (1024, 1024, 1024)]
 
 
+def _values(rng, shape, kind):
+    """N(0,1); times 2^u per entry, u uniform in -20..20 ("wide"); or times 2^u per row ("rows", for A) or per
+    column ("cols", for B), u an integer in -50..50."""
+    v = rng.standard_normal(shape)
+    if kind == "wide":
+        return v * 2.0 ** rng.uniform(-20, 20, shape)
+    if kind == "rows":
+        return v * 2.0 ** rng.integers(-50, 51, (shape[0], 1))
+    if kind == "cols":
+        return v * 2.0 ** rng.integers(-50, 51, (1, shape[1]))
+    return v
+
+
 @pytest.mark.gpu
+@pytest.mark.parametrize("role", list(problem.SPLIT_FORMATS))
 @pytest.mark.parametrize("wide", [False, True], ids=["normal", "magnitudes-2^-20..2^20"])
 @pytest.mark.parametrize("M,N,K", SHAPES)
 @pytest.mark.parametrize("b_order", ["row", "col"])
-def test_every_3xtf32_route_is_as_accurate_as_cublas_sgemm(M, N, K, b_order, wide, rng):
-    def values(shape):
-        v = rng.standard_normal(shape)
-        return v * 2.0 ** rng.uniform(-20, 20, shape) if wide else v
+def test_every_split_route_is_as_accurate_as_cublas_sgemm(M, N, K, b_order, wide, role, rng):
+    _check_split_routes(rng, M, N, K, b_order, role, "wide" if wide else "normal", "wide" if wide else "normal")
 
-    a = GuardedArray(values((M, K)), "f32", "row", 1, 0)
-    b = GuardedArray(values((K, N)), "f32", b_order, 0, 3)
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("role", list(problem.SPLIT_FORMATS))
+@pytest.mark.parametrize("b_order", ["row", "col"])
+def test_split_routes_keep_each_row_and_column_at_its_own_scale(b_order, role, rng):
+    """Rows of A and columns of B 2^-50..2^50 apart: every entry of C to fp32 accuracy at its own scale, |a_i| |b_j|
+    (a scale shared by the whole operand would flush the small rows and columns)."""
+    _check_split_routes(rng, 300, 200, 515, b_order, role, "rows", "cols", per_entry=True)
+
+
+def _check_split_routes(rng, M, N, K, b_order, role, a_kind, b_kind, per_entry=False):
+    a = GuardedArray(_values(rng, (M, K), a_kind), "f32", "row", 1, 0)
+    b = GuardedArray(_values(rng, (K, N), b_kind), "f32", b_order, 0, 3)
     c = GuardedArray(np.zeros((M, N)), "f32", "row", 0, 0)
     from hgemm_rt import api
 
@@ -133,11 +213,16 @@ def test_every_3xtf32_route_is_as_accurate_as_cublas_sgemm(M, N, K, b_order, wid
     # at K = 1-3 cuBLAS rounds once (~2^-24) where 3xTF32 drops lo(a) lo(b) and the residuals' rounding (~2^-21)
     bound = max(2 * cublas_err, 2.0 ** -20)
     routes = [problem.Route(n, t, (("splits", s),)) for n, spec in MANIFEST.kernels.items()
-              if spec.role == "gemm_tf32x3" for t in (False, True) for s in planner.SPLITS]
+              if spec.role == role for t in (False, True) for s in planner.SPLITS]
     plans = [r for r in (planner.recipe_for(route, prob, MANIFEST) for route in routes) if r is not None]
+    # per entry: |C - C64| / (|a_i| |b_j|), its worst over C, held to twice cuBLAS SGEMM's worst
+    scale = np.outer(np.linalg.norm(a.exact, axis=1), np.linalg.norm(b.exact, axis=0))
+    worst = (lambda x: float(np.max(np.abs(np.asarray(x, np.float64) - want) / scale))) if per_entry else None
+    if worst is not None:
+        bound = 2 * worst(_cublas_sgemm(a, b, want))
     tested, bad = 0, []
     for plan, got in each_route(prob, "f32", a, b, c, 1.0, 0.0, plans=plans):
-        err = rel_error(got, want)
+        err = worst(got) if worst is not None else rel_error(got, want)
         tested += 1
         if not err <= bound or not c.outside_untouched():
             bad.append(f"{planner.describe(plan)}: {err:.2e} > {bound:.2e} (cuBLAS SGEMM {cublas_err:.2e})")
