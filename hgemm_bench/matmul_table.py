@@ -146,7 +146,8 @@ SECTIONS: dict[str, Section] = {
     "squares": Section("large squares, fp16, B as nn.Linear holds it (column-major), for the steady-state protocol "
                        "(bench.py --matmul squares --steady): target every row >= 1.0x", "cublas",
                        tuple(cube(s, b_order="col") for s in (2048, 4096, 8192, 16384)), target=1.0),
-    "fp32": Section("fp32 inputs at fp32 accuracy (accumulate='f32': 3xTF32 on the TF32 tensor cores) against cuBLAS's "
+    "fp32": Section("fp32 inputs at fp32 accuracy (accumulate='f32': 3xFP16, rows scaled into fp16 heads and residuals "
+                    "on the fp16 tensor cores) against cuBLAS's "
                     "fp32 SGEMM (GemmEx and cuBLASLt at COMPUTE_32F, no TF32); target: every row >= 2x, and the error "
                     "against float64 (rel_error) within 2x of cuBLAS's (cublas_rel_error)", "cublas",
                     tuple(cube(s, "f32") for s in (2048, 4096, 8192)) + (cube(4096, "f32", b_order="col"),),
