@@ -60,7 +60,9 @@
 //   the GEMM takes back off its sums. hi and lo hold 22 of x's 24 bits; with hi(a)hi(b) + hi(a)lo(b) + lo(a)hi(b)
 //   the dropped terms are ~2^-22 relative. A non-finite x keeps hi = x (inf / NaN) and lo = 0. A CTA owns
 //   kX3Lines whole lines (the exponent needs all of a line): a pass for the maxima, then the split through a
-//   kX3Lines x 64 shared tile, read along the source's contiguous dimension. Grid: (1, ceil(rows / kX3Lines)).
+//   kX3Lines x 64 shared tile, read along the source's contiguous dimension. Grid: (1, ceil(rows / kX3Lines),
+//   matrices): matrix z = (outer, inner) = divmod(z, batch_inner) at element offsets outer * bs?_o + inner * bs?_i
+//   of src (bss), of the planes (bsd, in the planes' fp32 units) and of the exponents (bse).
 //
 // util_gemm_simt_{f16,bf16,f32}: C = epilogue(A.B) (+ beta * C) with any strides for A, B and C and any
 //   alignment, fp32 FMA, 256 threads, 64 x 64 tile, 4 x 4 outputs per thread. The correctness fallback
@@ -692,6 +694,7 @@ __device__ __forceinline__ void x3_slot(int i, bool kfast, int& line, int& k) {
 
 __device__ __forceinline__ void split_f16x3(const float* __restrict__ src, __half* __restrict__ dst,
                                             int* __restrict__ shift, int rows, int K, int srs, int scs) {
+  // (src, dst and shift: this CTA's matrix)
   __shared__ float tile[kX3Batch][kX3Lines][kF16Block + 1];
   __shared__ int amax[kX3Lines];  // bits of the lines' largest finite |x| (non-negative floats order as ints)
   __shared__ int sh[kX3Lines];
@@ -787,9 +790,14 @@ extern "C" __global__ void __launch_bounds__(kCopyThreads)
     util_split_tf32(const float* src, float* dst, int src_rows, int src_cols, int srs, int scs) {
   split_tf32(src, dst, src_rows, src_cols, srs, scs);
 }
-extern "C" __global__ void __launch_bounds__(kCopyThreads)
-    util_split_f16x3(const float* src, __half* dst, int* shift, int src_rows, int src_cols, int srs, int scs) {
-  split_f16x3(src, dst, shift, src_rows, src_cols, srs, scs);
+// two CTAs an SM: batches of short lines (64 x 256^3) are many CTAs of little work each, latency-bound
+extern "C" __global__ void __launch_bounds__(kCopyThreads, 2)
+    util_split_f16x3(const float* src, float* dst, int* shift, int src_rows, int src_cols, int srs, int scs,
+                     int batch_inner, long long bss_o, long long bss_i, long long bsd_o, long long bsd_i,
+                     long long bse_o, long long bse_i) {
+  const hgu::GridZ z = hgu::grid_z(batch_inner);
+  split_f16x3(src + hgu::batch_offset(z, bss_o, bss_i), reinterpret_cast<__half*>(dst + hgu::batch_offset(z, bsd_o, bsd_i)),
+              shift + hgu::batch_offset(z, bse_o, bse_i), src_rows, src_cols, srs, scs);
 }
 #define UTIL_COPY2D(NAME, T)                                                                             \
   extern "C" __global__ void __launch_bounds__(kCopyThreads)                                              \

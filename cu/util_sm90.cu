@@ -60,8 +60,8 @@ using hg90::tma_load_4d;  // cu/common/sm90.cuh
 // as one box of BN/2 rows; nn loads 64-column chunks, BN/128 per half (BN = 64: one chunk at n_lo).
 // W::kX3 (3xTF32, 3xFP16): the K slice walks 3 x3_blocks k-blocks, the three products lo(a) hi(b), hi(a) lo(b),
 // hi(a) hi(b) of each k-block (32 TF32 or 64 fp16 columns) in turn (so the second read of a head plane comes from
-// L2), A and B being rank-4 maps (32 fp32 units, rows, 2 x3_blocks planes, 1) of util_split_tf32's or
-// util_split_f16x3's planes.
+// L2), A and B being rank-4 maps (32 fp32 units, rows, 2 x3_blocks planes, matrices) of util_split_tf32's or
+// util_split_f16x3's planes, ai / bi the matrix (0 unbatched).
 // W::kMc = 2 (a cluster of two CTAs along M, unbatched, unsplit): the pair shares its B tile; CTA `rank` loads
 // the halves (tn) or 64-column chunks (nn) whose index is `rank` modulo 2 and multicasts them into both rings.
 template <class W, bool kRank4>
@@ -84,12 +84,12 @@ __device__ __forceinline__ void produce(const CUtensorMap& tmA, const CUtensorMa
     hg90::mbar_arrive_expect_tx(&full[stage], W::kStageBytes);
     if constexpr (W::kX3) {  // k-block kt: product kt % 3 of the 32 columns kk = kt / 3 (lo planes from KB on)
       const int kt = kt0 + kb, kk = kt / 3, piece = kt - 3 * kk;
-      tma_load_4d(sA + stage * W::kABytes, &tmA, &full[stage], 0, m0, kk + (piece == 0 ? x3_blocks : 0), 0);
+      tma_load_4d(sA + stage * W::kABytes, &tmA, &full[stage], 0, m0, kk + (piece == 0 ? x3_blocks : 0), ai);
       const int pb = kk + (piece == 1 ? x3_blocks : 0);
 #pragma unroll
       for (int h = 0; h < 2; ++h)
         hg90::tma_load_4d_hint(sB + stage * W::kBBytes + h * (BN / 2 * 128), &tmB, &full[stage], 0, h ? n_hi : n_lo,
-                               pb, 0, b_policy);
+                               pb, bi, b_policy);
       if (++stage == W::kStages) {
         stage = 0;
         phase ^= 1;
@@ -443,6 +443,12 @@ __device__ __forceinline__ void unscale_x3(float (&d)[W::kAcc], const int* a_shi
     }
 }
 
+// The matrix a batched split product's operand holds at this CTA's batch index: its planes are stacked one matrix
+// after another over the levels it varies on (outer before inner), as the runtime's split steps write them.
+__device__ __forceinline__ int x3_matrix(const hgu::GridZ& gz, int batch_inner, bool outer, bool inner) {
+  return (outer ? gz.outer * (inner ? batch_inner : 1) : 0) + (inner ? gz.inner : 0);
+}
+
 template <class W>
 __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUtensorMap& tmB, typename W::Out* C,
                                              int M, int N, int K, int ldc_r, int ldc_c, int alpha_bits,
@@ -503,6 +509,9 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
   if (kg_deferred) hg90::griddep_launch_dependents();  // the sum's CTAs may take the SMs this grid's leave
   const int group = k_groups > 1 ? gz.outer : 0, pieces = splits * k_groups;
   const int x3_blocks = W::kX3 ? (K + W::BK - 1) / W::BK : 0;  // k-blocks of one product (3xTF32: three of them)
+  // a batched split product: the matrix of A's and B's planes (and exponents), flat over the levels each varies on
+  const int x3_a = x3_matrix(gz, batch_inner, tma_levels & kLevelAOuter, tma_levels & kLevelAInner);
+  const int x3_b = x3_matrix(gz, batch_inner, tma_levels & kLevelBOuter, tma_levels & kLevelBInner);
   const int k_tiles = W::kX3 ? 3 * x3_blocks : (K + W::BK - 1) / W::BK;
   const int per = (k_tiles + pieces - 1) / pieces;
   const int kt0 = min(k_tiles, (group * splits + gz.split) * per);
@@ -520,7 +529,7 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
       const bool b_in_l2 = static_cast<long long>(N) * K * sizeof(T) <= (64ll << 20);
       const uint64_t b_policy = hg::l2_policy(b_readers == 1 || (b_readers == 2 && b_in_l2));
       if constexpr (W::kX3) {
-        produce<W, false>(tmA, tmB, sA, sB, full, empty, nk, kt0, m0, n0, n0 + BN / 2, 0, 0, 0, 0, b_policy,
+        produce<W, false>(tmA, tmB, sA, sB, full, empty, nk, kt0, m0, n0, n0 + BN / 2, x3_a, 0, x3_b, 0, b_policy,
                           x3_blocks);
       } else if (tma_levels & kRank4Maps) {
         const int ai = tma_levels & kLevelAInner ? gz.inner : 0, ao = tma_levels & kLevelAOuter ? gz.outer : 0;
@@ -610,7 +619,8 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
 #pragma unroll
     for (int i = 0; i < W::kAcc; ++i) hg90::fence_regs(d[i]);
     if constexpr (W::kX3 && sizeof(T) == 2)
-      unscale_x3<W>(d, a_shift, b_shift, M, N, m0 + cw * 64, n0, tid);
+      unscale_x3<W>(d, a_shift + static_cast<long long>(x3_a) * M, b_shift + static_cast<long long>(x3_b) * N, M, N,
+                    m0 + cw * 64, n0, tid);
     // Every consumer must be done reading the ring before it becomes the partial (or staged) tile.
     hg90::named_bar_sync(1, 128 * W::kConsumers);
     if constexpr (sizeof(Out) == 2) {
@@ -787,10 +797,12 @@ UTIL_TF32X3(util_gemm_tf32x3_m128n192_tn, 128, 192, 5, 4)
   extern "C" __global__ void __launch_bounds__(WCfg<__half, BM, BN, false, STAGES, PROMOTE>::kThreads, 1)         \
       NAME(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB, float* C, int M,      \
            int N, int K, int ldc_r, int ldc_c, int alpha_bits, int beta_bits, const float* bias, int bias_stride,   \
-           int epi, int scale_bits, const int* a_shift, const int* b_shift) {                                      \
+           int epi, int scale_bits, int batch_inner, int tma_levels, long long bsc_o, long long bsc_i,             \
+           const int* a_shift, const int* b_shift) {                                                               \
     wgmma_splitk<WCfg<__half, BM, BN, false, STAGES, PROMOTE>>(tmA, tmB, C, M, N, K, ldc_r, ldc_c, alpha_bits,     \
-                                                             beta_bits, bias, bias_stride, epi, scale_bits, 1, 0, 0, \
-                                                             0, nullptr, 1, a_shift, b_shift);                      \
+                                                             beta_bits, bias, bias_stride, epi, scale_bits,         \
+                                                             batch_inner, tma_levels, bsc_o, bsc_i, nullptr, 1,     \
+                                                             a_shift, b_shift);                                     \
   }                                                                                                                 \
   HG_EXPORT_DSMEM(NAME, WCfg<__half, BM, BN, false, STAGES, PROMOTE>::kSmemBytes)
 // Promotion every 2 k-blocks (128 of K, as 3xTF32's 4 of 32)

@@ -131,10 +131,10 @@ def step_scalars(step: Any) -> dict[str, int]:
     if isinstance(step, Copy):
         s, d = step.src, step.dst
         (sso, ssi), (sdo, sdi) = batch_strides(s, step.batch), batch_strides(d, step.batch)
+        (seo, sei) = batch_strides(step.shift, step.batch) if step.shift is not None else (0, 0)
         return {"M": d.rows, "N": d.cols, "src_rows": step.src_rows, "src_cols": step.src_cols,
                 "srs": s.rs, "scs": s.cs, "drs": d.rs, "dcs": d.cs, **epilogue_scalars(step),
-
-                "batch_inner": inner, "bss_o": sso, "bss_i": ssi, "bsd_o": sdo, "bsd_i": sdi}
+                "batch_inner": inner, "bss_o": sso, "bss_i": ssi, "bsd_o": sdo, "bsd_i": sdi, "bse_o": seo, "bse_i": sei}
     a, b, c = step.a, step.b, step.c
     b_row = dict(step.variant).get("b", "row") == "row"
     out = {"M": step.M, "N": step.N, "K": step.K, "lda": a.rs, "ldb": b.rs if b_row else b.cs,
@@ -163,11 +163,16 @@ def tma_shape(view: View, batch: tuple[int, ...], isz: int) -> tuple[tuple, tupl
     return (outer[0], inner[0], view.rows, view.cols), (outer[1], inner[1], view.rs * isz, view.cs * isz)
 
 
-def split_planes(view: View, rows: int, isz: int) -> tuple[tuple, tuple]:
+def split_planes(view: View, rows: int, isz: int, batch: tuple[int, ...] = ()) -> tuple[tuple, tuple]:
     """(shape, byte strides) of a split product's operand's rank-4 TMA map: the split's planes (view: their
-    stack, planes x rows rows of `view.cols` elements) as (1, planes, rows, cols)."""
+    stack, planes x rows rows of `view.cols` elements) as (matrices, planes, rows, cols), one stack per matrix of
+    the kernel levels the operand varies on (1 unbatched)."""
     planes = view.rows // rows
-    return (1, planes, rows, view.cols), (planes * rows * view.rs * isz, rows * view.rs * isz, view.rs * isz, isz)
+    outer, inner = kernel_batch(batch)
+    so, si = batch_strides(view, batch)
+    matrices = (outer if so else 1) * (inner if si else 1)
+    stack = planes * rows * view.rs * isz
+    return (matrices, planes, rows, view.cols), (stack, rows * view.rs * isz, view.rs * isz, isz)
 
 
 def loop_offsets(recipe: Recipe, view: View) -> list[int]:
@@ -236,7 +241,7 @@ class _Step:
         for name, v in step_operands(step).items():
             where = OPERAND_SLOTS.get(v.base, v.base)
             if name in tmaps and spec.role in SPLIT_FORMATS and name in ("A", "B"):
-                shape, strides = split_planes(v, step.M if name == "A" else step.N, isz)
+                shape, strides = split_planes(v, step.M if name == "A" else step.N, isz, step.batch)
             elif name in tmaps and batched_launch(step):
                 shape, strides = tma_shape(v, step.batch, isz)
             else:

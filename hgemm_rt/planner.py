@@ -248,16 +248,9 @@ class _Glue:
         # a buffer that only a TMA map reads gets whole 128-byte rows: its boxes then start on L2
         # lines (a 4104-element fp16 row is 8208 bytes, so every box row would straddle two)
         stride = _round_up(cols, max(1, TMA_ROW_BYTES // self.isz)) if tma and rows > 1 else cols
-        nl = len(self.batch)
-        bs, count = [0] * nl, 1
-        for level in range(nl - 1, max(nl - KERNEL_LEVELS, 0) - 1, -1):  # the kernel's levels, inner first
-            if src.bstride(level):
-                bs[level] = count * rows * stride
-                count *= self.batch[level]
+        copies, (bs, count) = self._per_matrix(src, rows * stride)
         self.temps.append(Temp(name, rows, cols, 0 if stride == cols else stride, count))
-        dst = View.make(name, rows, cols, stride, 1, batch_align(256, bs, self.isz), tuple(bs))
-        copies = tuple(n if level < nl - KERNEL_LEVELS or src.bstride(level) else 1
-                       for level, n in enumerate(self.batch))
+        dst = View.make(name, rows, cols, stride, 1, batch_align(256, bs, self.isz), bs)
         self.steps.append(Copy(self.copier, src, dst, src.rows, src.cols, epilogue=False, batch=copies))
         self.copy_bytes += (src.rows * src.cols + rows * cols) * self.isz * _prod(copies)
         return dst
@@ -265,20 +258,38 @@ class _Glue:
     def split(self, fmt: SplitFormat, name: str, src: View) -> tuple[View, View | None]:
         """A split product's operand of `src` (rows x K): its head and residual planes of rows x SPLIT_ROW, 2
         ceil(K / fmt.block) of them stacked (their stack as the view), filled by a split step; and for a scaled
-        format the int32 exponents of its rows (1 x rows), which the same step writes."""
+        format the int32 exponents of its rows (1 x rows), which the same step writes. Batched: one stack (and one
+        row of exponents) per matrix along the kernel levels `src` varies on, as `pack` lays out its copies."""
         kernel = self.splitters[fmt.role]
         if kernel is None:
             raise _NoCopyKernel
         planes = 2 * -(-src.cols // fmt.block)
-        self.temps.append(Temp(name, planes * src.rows, SPLIT_ROW))
-        dst = _dense(name, planes * src.rows, SPLIT_ROW)
+        copies, (stack_bs, count) = self._per_matrix(src, planes * src.rows * SPLIT_ROW)
+        self.temps.append(Temp(name, planes * src.rows, SPLIT_ROW, 0, count))
+        dst = View.make(name, planes * src.rows, SPLIT_ROW, SPLIT_ROW, 1, 256, stack_bs)
         shift = None
         if fmt.scaled:
-            self.temps.append(Temp(name + "e", 1, src.rows))
-            shift = _dense(name + "e", 1, src.rows)
-        self.steps.append(Copy(kernel, src, dst, src.rows, src.cols, epilogue=False, split=fmt.role, shift=shift))
-        self.copy_bytes += (fmt.reads * src.rows * src.cols + dst.rows * dst.cols) * self.isz
+            _copies, (row_bs, _count) = self._per_matrix(src, src.rows)
+            self.temps.append(Temp(name + "e", 1, src.rows, 0, count))
+            shift = View.make(name + "e", 1, src.rows, src.rows, 1, 256, row_bs)
+        self.steps.append(Copy(kernel, src, dst, src.rows, src.cols, epilogue=False, batch=copies, split=fmt.role,
+                               shift=shift))
+        self.copy_bytes += (fmt.reads * src.rows * src.cols + dst.rows * dst.cols) * self.isz * _prod(copies)
         return dst, shift
+
+    def _per_matrix(self, src: View, size: int) -> tuple[tuple[int, ...], tuple[tuple[int, ...], int]]:
+        """A temporary of one `size`-element matrix per index of the kernel levels `src` varies on: the copies a
+        step makes (per batch level: its count, or 1 where src is broadcast and so is the copy), the temporary's
+        batch strides and how many matrices it holds."""
+        nl = len(self.batch)
+        bs, count = [0] * nl, 1
+        for level in range(nl - 1, max(nl - KERNEL_LEVELS, 0) - 1, -1):  # the kernel's levels, inner first
+            if src.bstride(level):
+                bs[level] = count * size
+                count *= self.batch[level]
+        copies = tuple(n if level < nl - KERNEL_LEVELS or src.bstride(level) else 1
+                       for level, n in enumerate(self.batch))
+        return copies, (tuple(bs), count)
 
     def recipe(self, route: Route, *last: Any) -> Recipe:
         return Recipe(route, tuple(self.temps), tuple(self.steps) + last, self.copy_bytes,
@@ -300,8 +311,8 @@ def recipe_for(route: Route, prob: Problem, manifest: Manifest) -> Recipe | None
         return None  # the catalogue ABI has no batch; grid.z holds splits x the kernel's batch
     if spec.role != "gemm" and acc_variant(spec, p.dtype, p.acc) is False:
         return None  # (the catalogue role resolves its acc variant in _recipe)
-    if spec.role in SPLIT_FORMATS and (p.batched or p.swiglu):
-        return None  # the split takes one matrix; the products' producer loads B's rows n0 + c, never a gate/up pair
+    if spec.role in SPLIT_FORMATS and (p.swiglu or (p.batched and not SPLIT_FORMATS[spec.role].batched)):
+        return None  # the products' producer loads B's rows n0 + c, never a gate/up pair; 3xTF32 takes one matrix
     if p.epi is not None:  # a build whose kernels predate the fused epilogue: never a silently dropped epilogue
         applier = _epilogue_kernel(p, spec, manifest)
         if applier is None or not applies_epilogue(applier):

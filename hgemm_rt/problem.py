@@ -227,19 +227,21 @@ class Temp:
 class SplitFormat:
     """The operands of a split product (fp32 at fp32 accuracy as three tensor-core products, cu/util.cu): the
     kernel that makes them (its role), the k-block of K each plane row holds (one 128-byte row: 32 TF32 or 64 fp16
-    values), whether it scales each line by a power of two (and writes the exponents the GEMM takes back off), and
-    how many times it reads the source (a scaled split reads each line twice: its maximum, then the split)."""
+    values), whether it scales each line by a power of two (and writes the exponents the GEMM takes back off), how
+    many times it reads the source (a scaled split reads each line twice: its maximum, then the split), and whether
+    its kernels take a batch (grid.z over the matrices, cu/util.cu and cu/util_sm90.cu)."""
 
     role: str
     block: int
     scaled: bool
     reads: int
+    batched: bool
     label: str
 
 
 SPLIT_FORMATS = {  # by the product's role
-    "gemm_tf32x3": SplitFormat("split_tf32", 32, False, 1, "TF32 hi/lo"),
-    "gemm_f16x3": SplitFormat("split_f16x3", 64, True, 2, "fp16 hi/lo, rows scaled by powers of two"),
+    "gemm_tf32x3": SplitFormat("split_tf32", 32, False, 1, False, "TF32 hi/lo"),
+    "gemm_f16x3": SplitFormat("split_f16x3", 64, True, 2, True, "fp16 hi/lo, rows scaled by powers of two"),
 }
 
 

@@ -775,7 +775,9 @@ def _simulate(heap, recipe, ptrs, alpha, beta, manifest):
             refs = {}
             for name, v in executor.step_operands(step).items():
                 base = ptrs["ABC".index(v.base)] if v.base in "ABC" else temps[v.base]
-                if name in tmaps and executor.batched_launch(step):
+                if name in tmaps and spec.role in problem.SPLIT_FORMATS and name in ("A", "B"):
+                    shape, strides = executor.split_planes(v, step.M if name == "A" else step.N, isz, step.batch)
+                elif name in tmaps and executor.batched_launch(step):
                     shape, strides = executor.tma_shape(v, step.batch, isz)
                 else:
                     shape, strides = (v.rows, v.cols), (v.rs * isz, v.cs * isz)
@@ -791,8 +793,29 @@ def _simulate(heap, recipe, ptrs, alpha, beta, manifest):
                 _kernel(heap, spec, p, o, i, b_row)
 
 
+def _split_slots(rows, K, block):
+    """Where the model of a split kernel keeps entry (r, k) of its source in the planes: head-plane order, one
+    value a slot (the real planes' bits are the GPU tests' to check; here the offsets and pointers are)."""
+    rr, kk = np.meshgrid(np.arange(rows), np.arange(K), indexing="ij")
+    return ((kk // block) * rows + rr) * block + kk % block
+
+
 def _kernel(heap, spec, p, o, i, b_row):
     mem, isz = heap.mem, heap.isz
+    if spec.role in planner.SPLIT_ROLES:  # dst: the source's lines scaled by 2^shift (0 unscaled), zero past K
+        fmt = problem.split_format(spec.role)
+        rows, K = p["src_rows"], p["src_cols"]
+        rr, kk = np.meshgrid(np.arange(rows), np.arange(K), indexing="ij")
+        x = mem[heap.index(p["src"]) + o * p.get("bss_o", 0) + i * p.get("bss_i", 0) + rr * p["srs"] + kk * p["scs"]]
+        shift = np.zeros(rows)
+        if fmt.scaled:
+            top = np.abs(x).max(axis=1)
+            shift = np.where(top > 0, 14 - np.floor(np.log2(np.where(top > 0, top, 1))), 0)
+            mem[heap.index(p["shift"]) + o * p["bse_o"] + i * p["bse_i"] + np.arange(rows)] = shift
+        dst = heap.index(p["dst"]) + o * p.get("bsd_o", 0) + i * p.get("bsd_i", 0)
+        mem[dst:dst + 2 * -(-K // fmt.block) * rows * planner.SPLIT_ROW] = 0.0
+        mem[dst + _split_slots(rows, K, fmt.block)] = x * 2.0 ** shift[:, None]
+        return
     alpha, beta = _f32(p["alpha_bits"]), _f32(p["beta_bits"])
     M, N = p["M"], p["N"]
     r, c = np.meshgrid(np.arange(M), np.arange(N), indexing="ij")
@@ -805,6 +828,21 @@ def _kernel(heap, spec, p, o, i, b_row):
         mem[out] = alpha * val + (beta * mem[out] if beta else 0.0)
         return
     K = p["K"]
+    if spec.role in problem.SPLIT_FORMATS:  # A's and B^T's planes and exponents, matrix (o, i), their exponents off
+        fmt = problem.SPLIT_FORMATS[spec.role]
+        lv, n_inner = p.get("tma_levels", 0), p.get("batch_inner", 1)
+
+        def lines(ref, rows, shift, bits):  # ref: the map (matrices, planes, rows, 32); the matrix flat over its levels
+            z = (o * (n_inner if lv & bits[1] else 1) if lv & bits[0] else 0) + (i if lv & bits[1] else 0)
+            assert z < ref.shape[0], (z, ref.shape)
+            e = mem[heap.index(p[shift]) + z * rows + np.arange(rows)] if fmt.scaled else np.zeros(rows)
+            base = heap.index(ref.ptr) + z * ref.strides[0] // isz
+            return mem[base + _split_slots(rows, K, fmt.block)] * 2.0 ** -e[:, None]
+
+        cidx = heap.index(p["C"]) + o * p.get("bsc_o", 0) + i * p.get("bsc_i", 0) + r * p["ldc_r"] + c * p["ldc_c"]
+        acc = lines(p["A"], M, "a_shift", (2, 1)) @ lines(p["B"], N, "b_shift", (8, 4)).T
+        mem[cidx] = alpha * acc + (beta * mem[cidx] if beta else 0.0)
+        return
     m, n, k = np.meshgrid(np.arange(M), np.arange(N), np.arange(K), indexing="ij")
     if spec.role in ("gemm_strided_wgmma", "gemm_fused_wgmma"):  # rank-4 maps: (k, m, inner, outer) where mapped
         lv = p["tma_levels"]

@@ -203,7 +203,7 @@ def _check_plan_contract(plan, prob, manifest):
             assert (sa.src_rows, sb.src_rows) == (step.M, step.N) and sa.src_cols == sb.src_cols == step.K
             assert sa.split == sb.split == problem.SPLIT_FORMATS[step.role].role
             assert (step.a_shift, step.b_shift) == (sa.shift, sb.shift)
-            assert step.splits in planner.SPLITS and not prob.batched
+            assert step.splits in planner.SPLITS and (not prob.batched or problem.SPLIT_FORMATS[step.role].batched)
     last = plan.steps[-1]
     assert (last.dst.base if isinstance(last, problem.Copy) else last.c.base) == "C"
 

@@ -5,6 +5,8 @@ route of both against float64, held to twice cuBLAS's fp32 SGEMM error on the sa
 spanning 2^-20..2^20, and rows of A and columns of B whose scales differ by up to 2^100."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -70,18 +72,35 @@ def test_tf32_request_takes_the_one_pass_kernel_and_f16_never_a_tf32_kernel():
 
 
 @needs_manifest
-def test_no_silent_tf32_for_an_fp32_request_and_no_batched_3xtf32():
+def test_no_silent_tf32_for_an_fp32_request():
     prob = _problem(512, 512, 512)
     one_pass = next(n for n, s in MANIFEST.kernels.items() if s.acc == "tf32" and s.role == "gemm_strided_wgmma")
     x3 = next(n for n, s in MANIFEST.kernels.items() if s.role == "gemm_tf32x3")
     assert planner.recipe_for(problem.Route(x3, False, (("splits", 2),)), prob, MANIFEST) is not None
     assert planner.recipe_for(problem.Route(one_pass, False, (("splits", 1),)), prob, MANIFEST) is None
-    assert planner.recipe_for(problem.Route(x3, False, (("splits", 1),)), _problem(64, 64, 64, batch=(3,)),
-                              MANIFEST) is None
     for _est, r in planner.ranked_recipes(prob, MANIFEST, HOPPER, 132):
         assert all(MANIFEST.kernels[s.kernel].acc != "tf32" for s in r.steps), planner.describe(r)
-    batched = planner.ranked_recipes(_problem(64, 64, 64, batch=(3,)), MANIFEST, HOPPER, 132)
-    assert batched and not any(MANIFEST.kernels[r.steps[-1].kernel].role == "gemm_tf32x3" for _e, r in batched)
+
+
+@needs_manifest
+def test_a_batched_3xfp16_splits_every_matrix_in_one_launch_and_3xtf32_takes_none():
+    """3xFP16's kernels take a batch (grid.z): one split launch per operand writes a plane stack and a row of
+    exponents per matrix it varies over (B broadcast along the outer level: 3 of them), and the GEMM's maps hold
+    the stacks as their outermost dimension. 3xTF32's take one matrix."""
+    b = problem.View.make("B", 80, 48, 48, 1, 256, (0, 80 * 48))  # broadcast along the outer level
+    prob = replace(_problem(64, 48, 80, batch=(2, 3)), b=b)
+    x3 = next(n for n, s in MANIFEST.kernels.items() if s.role == "gemm_f16x3")
+    r = planner.recipe_for(problem.Route(x3, False, (("splits", 1),)), prob, MANIFEST)
+    (sa, sb), gemm = _x3(r)
+    assert r.loop == () and gemm.batch == (2, 3) and (sa.batch, sb.batch) == ((2, 3), (1, 3)), planner.describe(r)
+    temps = {t.name: t for t in r.temps}
+    stack_a, stack_b = 4 * 64 * 32, 4 * 48 * 32  # 4 planes (2 k-blocks of 64) of rows x 32 fp32 units
+    assert (temps[sa.dst.base].count, temps[sb.dst.base].count, temps[sb.shift.base].count) == (6, 3, 3)
+    assert (sa.dst.bs, sa.shift.bs, sb.dst.bs, sb.shift.bs) == ((3 * stack_a, stack_a), (3 * 64, 64), (0, stack_b), (0, 48))
+    assert executor.split_planes(gemm.a, 64, 4, gemm.batch)[0] == (6, 4, 64, 32)
+    assert executor.split_planes(gemm.b, 48, 4, gemm.batch)[0] == (3, 4, 48, 32)
+    tf32 = next(n for n, s in MANIFEST.kernels.items() if s.role == "gemm_tf32x3")
+    assert planner.recipe_for(problem.Route(tf32, False, (("splits", 1),)), prob, MANIFEST) is None
 
 
 @needs_manifest
@@ -124,7 +143,7 @@ def test_three_fp16_products_of_scaled_rows_carry_fp32_accuracy(rng):
     scale = np.outer(np.linalg.norm(a32.astype(np.float64), axis=1), np.linalg.norm(b32.astype(np.float64), axis=0))
     for got, bound in (((al @ bh.T + ah @ bl.T + ah @ bh.T) * unscale, 2.0 ** -20), ((ah @ bh.T) * unscale, None)):
         err = np.max(np.abs(got - exact) / scale)
-        assert err < bound if bound else err > 2.0 ** -14, err
+        assert err < bound if bound else err > 2.0 ** -16, err
 
 
 def test_three_tf32_products_carry_fp32_accuracy(rng):
@@ -215,11 +234,12 @@ def _check_split_routes(rng, M, N, K, b_order, role, a_kind, b_kind, per_entry=F
     routes = [problem.Route(n, t, (("splits", s),)) for n, spec in MANIFEST.kernels.items()
               if spec.role == role for t in (False, True) for s in planner.SPLITS]
     plans = [r for r in (planner.recipe_for(route, prob, MANIFEST) for route in routes) if r is not None]
-    # per entry: |C - C64| / (|a_i| |b_j|), its worst over C, held to twice cuBLAS SGEMM's worst
+    # per entry: |C - C64| / (|a_i| |b_j|), its worst over C, held to twice cuBLAS SGEMM's worst, at least 2^-20 (the
+    # worst of 60000 entries moves between draws; a row or column flushed to zero by a shared scale is ~K^-1/2 off)
     scale = np.outer(np.linalg.norm(a.exact, axis=1), np.linalg.norm(b.exact, axis=0))
     worst = (lambda x: float(np.max(np.abs(np.asarray(x, np.float64) - want) / scale))) if per_entry else None
     if worst is not None:
-        bound = 2 * worst(_cublas_sgemm(a, b, want))
+        bound = max(2 * worst(_cublas_sgemm(a, b, want)), 2.0 ** -20)
     tested, bad = 0, []
     for plan, got in each_route(prob, "f32", a, b, c, 1.0, 0.0, plans=plans):
         err = worst(got) if worst is not None else rel_error(got, want)
@@ -227,6 +247,30 @@ def _check_split_routes(rng, M, N, K, b_order, role, a_kind, b_kind, per_entry=F
         if not err <= bound or not c.outside_untouched():
             bad.append(f"{planner.describe(plan)}: {err:.2e} > {bound:.2e} (cuBLAS SGEMM {cublas_err:.2e})")
     assert tested >= 2 and not bad, "\n".join(bad)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("role", [r for r, f in problem.SPLIT_FORMATS.items() if f.batched])
+def test_batched_fp32_runs_every_batched_split_route(role, rng):
+    """A batch of 2 x 3 matrices (B broadcast along the first level and column-major, C with gaps, alpha and beta)
+    through every split route of `role`, one launch a step: every matrix at fp32 accuracy, nothing around C
+    written."""
+    from hgemm_rt import api
+
+    a = GuardedArray(rng.standard_normal((2, 3, 130, 300)), "f32", offset=1)
+    b = GuardedArray(rng.standard_normal((3, 300, 70)), "f32", order="col", pad=3)
+    c = GuardedArray(rng.standard_normal((2, 3, 130, 70)), "f32", pad=2, gap=5)
+    prob = api.problem_of(api.validate_call(a.view, b.view, c.view, 0.5, 0.25, "f32", "auto", None))
+    want = 0.5 * np.matmul(a.exact, b.exact) + 0.25 * c.exact
+    routes = [problem.Route(n, t, (("splits", s),)) for n, spec in MANIFEST.kernels.items()
+              if spec.role == role for t in (False, True) for s in (1, 2)]
+    plans = [r for r in (planner.recipe_for(route, prob, MANIFEST) for route in routes) if r is not None]
+    tested = 0
+    for plan, got in each_route(prob, "f32", a, b, c, 0.5, 0.25, plans=plans):
+        err = rel_error(got, want)
+        assert not plan.loop and err <= 1e-6 and c.outside_untouched(), (planner.describe(plan), err)
+        tested += 1
+    assert tested >= 2
 
 
 @pytest.mark.gpu
