@@ -28,6 +28,7 @@ from .device import get_device, stream_handle
 from .epilogue import ACTIVATIONS, SWIGLU, Epilogue
 from .errors import NotBuiltForDeviceError, ValidationError
 from .memory import DeviceArray
+from .planner import c_by_pointer
 from .problem import ACCUMULATE, Gemm, Problem, Recipe, Route, View, batch_align, ptr_alignment
 from .registry import get_registry
 
@@ -180,12 +181,9 @@ def grouped_matmul(a: Any, b: Any, out: Any = None, *, offsets: Any = None, coun
             raise ValidationError(f"grouped_matmul: {name} must be 16-byte aligned with 16-byte-multiple row and "
                                   "expert strides (the kernels read and write it through TMA)")
 
-    if n_out * isz % 16:  # the TMA store writes whole 16-byte runs of each row
-        raise ValidationError(f"grouped_matmul: the result's rows ({n_out} x {isz} bytes) must be a multiple of 16 "
-                              "bytes")
     av = view(A, "A", M, K)
-    for v, name in ((av, "A"), (bview, "B")) + (((view(C, "C", M, n_out), "out"),) if C is not None else ()):
-        tma_ready(v, name)  # (a new result is dense and 256-byte aligned)
+    for v, name in ((av, "A"), (bview, "B")):
+        tma_ready(v, name)
 
     s = given if explicit else ops.framework_stream(tuple(f for f in (A.framework, B.framework) if f), device)
     framework_obj = next((op for op in (A, B) if op.framework), None)
@@ -195,11 +193,11 @@ def grouped_matmul(a: Any, b: Any, out: Any = None, *, offsets: Any = None, coun
         C = ops.describe(result, "out", s)
     else:
         result = C.obj
-    cv = view(C, "C", M, n_out)
+    cv = view(C, "C", M, n_out)  # (any alignment and width: a C that TMA cannot store goes through its pointer)
     prob = Problem(dtype, acc, av, bview if layout == "NN" else bview.T, cv, plain=alpha_f == 1.0 and beta_f == 0.0,
                    beta_zero=beta_f == 0.0, batch=(E,), epi=epi, group=mode)
     g = Gemm(kernel, ROLE, av, bview, cv, M, n_out, K, epilogue=True, batch=(E,), epi=epi,
-             group=GROUP_MODES[mode], groups=E)
+             group=GROUP_MODES[mode], groups=E, c_unmapped=c_by_pointer(cv, isz))
     ex = plans.execution(Recipe(Route(kernel), (), (g,)), prob, device, s)
     G.upload(device)
     ops.order_after_producers((A, B, C), s, device, explicit)

@@ -119,6 +119,12 @@ def fits(view: View, rows: int, cols: int, *, tma: bool, align: int, itemsize: i
     return view.align >= align and view.dense() and not view.batched
 
 
+def c_by_pointer(c: View, itemsize: int) -> bool:
+    """Whether a gemm_fused_wgmma launch stores `c` through ptr:C (kCNoMap, cu/CONTRACT.md) rather than its TMA map:
+    a C off TMA's rules, or whose width does not end on a 16-byte run (the TMA store writes whole runs)."""
+    return not fits(c, c.rows, c.cols, tma=True, align=16, itemsize=itemsize) or c.cols * itemsize % 16 != 0
+
+
 def _dense(name: str, rows: int, cols: int) -> View:
     return View.make(name, rows, cols, cols, 1, 256)  # temporaries come from cuMemAlloc: 256-B aligned
 
@@ -417,7 +423,7 @@ def _recipe(route: Route, p: Problem, spec: KernelSpec, glue: _Glue) -> Recipe |
             # padding columns zeroed). Any other C with contiguous rows goes without a map, through ptr:C.
             if "splits" in opts or ("ctas" in opts) != streamk(spec):
                 return None
-            unmapped = not fits(p.c, M, p.c.cols, tma=True, align=16, itemsize=isz) or p.c.cols * isz % 16 != 0
+            unmapped = c_by_pointer(p.c, isz)
             if unmapped and not (p.c.cs == 1 and (p.c.rows == 1 or p.c.rs >= p.c.cols)):
                 return None
         # (SwiGLU: the kernel's N is C's width, half of B's)

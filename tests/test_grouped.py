@@ -116,6 +116,51 @@ def test_masked_groups_match_float64_and_clamp_counts(dtype, act, rng):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("mode", ["offsets", "counts"])
+def test_an_output_tma_cannot_store_goes_through_its_pointer(dtype, mode, rng):
+    """Results whose rows are not whole 16-byte runs (N = 331: 662-byte rows; an out= with a 339-element pitch, 2
+    bytes past 16-byte alignment): every group's rows to float64 with alpha and gelu, empty and ragged groups, and
+    nothing else written (rows outside the groups and the pitch's gap stay NaN). (C_old through the pointer:
+    tests/test_unmapped_c.py.)"""
+    _hopper()
+    E, K, N, pitch, sizes = 4, 160, 331, 339, (0, 130, 1, 77)
+    w = _weights(rng, E, K, N, dtype, "col")  # (E, N, K): nn.Linear's, rows of 320 bytes
+    if mode == "offsets":
+        T = sum(sizes) + 5
+        x = GuardedArray(rng.standard_normal((T, K)), dtype)
+        buf = hg.empty((T * pitch + 1,), dtype)
+        buf.fill_bytes(0xFF)
+        out = DeviceArray(buf.ptr + 2, (T, N), dtype, (pitch * 2, 2), owner=buf)  # 2 bytes past alignment
+        rows = np.split(np.arange(T), np.cumsum(sizes))[:E]
+        kw = {"offsets": np.cumsum(sizes).astype(np.int32)}
+    else:
+        max_m = 140
+        x = GuardedArray(rng.standard_normal((E, max_m, K)), dtype)
+        buf = hg.empty((E * max_m * pitch + 1,), dtype)
+        buf.fill_bytes(0xFF)
+        out = DeviceArray(buf.ptr + 2, (E, max_m, N), dtype, (max_m * pitch * 2, pitch * 2, 2), owner=buf)
+        rows = [np.arange(n) for n in sizes]
+        kw = {"counts": np.array(sizes, np.int32)}
+    hg.grouped_matmul(x.view, w.view, out, alpha=0.5, activation="gelu", **kw)
+    host = storage_to_f64(buf.to_host(), dtype)[1:]
+    got = np.lib.stride_tricks.as_strided(host, out.shape, tuple(s // 2 * 8 for s in out.strides))
+    written = np.zeros(host.shape, bool)
+    for e, r in enumerate(rows):
+        if not r.size:
+            continue
+        a = x.exact[r] if mode == "offsets" else x.exact[e, r]
+        want = reference(0.5 * (a @ w.exact[e]), Epilogue(None, "gelu"))
+        part = got[r] if mode == "offsets" else got[e, r]
+        err = np.linalg.norm(part - want) / np.linalg.norm(want)
+        assert err <= 2 * error_floor(dtype, "f32", dtype, K), (e, err)
+        for i in r:
+            base = (i if mode == "offsets" else e * max_m + i) * pitch
+            written[base:base + N] = True
+    assert np.isnan(host[~written]).all(), "wrote outside the groups' rows of out"
+
+
+@pytest.mark.gpu
 def test_grouped_from_torch_matches_grouped_mm_where_torch_has_it(rng):
     _hopper()
     torch = pytest.importorskip("torch")
