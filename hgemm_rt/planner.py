@@ -46,9 +46,7 @@ MULTICAST = 2
 # only where the problem has such an operand; costmodel.TMA_SLOW_ROW_FACTOR prices reading them in place)
 PACK = "pack"
 PACK_ROLES = ("gemm", "gemm_strided_wgmma", "gemm_fused_wgmma")  # (the split products read planes they made)
-
-
-SPLIT_ROLES = tuple(f.role for f in SPLIT_FORMATS.values())
+SPLIT_ROLES = tuple(f.role for f in SPLIT_FORMATS.values())  # the kernels that make the split products' operands
 SPLIT_ROW = 32  # a plane row in the problem's fp32 elements: 128 bytes, the TMA box row of the split products
 DECODE_ROWS = 16  # see ranked_recipes
 SHORT_SIDE = 128  # see ranked_recipes
