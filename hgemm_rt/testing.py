@@ -277,7 +277,7 @@ def util_cases(dtypes) -> list[UtilCase]:
                 cases.append(UtilCase(dtype, shape, "row-major, leading dimensions padded to 8, alpha/beta",
                                       Operand("row", 0, -K % 8), Operand("row", 0, -N % 8),
                                       Operand("row", 0, -N % 8), 0.5, 0.25))
-    # fp32 inputs at TF32 precision: the one-pass TF32 kernels (fp32 accuracy runs the 3xTF32 ones above)
+    # fp32 inputs at TF32 precision: the one-pass TF32 kernels (fp32 accuracy runs the split products above)
     cases += [replace(c, acc="tf32") for c in cases if c.dtype == "f32"]
     return cases
 
