@@ -163,12 +163,14 @@ SECTIONS: dict[str, Section] = {
                             for n, k in DECODE_LAYERS + ((VOCAB,) if (dt, b) == ("f16", "col") else ())
                             for m in (1, 16)), bandwidth=True),
     "batched": Section("batched: attention (batch x heads = 64 and 256: Q.K^T with K^T a transposed view, then P.V) "
-                       "and 32 mid-size GEMMs, hg.matmul vs cuBLAS strided-batched (cublasGemmStridedBatchedEx "
+                       "and 32 mid-size GEMMs, fp32 batches, hg.matmul vs cuBLAS strided-batched (cublasGemmStridedBatchedEx "
                        "through nvmath) and torch.matmul on the same 3-D torch tensors; target: every row >= 1.0x "
                        "the faster of the two (GPU time)", "batched",
                        tuple(Shape(s, s, d, "f16", b_order="col", batch=bh) for bh in (64, 256) for s, d in ((512, 64), (2048, 128)))
                        + tuple(Shape(s, d, s, "f16", batch=bh) for bh in (64, 256) for s, d in ((512, 64), (2048, 128)))
-                       + (Shape(1024, 1024, 1024, "f16", batch=32), Shape(1024, 1024, 1024, "bf16", batch=32)),
+                       + (Shape(1024, 1024, 1024, "f16", batch=32), Shape(1024, 1024, 1024, "bf16", batch=32))
+                       # fp32 at fp32 accuracy (3xFP16 batched; the SIMT fallback below a few hundred rows)
+                       + tuple(Shape(s, s, s, "f32", batch=b) for s, b in ((1024, 16), (512, 8), (256, 64))),
                        target=1.0),
     "fused": Section("fused epilogue: GEMM + bias + gelu, hg.matmul(x, W.T, bias=b, activation='gelu') against torch "
                      "eager F.gelu(F.linear(x, W, b)), M tokens x N features x K", "eager",
