@@ -137,6 +137,8 @@ def narrow_hopper(spec: KernelSpec) -> bool:
 # 8192-16384 per CTA (256 x 256 x 65536 splits=8) ~1.0x): the arithmetic and panel terms of a split launch
 # are scaled by 1 + SPLIT_K_SHORT_K / (K per CTA), at most 2 (the worst measured: 2.3).
 SPLIT_K_SHORT_K = 1300.0
+# util_sm90's multicast pair pays with B in L2 where this many rows of tiles re-read a B of at least these bytes
+MC_REREAD_ROWS, MC_REREAD_B_BYTES = (4, 8), 32 << 20
 SPLIT_PRODUCTS = tuple(SPLIT_FORMATS)  # fp32 at fp32 accuracy: three tensor-core products of split operands
 ONE_CTA_PER_SM = ("gemm_strided_wgmma", *SPLIT_PRODUCTS)  # roles whose CTAs take a whole SM
 TF32_SHARE = 0.5  # the TF32 tensor-core rate over the fp16/bf16 one (H100 datasheet)
@@ -359,11 +361,17 @@ class CostModel:
                 min(r.k_groups_dram_bytes_per_s, wave * r.k_groups_cta_bytes_per_s)
         memory = (g.M * g.K * _matrices(g.a, g.batch) + g.K * g.N * _matrices(g.b, g.batch) +
                   g.M * g.N * _matrices(g.c, g.batch) / C_STORE_SHARE[c_store_kind(spec)]) * isz / dram
-        # the operand panels each CTA streams, by the busiest SM and by all. A multicast pair shares its B tile, but
-        # gained only where B does not fit in L2 (H100, fp16: 256 x 8192 x 8192, B 128 MB, 78.0 -> 66.5 us; 256 x
-        # 4096 x 4096 and 256 x 6144 x 4096, B 32 / 48 MB, 25.5 -> 26.8 and 34.0 -> 34.5): with B in L2 it is
-        # priced as unshared, and the pair's cost below keeps it behind the unicast launch
-        b_shared = g.cluster_m if g.N * g.K * isz > r.l2_fit_bytes else 1
+        # the operand panels each CTA streams, by the busiest SM and by all. A multicast pair shares its B tile: it
+        # gains where B does not fit in L2 (H100, fp16: 256 x 8192 x 8192, B 128 MB, 78.0 -> 66.5 us), and where 4 or
+        # more rows of tiles re-read a B of 32 MiB or more from L2 (m128n128, 512 x 4096 x 4096 34.6 -> 30.4,
+        # 1024 x 4097 x 4096 74.1 -> 65.4, 512 x 11008 x 4096 119.8 -> 100.8), but not with 2 rows of tiles (256 x
+        # 4097 x 4096 29.2 -> 30.9) nor a B of 8 MB (1024 x 1024 x 4096 26.2 -> 29.0). With 16 rows it gains too (2048
+        # x 4097 x 4096 144.8 -> 126.3), but stream-K's 119.4 there is priced above it (the model's stream-K is high):
+        # measured 4-8 rows only. Elsewhere it is priced as unshared, and the pair's cost below keeps it behind the
+        # unicast launch
+        b_bytes = g.N * g.K * isz
+        rereads = MC_REREAD_ROWS[0] <= math.ceil(g.M / BM) <= MC_REREAD_ROWS[1] and b_bytes >= MC_REREAD_B_BYTES
+        b_shared = g.cluster_m if b_bytes > r.l2_fit_bytes or rereads else 1
         panel_bytes = (BM + BN / b_shared) * (g.K / (g.splits * g.k_groups)) * isz
         panel = load * panel_bytes / r.sm_bytes_per_s * self.split_factor(spec, g)
         if spec.role == "gemm_strided_wgmma":
