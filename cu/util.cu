@@ -640,7 +640,7 @@ __device__ __forceinline__ float tf32_rn(float x) {
   return __uint_as_float(r);
 }
 
-constexpr int kSplitBlock = 32;  // a plane's width: one 128-byte row of fp32 (hgemm_rt.planner.SPLIT_BLOCK)
+constexpr int kSplitBlock = 32;  // a plane's width: one 128-byte row of fp32 (hgemm_rt.problem.SPLIT_FORMATS)
 
 __device__ __forceinline__ void split_tf32(const float* __restrict__ src, float* __restrict__ dst, int rows, int K,
                                            int srs, int scs) {
@@ -673,12 +673,11 @@ __device__ __forceinline__ void split_tf32(const float* __restrict__ src, float*
   }
 }
 
-
 // ================================================================================================
 // split_f16x3
 // ================================================================================================
 constexpr int kX3Lines = 16;       // lines (rows of the split's source) per CTA
-constexpr int kF16Block = 64;      // a plane's width: one 128-byte row of fp16 (hgemm_rt.planner.F16_SPLIT_BLOCK)
+constexpr int kF16Block = 64;      // a plane's width: one 128-byte row of fp16 (hgemm_rt.problem.SPLIT_FORMATS)
 constexpr int kX3Top = 14;         // a line's largest finite magnitude goes to [2^kX3Top, 2^(kX3Top + 1))
 constexpr int kX3Per = kX3Lines * kF16Block / kCopyThreads;  // tile elements per thread
 constexpr int kX3Unroll = 8;       // tiles of the maxima pass in flight per thread
@@ -796,8 +795,9 @@ extern "C" __global__ void __launch_bounds__(kCopyThreads, 2)
                      int batch_inner, long long bss_o, long long bss_i, long long bsd_o, long long bsd_i,
                      long long bse_o, long long bse_i) {
   const hgu::GridZ z = hgu::grid_z(batch_inner);
-  split_f16x3(src + hgu::batch_offset(z, bss_o, bss_i), reinterpret_cast<__half*>(dst + hgu::batch_offset(z, bsd_o, bsd_i)),
-              shift + hgu::batch_offset(z, bse_o, bse_i), src_rows, src_cols, srs, scs);
+  __half* planes = reinterpret_cast<__half*>(dst + hgu::batch_offset(z, bsd_o, bsd_i));  // (dst: the planes' fp32 units)
+  split_f16x3(src + hgu::batch_offset(z, bss_o, bss_i), planes, shift + hgu::batch_offset(z, bse_o, bse_i), src_rows,
+              src_cols, srs, scs);
 }
 #define UTIL_COPY2D(NAME, T)                                                                             \
   extern "C" __global__ void __launch_bounds__(kCopyThreads)                                              \

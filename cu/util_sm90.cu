@@ -82,7 +82,7 @@ __device__ __forceinline__ void produce(const CUtensorMap& tmA, const CUtensorMa
   for (int kb = 0; kb < nk; ++kb) {
     hg90::mbar_wait(&empty[stage], phase ^ 1);  // a fresh barrier passes the "previous" phase
     hg90::mbar_arrive_expect_tx(&full[stage], W::kStageBytes);
-    if constexpr (W::kX3) {  // k-block kt: product kt % 3 of the 32 columns kk = kt / 3 (lo planes from KB on)
+    if constexpr (W::kX3) {  // k-block kt: product kt % 3 of the k-block kk = kt / 3 (lo planes from KB on)
       const int kt = kt0 + kb, kk = kt / 3, piece = kt - 3 * kk;
       tma_load_4d(sA + stage * W::kABytes, &tmA, &full[stage], 0, m0, kk + (piece == 0 ? x3_blocks : 0), ai);
       const int pb = kk + (piece == 1 ? x3_blocks : 0);
@@ -145,6 +145,7 @@ struct WCfg {
   // 2048-8192 lost 6-12x cuBLAS SGEMM's accuracy (H100; docs/tuning_log.md). 3xFP16's planes are scaled by a
   // power of two per row of A and of B^T (util_split_f16x3), which the consumers take back off before the epilogue.
   static constexpr bool kX3 = X3 > 0;
+  static constexpr bool kX3Scaled = kX3 && sizeof(T) == 2;  // 3xFP16: rows scaled by powers of two (unscale_x3)
   static constexpr int kPromote = X3;  // kX3: k-blocks summed in the tensor cores per FADD into the accumulators
   // kX3: tiles in groups of kGroupM rows of M, walked down M first, so that a wave of ~132 CTAs shares its A
   // and B panels in L2 (the row-by-row order re-read all of B from DRAM per two rows of tiles: at 4096^3 fp32
@@ -618,7 +619,7 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
     hg90::wgmma_wait<0>();
 #pragma unroll
     for (int i = 0; i < W::kAcc; ++i) hg90::fence_regs(d[i]);
-    if constexpr (W::kX3 && sizeof(T) == 2)
+    if constexpr (W::kX3Scaled)
       unscale_x3<W>(d, a_shift + static_cast<long long>(x3_a) * M, b_shift + static_cast<long long>(x3_b) * N, M, N,
                     m0 + cw * 64, n0, tid);
     // Every consumer must be done reading the ring before it becomes the partial (or staged) tile.
