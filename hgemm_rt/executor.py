@@ -26,7 +26,7 @@ from .dtypes import ITEMSIZE
 from .launcher import ArrayRef, KernelLaunch, PackedParams, ParamPacker, prepare
 from .manifest import Manifest
 from .memory import DeviceArray
-from .problem import SPLIT_FORMATS, Copy, GroupSum, Recipe, View, kernel_batch
+from .problem import SPLIT_FORMATS, Copy, GroupSum, Recipe, View, kernel_batch, split_format
 from .validate import GemmShape
 
 PACKED_PER_EXECUTION = 32  # parameter sets kept per execution (one per distinct A, B, C addresses and scalars)
@@ -198,7 +198,7 @@ class _Step:
         elif isinstance(step, Copy):
             # a split's grid covers its source (each CTA writes its tile's planes; a scaled split's CTA whole lines)
             if step.split:
-                grid = GemmShape(step.src_rows, 1 if step.shift is not None else step.src_cols, 1)
+                grid = GemmShape(step.src_rows, 1 if split_format(step.split).scaled else step.src_cols, 1)
             else:
                 grid = GemmShape(step.dst.rows, step.dst.cols, 1)
             variant = {}

@@ -252,7 +252,8 @@ class _Glue:
         # a buffer that only a TMA map reads gets whole 128-byte rows: its boxes then start on L2
         # lines (a 4104-element fp16 row is 8208 bytes, so every box row would straddle two)
         stride = _round_up(cols, max(1, TMA_ROW_BYTES // self.isz)) if tma and rows > 1 else cols
-        copies, (bs, count) = self._per_matrix(src, rows * stride)
+        copies, index, count = self._per_matrix(src)
+        bs = tuple(i * rows * stride for i in index)
         self.temps.append(Temp(name, rows, cols, 0 if stride == cols else stride, count))
         dst = View.make(name, rows, cols, stride, 1, batch_align(256, bs, self.isz), bs)
         self.steps.append(Copy(self.copier, src, dst, src.rows, src.cols, epilogue=False, batch=copies))
@@ -268,32 +269,32 @@ class _Glue:
         if kernel is None:
             raise _NoCopyKernel
         planes = 2 * -(-src.cols // fmt.block)
-        copies, (stack_bs, count) = self._per_matrix(src, planes * src.rows * SPLIT_ROW)
+        copies, index, count = self._per_matrix(src)
+        stack = planes * src.rows * SPLIT_ROW
         self.temps.append(Temp(name, planes * src.rows, SPLIT_ROW, 0, count))
-        dst = View.make(name, planes * src.rows, SPLIT_ROW, SPLIT_ROW, 1, 256, stack_bs)
+        dst = View.make(name, planes * src.rows, SPLIT_ROW, SPLIT_ROW, 1, 256, tuple(i * stack for i in index))
         shift = None
         if fmt.scaled:
-            _copies, (row_bs, _count) = self._per_matrix(src, src.rows)
             self.temps.append(Temp(name + "e", 1, src.rows, 0, count))
-            shift = View.make(name + "e", 1, src.rows, src.rows, 1, 256, row_bs)
+            shift = View.make(name + "e", 1, src.rows, src.rows, 1, 256, tuple(i * src.rows for i in index))
         self.steps.append(Copy(kernel, src, dst, src.rows, src.cols, epilogue=False, batch=copies, split=fmt.role,
                                shift=shift))
         self.copy_bytes += (fmt.reads * src.rows * src.cols + dst.rows * dst.cols) * self.isz * _prod(copies)
         return dst, shift
 
-    def _per_matrix(self, src: View, size: int) -> tuple[tuple[int, ...], tuple[tuple[int, ...], int]]:
-        """A temporary of one `size`-element matrix per index of the kernel levels `src` varies on: the copies a
-        step makes (per batch level: its count, or 1 where src is broadcast and so is the copy), the temporary's
-        batch strides and how many matrices it holds."""
+    def _per_matrix(self, src: View) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+        """A temporary of one matrix per index of the kernel levels `src` varies on: the copies a step makes (per
+        batch level: its count, or 1 where src is broadcast and so is the copy), the temporary's batch strides in
+        matrices (times a matrix's elements: its `bs`) and how many matrices it holds."""
         nl = len(self.batch)
-        bs, count = [0] * nl, 1
+        index, count = [0] * nl, 1
         for level in range(nl - 1, max(nl - KERNEL_LEVELS, 0) - 1, -1):  # the kernel's levels, inner first
             if src.bstride(level):
-                bs[level] = count * size
+                index[level] = count
                 count *= self.batch[level]
         copies = tuple(n if level < nl - KERNEL_LEVELS or src.bstride(level) else 1
                        for level, n in enumerate(self.batch))
-        return copies, (tuple(bs), count)
+        return copies, tuple(index), count
 
     def recipe(self, route: Route, *last: Any) -> Recipe:
         return Recipe(route, tuple(self.temps), tuple(self.steps) + last, self.copy_bytes,

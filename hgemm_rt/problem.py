@@ -264,7 +264,7 @@ class Copy:
     bias: View | None = None  # src has 2 * dst.cols columns, gate | up)
     # the role of a split kernel instead ("split_tf32", "split_f16x3"; "" for a copy): dst = src's head and
     # residual planes, one 128-byte row a k-block (cu/util.cu): 2 ceil(src_cols / k-block) planes of src_rows rows,
-    # dst their stack (planner.SplitFormat) ...
+    # dst their stack (SplitFormat) ...
     split: str = ""
     shift: View | None = None  # ... and, for a scaled split, the int32 exponent of each of src's rows
 
