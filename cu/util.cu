@@ -43,7 +43,7 @@
 // util_split_tf32: an operand of the 3xTF32 product (matmul's fp32 inputs at fp32 accuracy on TF32 tensor
 //   cores, role gemm_tf32x3). src (rows x K, any strides) becomes 2 KB planes of rows x 32 fp32 (KB =
 //   ceil(K / 32) k-blocks; plane q at dst + q * rows * 32, rows of 128 bytes): plane kb holds the TF32 heads
-//   hi(x) = tf32_rn(x) of k-block kb, plane KB + kb the residuals lo(x) = tf32_rn(x - hi(x)); zero past K.
+//   hi(x) and plane KB + kb the residuals lo(x) of k-block kb (hg::tf32_split); zero past K.
 //   The GEMM sums lo(a) hi(b) + hi(a) lo(b) + hi(a) hi(b) (each product to ~2^-21 relative; the lo(a) lo(b)
 //   term and the residuals' own rounding are what is dropped). A plane per k-block keeps each TMA box of the
 //   GEMM one contiguous run (rows of 3K elements put every box row on another page: at 8192^3 the GEMM ran
@@ -634,12 +634,6 @@ __device__ __forceinline__ void gemm_simt(const T* __restrict__ A, const T* __re
 // ================================================================================================
 // split_tf32
 // ================================================================================================
-__device__ __forceinline__ float tf32_rn(float x) {
-  uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-  return __uint_as_float(r);
-}
-
 constexpr int kSplitBlock = 32;  // a plane's width: one 128-byte row of fp32 (hgemm_rt.problem.SPLIT_FORMATS)
 
 __device__ __forceinline__ void split_tf32(const float* __restrict__ src, float* __restrict__ dst, int rows, int K,
@@ -663,13 +657,11 @@ __device__ __forceinline__ void split_tf32(const float* __restrict__ src, float*
     const int e = threadIdx.x + i * kCopyThreads, r = e / kCopyTile, k = e % kCopyTile;
     const int gr = r0 + r, gk = k0 + k;
     if (gr >= rows || gk >= blocks * kSplitBlock) continue;
-    const float x = tile[r][k];
-    float hi = tf32_rn(x);
-    // rounding up past FLT_MAX gives inf: keep the truncated head there; an inf or NaN x has no residual
-    if (isinf(hi) && !isinf(x)) hi = __uint_as_float(__float_as_uint(x) & 0xffffe000u);
+    float hi, lo;
+    hg::tf32_split(tile[r][k], hi, lo);
     float* q = dst + (static_cast<long long>(gk / kSplitBlock) * rows + gr) * kSplitBlock + gk % kSplitBlock;
     q[0] = hi;
-    q[lo_planes] = isfinite(x) ? tf32_rn(x - hi) : 0.f;
+    q[lo_planes] = lo;
   }
 }
 

@@ -128,7 +128,7 @@ __device__ __forceinline__ void produce(const CUtensorMap& tmA, const CUtensorMa
   }
 }
 
-template <typename T, int BM_, int BN_, bool NN, int STAGES, int X3 = 0, int MC = 1, int OCC = 1>
+template <typename T, int BM_, int BN_, bool NN, int STAGES, int X3 = 0, int MC = 1, int OCC = 1, bool X3S = false>
 struct WCfg {
   using Elem = T;
   // C's (and the bias's) element: the operands' but for the split products (3xTF32, 3xFP16), whose C is fp32
@@ -146,11 +146,16 @@ struct WCfg {
   // power of two per row of A and of B^T (util_split_f16x3), which the consumers take back off before the epilogue.
   static constexpr bool kX3 = X3 > 0;
   static constexpr bool kX3Scaled = kX3 && sizeof(T) == 2;  // 3xFP16: rows scaled by powers of two (unscale_x3)
+  // 3xTF32 from the fp32 operands themselves (the gemm_tf32x3s kernels, T = float): the consumers write each
+  // stage's residuals into a second ring (split_stage_tf32) and run its three products, the heads read from the
+  // stage itself; one launch, no planes in global memory
+  static constexpr bool kX3Smem = X3S;
   static constexpr int kPromote = X3;  // kX3: k-blocks summed in the tensor cores per FADD into the accumulators
-  // kX3: tiles in groups of kGroupM rows of M, walked down M first, so that a wave of ~132 CTAs shares its A
-  // and B panels in L2 (the row-by-row order re-read all of B from DRAM per two rows of tiles: at 4096^3 fp32
-  // that was ~3 GB, most of the 1.5 ms)
+  // kX3, kX3Smem: tiles in groups of kGroupM rows of M, walked down M first, so that a wave of ~132 CTAs shares
+  // its A and B panels in L2 (the row-by-row order re-read all of B from DRAM per two rows of tiles: at 4096^3
+  // fp32 that was ~3 GB, most of the 1.5 ms)
   static constexpr int kGroupM = 8;
+  static constexpr bool kGroupedOrder = kX3 || kX3Smem;
   static constexpr int BM = BM_;
   static constexpr int BN = BN_;  // 256: m64n256k16; 128: m64n128k16 (twice the CTAs on small grids)
   static constexpr int kAcc = BN / 2;  // fp32 accumulators per consumer thread
@@ -165,7 +170,8 @@ struct WCfg {
   static constexpr int kABytes = BM * kRowBytes, kBBytes = BN * kRowBytes;
   static constexpr int kStageBytes = kABytes + kBBytes;  // what each full barrier expects from TMA
   static constexpr int kRingBytes = kStages * kStageBytes;
-  static constexpr int kBarOffset = kRingBytes;
+  // kX3Smem: the residuals' ring, kRingBytes past the tiles' (the residual of the fp32 at p is at p + kRingBytes)
+  static constexpr int kBarOffset = kRingBytes * (kX3Smem ? 2 : 1);
   static constexpr int kSmemBytes = kBarOffset + 2 * kStages * 8 + 1024;
   static constexpr int kRedStride = BN + 8;  // floats: the float2 fragment stores are conflict-free
   // Output quads each reducing thread sums at once (reduce_store_wide): up to 2 * kGroup float4
@@ -173,8 +179,10 @@ struct WCfg {
   static constexpr int kGroup = 8;
   static_assert(!kX3 || (!NN && BN <= 192), "3xTF32 / 3xFP16: tn, two accumulator sets in registers");
   static_assert(BM == 64 || BM == 128, "one or two consumer warpgroups of 64 rows");
-  static_assert(kMc == 1 || (kMc == 2 && !kX3), "B multicast: a pair of CTAs, not for the split products");
-  static_assert(BN == 64 || BN == 128 || BN == 256 || (kX3 && BN == 192), "m64n64, m64n128, m64n256 (split products: m64n192)");
+  static_assert(kMc == 1 || (kMc == 2 && !kX3 && !kX3Smem), "B multicast: a pair of CTAs, not for the split products");
+  static_assert(!kX3Smem || (!kX3 && sizeof(T) == 4 && !NN && BN <= 192), "3xTF32 in shared memory: fp32, tn");
+  static_assert(BN == 64 || BN == 128 || BN == 256 || ((kX3 || kX3Smem) && BN == 192),
+                "m64n64, m64n128, m64n256 (split products: m64n192)");
   static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0, "swizzled tiles must stay 1024-byte aligned");
   static_assert(BM * kRedStride * 4 <= kRingBytes, "the fp32 partial tile reuses the ring");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory over the 227 KB per-block limit");
@@ -450,6 +458,30 @@ __device__ __forceinline__ int x3_matrix(const hgu::GridZ& gz, int batch_inner, 
   return (outer ? gz.outer * (inner ? batch_inner : 1) : 0) + (inner ? gz.inner : 0);
 }
 
+// kX3Smem: the residuals of a stage's A and B tiles (hg::tf32_trunc_residual: tf32 wgmma reads the heads from the
+// tiles themselves), written at the same offsets in the residuals' ring, 16 bytes a step: an elementwise map, so the
+// 128-byte swizzle TMA wrote the tiles in holds for them too. The consumers' threads (t of 128 * kConsumers) share
+// the work; the writes are made visible to the tensor cores (the async proxy) before the caller's barrier.
+template <class W>
+__device__ __forceinline__ void split_stage_tf32(const uint8_t* a, const uint8_t* b, int t) {
+  constexpr int kThreads = 128 * W::kConsumers;
+  static_assert(W::kABytes % (16 * kThreads) == 0 && W::kBBytes % (16 * kThreads) == 0, "whole steps a thread");
+  auto split = [&](const uint8_t* base, auto chunks) {
+    constexpr int kPer = decltype(chunks)::value / kThreads;
+    float4 v[kPer];
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) v[i] = reinterpret_cast<const float4*>(base)[t + i * kThreads];
+#pragma unroll
+    for (int i = 0; i < kPer; ++i)
+      reinterpret_cast<float4*>(const_cast<uint8_t*>(base) + W::kRingBytes)[t + i * kThreads] =
+          make_float4(hg::tf32_trunc_residual(v[i].x), hg::tf32_trunc_residual(v[i].y),
+                      hg::tf32_trunc_residual(v[i].z), hg::tf32_trunc_residual(v[i].w));
+  };
+  split(a, std::integral_constant<int, W::kABytes / 16>{});
+  split(b, std::integral_constant<int, W::kBBytes / 16>{});
+  hg90::fence_proxy_async_smem();
+}
+
 template <class W>
 __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUtensorMap& tmB, typename W::Out* C,
                                              int M, int N, int K, int ldc_r, int ldc_c, int alpha_bits,
@@ -494,7 +526,7 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
   // the accumulator holds the gate in columns [0, BN/2) and the up part in [BN/2, BN).
   const bool swiglu = W::kSwiGLU && (epi & hge::kSwiGLU) != 0;
   int mt = blockIdx.y, nt = blockIdx.x;
-  if constexpr (W::kX3) {
+  if constexpr (W::kGroupedOrder) {
     const int tile = blockIdx.y * gridDim.x + blockIdx.x, per_group = W::kGroupM * gridDim.x;
     const int first = tile / per_group * W::kGroupM, rows = min(static_cast<int>(gridDim.y) - first, W::kGroupM);
     mt = first + tile % per_group % rows;
@@ -598,6 +630,61 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
           stage = 0;
           phase ^= 1;
         }
+      }
+    } else if constexpr (W::kX3Smem) {
+      // Each k-block: its stage's residuals written by all consumers (a named barrier: B's rows are shared), then
+      // lo(a) hi(b) + hi(a) lo(b) + hi(a) hi(b) of it summed from zero in the tensor cores into t0 or t1 in turn, and
+      // added to the accumulators (round to nearest) once the next k-block's products are issued: the tensor cores
+      // never drain, and the next stage's residuals are written while a stage's products run.
+      float t0[W::kAcc], t1[W::kAcc];
+      constexpr int kLo = W::kRingBytes;  // a tile's residuals, past the tile
+      auto issue = [&](float (&t)[W::kAcc]) {
+        hg90::mbar_wait(&full[stage], phase);
+        const uint8_t* a = sA + stage * W::kABytes;
+        const uint8_t* b = sB + stage * W::kBBytes;
+        split_stage_tf32<W>(a, b, threadIdx.x - 128);
+        hg90::named_bar_sync(1, 128 * W::kConsumers);
+        const uint32_t ah = smem_u32(a) + cw * 64 * 128, bh = smem_u32(b);
+        hg90::wgmma_fence();
+        hg90::wgmma_kblock<T, false, false, W::BK>(t, ah + kLo, bh, false);
+        hg90::wgmma_kblock<T, false, false, W::BK>(t, ah, bh + kLo, true);
+        hg90::wgmma_kblock<T, false, false, W::BK>(t, ah, bh, true);
+        hg90::wgmma_commit();
+      };
+      // the k-block before the one just issued has finished: its stage is free, its sums join the accumulators
+      auto retire = [&](float (&t)[W::kAcc], int wait_all) {
+        if (wait_all)
+          hg90::wgmma_wait<0>();
+        else
+          hg90::wgmma_wait<1>();
+#pragma unroll
+        for (int i = 0; i < W::kAcc; ++i) hg90::fence_regs(t[i]);
+        if (tid == 0) hg90::mbar_arrive(&empty[prev]);
+#pragma unroll
+        for (int i = 0; i < W::kAcc; ++i) d[i] += t[i];
+      };
+      auto advance = [&]() {
+        prev = stage;
+        if (++stage == W::kStages) {
+          stage = 0;
+          phase ^= 1;
+        }
+      };
+#pragma unroll 1
+      for (int kb = 0; kb < nk; kb += 2) {
+        issue(t0);
+        if (kb > 0) retire(t1, 0);
+        advance();
+        if (kb + 1 == nk) break;
+        issue(t1);
+        retire(t0, 0);
+        advance();
+      }
+      if (nk > 0) {
+        if (nk % 2)
+          retire(t0, 1);
+        else
+          retire(t1, 1);
       }
     } else {
       for (int kb = 0; kb < nk; ++kb) {
@@ -718,17 +805,20 @@ __device__ __forceinline__ void kgroups_sum(const float* __restrict__ work, T* C
 UTIL_KGROUPS_SUM(util_kgroups_sum_f16, __half)
 UTIL_KGROUPS_SUM(util_kgroups_sum_bf16, __nv_bfloat16)
 
-#define UTIL_WGMMA_SYM_OCC(SYM, T, BM, BN, NN, STAGES, MC, OCC)                                                 \
-  extern "C" __global__ void __launch_bounds__(WCfg<T, BM, BN, NN, STAGES, 0, MC, OCC>::kThreads, OCC)         \
-      SYM(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB, T* C, int M, int N,  \
-          int K, int ldc_r, int ldc_c, int alpha_bits, int beta_bits, const T* bias, int bias_stride, int epi,   \
-          int scale_bits, int batch_inner, int tma_levels, long long bsc_o, long long bsc_i, float* work,        \
-          int k_groups) {                                                                                         \
-    wgmma_splitk<WCfg<T, BM, BN, NN, STAGES, 0, MC, OCC>>(tmA, tmB, C, M, N, K, ldc_r, ldc_c, alpha_bits,        \
-                                                          beta_bits, bias, bias_stride, epi, scale_bits,          \
-                                                          batch_inner, tma_levels, bsc_o, bsc_i, work, k_groups); \
-  }                                                                                                               \
-  HG_EXPORT_DSMEM(SYM, WCfg<T, BM, BN, NN, STAGES, 0, MC, OCC>::kSmemBytes)
+// One kernel of the gemm_strided_wgmma ABI (util_sm90.toml) over the configuration CFG (a WCfg)
+#define UTIL_WGMMA_KERNEL(SYM, CFG)                                                                                \
+  extern "C" __global__ void __launch_bounds__(CFG::kThreads, CFG::kOcc)                                          \
+      SYM(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB, CFG::Out* C, int M,    \
+          int N, int K, int ldc_r, int ldc_c, int alpha_bits, int beta_bits, const CFG::Out* bias, int bias_stride, \
+          int epi, int scale_bits, int batch_inner, int tma_levels, long long bsc_o, long long bsc_i, float* work,  \
+          int k_groups) {                                                                                           \
+    wgmma_splitk<CFG>(tmA, tmB, C, M, N, K, ldc_r, ldc_c, alpha_bits, beta_bits, bias, bias_stride, epi,           \
+                      scale_bits, batch_inner, tma_levels, bsc_o, bsc_i, work, k_groups);                           \
+  }                                                                                                                 \
+  HG_EXPORT_DSMEM(SYM, CFG::kSmemBytes)
+#define UTIL_WGMMA_SYM_OCC(SYM, T, BM, BN, NN, STAGES, MC, OCC) \
+  using SYM##_cfg = WCfg<T, BM, BN, NN, STAGES, 0, MC, OCC>;     \
+  UTIL_WGMMA_KERNEL(SYM, SYM##_cfg)
 #define UTIL_WGMMA_SYM(SYM, T, BM, BN, NN, STAGES, MC) UTIL_WGMMA_SYM_OCC(SYM, T, BM, BN, NN, STAGES, MC, 1)
 #define UTIL_WGMMA(NAME, T, BM, BN, NN, STAGES) UTIL_WGMMA_SYM(NAME, T, BM, BN, NN, STAGES, 1)
 // The kernels with the `mc` variant (util_sm90.toml): NAME__mc1 (unicast), NAME__mc2 (B multicast pairs), where
@@ -777,6 +867,14 @@ UTIL_WGMMA(util_gemm_wgmma_tf32_m64_tn, float, 64, 256, false, 5)
 UTIL_WGMMA(util_gemm_wgmma_tf32_m128_tn, float, 128, 256, false, 4)
 UTIL_WGMMA(util_gemm_wgmma_tf32_m64n128_tn, float, 64, 128, false, 8)
 UTIL_WGMMA(util_gemm_wgmma_tf32_m128n128_tn, float, 128, 128, false, 6)
+// 3xTF32 from the fp32 operands as they are (role gemm_strided_wgmma, acc f32: fp32 accuracy): the residuals made in
+// shared memory (split_stage_tf32), whose second ring halves the stages of the TF32 kernels' ~192 KB.
+#define UTIL_TF32X3S(NAME, BM, BN, STAGES)                                \
+  using NAME##_cfg = WCfg<float, BM, BN, false, STAGES, 0, 1, 1, true>; \
+  UTIL_WGMMA_KERNEL(NAME, NAME##_cfg)
+UTIL_TF32X3S(util_gemm_tf32x3s_m128n128_tn, 128, 128, 3)
+UTIL_TF32X3S(util_gemm_tf32x3s_m128n64_tn, 128, 64, 4)
+UTIL_TF32X3S(util_gemm_tf32x3s_m64n64_tn, 64, 64, 6)
 // 3xTF32 (role gemm_tf32x3): A and B as util_split_tf32's planes, each k-block's products added in fp32 FMA.
 #define UTIL_TF32X3(NAME, BM, BN, STAGES, PROMOTE)                                                                \
   extern "C" __global__ void __launch_bounds__(WCfg<float, BM, BN, false, STAGES, PROMOTE>::kThreads, 1)         \

@@ -31,6 +31,8 @@ class ArchRates:
     fused_c_read_bytes_per_s: float  # its epilogue reading C_old for beta != 0 (partly overlapped with the MMAs)
     # the split products (gemm_tf32x3, gemm_f16x3) by role and (BM, BN), in FLOPs of the product (2MNK)
     split_tflops: Mapping[str, Mapping[tuple[int, int], float]]
+    # gemm_strided_wgmma at fp32 accuracy on fp32 (acc "f32": 3xTF32 with the split in shared memory) by (BM, BN)
+    smem_split_tflops: Mapping[tuple[int, int], float]
     simt_tflops: Mapping[str, float]
     dram_bytes_per_s: float
     stream_bytes_per_s: float  # gemm_strided_stream: B read once, straight from HBM
@@ -46,6 +48,7 @@ class ArchRates:
     smem_bytes_per_s: float  # one SM writing and re-reading its fp32 partial tile (strided GEMM epilogue)
     dsmem_bytes_per_s: float  # one SM summing its rows of the cluster's partial tiles (split-K epilogue)
     launch_us: float = 2.5  # GPU-side cost of one more kernel in the sequence
+    scaled_split_us: float = 0.0  # a scaled split step's second pass: its lines' maxima come first (SplitFormat)
     cluster_launch_us: float = 0.0  # extra latency of a split-K launch (a cluster of CTAs along K)
     # the share of the SMs that clusters of each size fill at once (one CTA an SM): a cluster runs within one
     # GPC, so the SMs a GPC has beyond a multiple of the size stay idle; sizes not listed fill them all
@@ -125,6 +128,12 @@ def two_ctas_pay(K: int, batched: bool) -> bool:
     return batched and K <= OCC2_MAX_K
 
 
+def smem_split(spec: KernelSpec) -> bool:
+    """A gemm_strided_wgmma kernel at fp32 accuracy on fp32 operands (acc "f32"): 3xTF32 whose split into heads and
+    residuals happens in shared memory (the gemm_tf32x3s kernels), not in a copy step before it."""
+    return spec.role == "gemm_strided_wgmma" and spec.dtype == "f32" and spec.acc == "f32"
+
+
 def narrow_hopper(spec: KernelSpec) -> bool:
     """One of the catalogue's 128 x 192 Hopper kernels (narrower than the ladder's 128 x 256 tile)."""
     return spec.ladder == "hopper" and spec.tile[1] < HOPPER_TILE_COLS
@@ -195,6 +204,7 @@ HOPPER = ArchRates(
     # 3xFP16, the GEMM step alone, H100, 2048-8192^3: 128 x 64 110-121 TFLOPS, 128 x 128 148-164, 128 x 192 174-183
     split_tflops={"gemm_tf32x3": {(128, 64): 60.0, (128, 128): 79.0, (128, 192): 90.0},
                   "gemm_f16x3": {(128, 64): 112.0, (128, 128): 156.0, (128, 192): 180.0}},
+    smem_split_tflops={(64, 64): 27.0, (128, 64): 48.0, (128, 128): 77.0},
     simt_tflops={"f16": 15.0, "bf16": 15.0, "f32": 20.0},
     dram_bytes_per_s=2.6e12,  # achievable on H100 SXM / H200 (3.35 / 4.8 TB/s peak)
     stream_bytes_per_s=2.9e12,
@@ -225,6 +235,9 @@ HOPPER = ArchRates(
     # tiles add ~1.2-3 us per 128 x 128 (pipeline fill, fp32 epilogue through shared memory)
     cluster_launch_us=1.2,
     strided_tile_latency_us=1.5,
+    # H100, fp32 at fp32 accuracy, 512^3: the 3xFP16 route (two scaled splits, then the product at splits=8) 32.7 us
+    # against 16.8 estimated without this; a split step alone 7.6 us at 256^3 against 2.8
+    scaled_split_us=4.0,
     # cuOccupancyMaxActiveClusters of the util_sm90 kernels on an H100 SXM (132 SMs): 66 clusters of 2, 30 of 4,
     # 15 of 8, so 120 CTAs at once in clusters of 4 or 8: a 128-CTA split-8 grid runs in two waves (256 x 256 x
     # 65536 fp16, m64n64 splits=8: 76.6 us against 37.1 estimated; m128n64 splits=8, 64 CTAs: 47.9 against 48.8)
@@ -273,6 +286,7 @@ AMPERE = ArchRates(
     fused_wgmma_tflops=0.0,  # sm_90a only
     fused_c_read_bytes_per_s=0.3e12,
     split_tflops={},  # sm_90a only
+    smem_split_tflops={},
     simt_tflops={"f16": 8.0, "bf16": 8.0, "f32": 12.0},
     dram_bytes_per_s=1.3e12,
     stream_bytes_per_s=1.45e12,
@@ -318,6 +332,8 @@ class CostModel:
         BM, BN, _ = spec.tile
         if spec.role == "gemm_strided_mma":
             return r.strided_mma_tflops.get(BM, 100.0)
+        if smem_split(spec):
+            return r.smem_split_tflops.get((BM, BN), 40.0)
         if spec.role == "gemm_strided_wgmma":  # TF32 wgmma: half the fp16/bf16 rate (494.7 vs 989.4 TFLOPS dense)
             return r.strided_wgmma_tflops.get((BM, BN), 400.0) * (TF32_SHARE if spec.acc == "tf32" else 1.0)
         if spec.role in SPLIT_PRODUCTS:
@@ -464,16 +480,20 @@ class CostModel:
         return sum(1e6 * self._compute_s(spec, s) + self._streamk_fixup_us(spec, s)
                    for spec, s in specs if spec.role != "gemm_strided_stream")
 
-    @staticmethod
-    def split_factor(spec: KernelSpec, g: Gemm) -> float:
+    def split_factor(self, spec: KernelSpec, g: Gemm) -> float:
         """How much slower than its rate a split-K launch of the strided kernels runs: more, the shorter each
         CTA's share of K (SPLIT_K_SHORT_K); 1 unsplit and for the other roles. The mma.sync kernels' splits measured
         alike (H100, fp16, 512 x 512 x 1000: m64 splits=4 17.2 us against 6.4 estimated at their rate, m32
-        splits=2 12.0 against 7.4)."""
+        splits=2 12.0 against 7.4). A smem_split kernel's k-block is three products and a split of its stage, so the
+        same fixed cost is a K shorter by its rate's share of the fp16 one (H100, 1024^3 m128n128: splits=2 37.7 us,
+        unsplit 65.7)."""
         pieces = g.splits * g.k_groups
         if pieces == 1 or spec.role not in ("gemm_strided_wgmma", "gemm_strided_mma", *SPLIT_PRODUCTS):
             return 1.0
-        return 1.0 + min(SPLIT_K_SHORT_K / (g.K / pieces), 1.0)
+        short_k = SPLIT_K_SHORT_K
+        if smem_split(spec):
+            short_k *= self.kernel_tflops(spec) / self.rates.strided_wgmma_tflops.get(spec.tile[:2], 400.0)
+        return 1.0 + min(short_k / (g.K / pieces), 1.0)
 
     def _stream_us(self, g: Gemm, BM: int, BN: int, isz: int, load: int) -> float:
         """A streaming kernel reads B once per BM rows of C, at the DRAM rate, or at what its busiest SM
@@ -511,7 +531,8 @@ class CostModel:
             rate = r.copy_unaligned_bytes_per_s
         else:
             rate = r.copy_bytes_per_s
-        return nbytes / rate * 1e6
+        latency = r.scaled_split_us if c.split and split_format(c.split).scaled else 0.0
+        return nbytes / rate * 1e6 + latency
 
     @staticmethod
     def tma_row_factor(spec: KernelSpec, g: Gemm) -> float:

@@ -1,8 +1,9 @@
 """fp32 inputs at fp32 accuracy on tensor cores, as three products of split operands: 3xTF32 (TF32 heads and
-residuals) and 3xFP16 (each row scaled by a power of two into fp16 heads and residuals). The planner's split recipes
-on the CPU (the pieces emulated in numpy, so that a wrong piece order or scale fails here), and on the GPU every
-route of both against float64, held to twice cuBLAS's fp32 SGEMM error on the same inputs: N(0,1), magnitudes
-spanning 2^-20..2^20, and rows of A and columns of B whose scales differ by up to 2^100."""
+residuals, made by a split step or in the GEMM's shared memory) and 3xFP16 (each row scaled by a power of two into
+fp16 heads and residuals). The planner's split recipes on the CPU (the pieces emulated in numpy, so that a wrong piece
+order or scale fails here), and on the GPU every route of each against float64, held to twice cuBLAS's fp32 SGEMM error
+on the same inputs: N(0,1), magnitudes spanning 2^-20..2^20, and rows of A and columns of B whose scales differ by up
+to 2^100."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 
 import hgemm_rt as hg
-from hgemm_rt import executor, planner, problem
+from hgemm_rt import costmodel, executor, planner, problem
 from hgemm_rt.testing import GuardedArray, each_route, rel_error
 from kernel_cases import load_manifest_or_none
 
@@ -33,6 +34,12 @@ def _tf32_rn(x: np.ndarray) -> np.ndarray:
     """cvt.rna.tf32.f32: the nearest fp32 with 10 mantissa bits, ties away from zero."""
     bits = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
     return ((bits + 0x1000) & 0xFFFFE000).astype(np.uint32).view(np.float32)
+
+
+# The kinds of fp32-accurate tensor-core GEMM: the split products by role, and the kernels that split in shared memory
+KINDS = {**{role: (lambda spec, role=role: spec.role == role) for role in problem.SPLIT_FORMATS},
+         "smem_split": costmodel.smem_split}
+BATCHED_KINDS = [k for k in KINDS if k not in problem.SPLIT_FORMATS or problem.SPLIT_FORMATS[k].batched]
 
 
 def _x3(recipe):
@@ -80,6 +87,49 @@ def test_no_silent_tf32_for_an_fp32_request():
     assert planner.recipe_for(problem.Route(one_pass, False, (("splits", 1),)), prob, MANIFEST) is None
     for _est, r in planner.ranked_recipes(prob, MANIFEST, HOPPER, 132):
         assert all(MANIFEST.kernels[s.kernel].acc != "tf32" for s in r.steps), planner.describe(r)
+
+
+def _tf32_trunc_pieces(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The gemm_tf32x3s kernels' pieces in float64: the head tf32 wgmma reads from an fp32 operand (its low 13
+    mantissa bits dropped) and the residual past it, rounded to TF32 (hg::tf32_trunc_residual)."""
+    x = np.asarray(x, np.float32)
+    head = (x.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)
+    return head.astype(np.float64), _tf32_rn(x - head).astype(np.float64)
+
+
+def test_three_tf32_products_of_truncated_heads_carry_fp32_accuracy(rng):
+    """What the gemm_tf32x3s kernels sum, in float64: the residual of a truncated head has up to 13 bits, of which
+    TF32 keeps 11, so the sum is ~2^-21 off (one truncated TF32 product: ~2^-10)."""
+    a = rng.standard_normal((64, 300)) * 2.0 ** rng.uniform(-20, 20, (64, 300))
+    b = rng.standard_normal((300, 48)) * 2.0 ** rng.uniform(-20, 20, (300, 48))
+    a32, b32 = a.astype(np.float32), b.astype(np.float32)
+    exact = a32.astype(np.float64) @ b32.astype(np.float64)
+    (ah, al), (bh, bl) = _tf32_trunc_pieces(a32), _tf32_trunc_pieces(b32)
+    for got, bound in ((al @ bh + ah @ bl + ah @ bh, 2.0 ** -19), (ah @ bh, None)):
+        err = np.linalg.norm(got - exact) / np.linalg.norm(exact)
+        assert err < bound if bound else err > 2.0 ** -15, err
+
+
+@needs_manifest
+def test_fp32_accuracy_offers_the_shared_memory_split_on_the_operands_in_place():
+    """The gemm_tf32x3s kernels read A and B^T as the caller holds them (K-contiguous rows): no split step, no copy,
+    batched on grid.z (K = 520: rows of 2080 bytes, which a tensor map reads in place); B held K x N takes a
+    transposing copy first. They declare fp32 accuracy, so an fp32 request
+    may run them and no one-pass TF32 kernel; they are priced at their own rate."""
+    names = [n for n, s in MANIFEST.kernels.items() if costmodel.smem_split(s)]
+    assert names and all(MANIFEST.kernels[n].acc == "f32" and MANIFEST.kernels[n].dtype == "f32" for n in names)
+    prob = _problem(300, 200, 520, b_order="col", batch=(3,))
+    for name in names:
+        r = planner.recipe_for(problem.Route(name, False, (("splits", 2),)), prob, MANIFEST)
+        assert r is not None and len(r.steps) == 1 and r.loop == (), planner.describe(r)
+        g = r.steps[0]
+        assert (g.a.base, g.b.base, g.c.base, g.splits, g.batch) == ("A", "B", "C", 2, (3,)), planner.describe(r)
+    row = planner.recipe_for(problem.Route(names[0], False, ()), _problem(300, 200, 520, b_order="row"), MANIFEST)
+    assert [s.dst.base for s in row.steps[:-1]] == ["tB"], planner.describe(row)
+    model = costmodel.CostModel.for_device(HOPPER, 132, MANIFEST)
+    for name in names:
+        spec = MANIFEST.kernels[name]
+        assert model.kernel_tflops(spec) == costmodel.HOPPER.smem_split_tflops[spec.tile[:2]]
 
 
 @needs_manifest
@@ -203,24 +253,51 @@ def _values(rng, shape, kind):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("role", list(problem.SPLIT_FORMATS))
+@pytest.mark.parametrize("kind", list(KINDS))
 @pytest.mark.parametrize("wide", [False, True], ids=["normal", "magnitudes-2^-20..2^20"])
 @pytest.mark.parametrize("M,N,K", SHAPES)
 @pytest.mark.parametrize("b_order", ["row", "col"])
-def test_every_split_route_is_as_accurate_as_cublas_sgemm(M, N, K, b_order, wide, role, rng):
-    _check_split_routes(rng, M, N, K, b_order, role, "wide" if wide else "normal", "wide" if wide else "normal")
+def test_every_split_route_is_as_accurate_as_cublas_sgemm(M, N, K, b_order, wide, kind, rng):
+    _check_split_routes(rng, M, N, K, b_order, kind, "wide" if wide else "normal", "wide" if wide else "normal")
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("role", list(problem.SPLIT_FORMATS))
+@pytest.mark.parametrize("kind", list(KINDS))
 @pytest.mark.parametrize("b_order", ["row", "col"])
-def test_split_routes_keep_each_row_and_column_at_its_own_scale(b_order, role, rng):
+def test_split_routes_keep_each_row_and_column_at_its_own_scale(b_order, kind, rng):
     """Rows of A and columns of B 2^-50..2^50 apart: every entry of C to fp32 accuracy at its own scale, |a_i| |b_j|
     (a scale shared by the whole operand would flush the small rows and columns)."""
-    _check_split_routes(rng, 300, 200, 515, b_order, role, "rows", "cols", per_entry=True)
+    _check_split_routes(rng, 300, 200, 515, b_order, kind, "rows", "cols", per_entry=True)
 
 
-def _check_split_routes(rng, M, N, K, b_order, role, a_kind, b_kind, per_entry=False):
+@pytest.mark.gpu
+def test_shared_memory_split_is_not_finite_exactly_where_cublas_is_not(rng):
+    """An inf or NaN operand entry has no residual (its head carries it): C is inf or NaN exactly where cuBLAS SGEMM's
+    is, and every other entry at fp32 accuracy. (Where an inf head meets a residual of 0, the product is NaN where
+    cuBLAS has inf, as with any 3xTF32.)"""
+    a = rng.standard_normal((130, 100))
+    b = rng.standard_normal((100, 70))
+    a[3, 5], a[7, :] = np.inf, 0.0
+    a[7, 9], b[11, 4] = -np.inf, np.nan
+    ga, gb = GuardedArray(a, "f32", "row", 0, 0), GuardedArray(b, "f32", "col", 0, 0)
+    gc = GuardedArray(np.zeros((130, 70)), "f32", "row", 0, 0)
+    from hgemm_rt import api
+
+    prob = api.problem_of(api.validate_call(ga.view, gb.view, gc.view, 1.0, 0.0, "f32", "auto", None))
+    want = _cublas_sgemm(ga, gb, np.zeros((130, 70)))
+    plans = [r for r in (planner.recipe_for(problem.Route(n, False, ()), prob, MANIFEST)
+                         for n, spec in MANIFEST.kernels.items() if costmodel.smem_split(spec)) if r is not None]
+    tested = 0
+    for plan, got in each_route(prob, "f32", ga, gb, gc, 1.0, 0.0, plans=plans):
+        got = np.asarray(got, np.float64)
+        finite = np.isfinite(want)
+        assert np.array_equal(np.isfinite(got), finite) and 0 < finite.sum() < finite.size, planner.describe(plan)
+        assert np.max(np.abs(got[finite] - want[finite])) <= 1e-5 * np.max(np.abs(want[finite])), planner.describe(plan)
+        tested += 1
+    assert tested >= 2
+
+
+def _check_split_routes(rng, M, N, K, b_order, kind, a_kind, b_kind, per_entry=False):
     a = GuardedArray(_values(rng, (M, K), a_kind), "f32", "row", 1, 0)
     b = GuardedArray(_values(rng, (K, N), b_kind), "f32", b_order, 0, 3)
     c = GuardedArray(np.zeros((M, N)), "f32", "row", 0, 0)
@@ -232,7 +309,7 @@ def _check_split_routes(rng, M, N, K, b_order, role, a_kind, b_kind, per_entry=F
     # at K = 1-3 cuBLAS rounds once (~2^-24) where 3xTF32 drops lo(a) lo(b) and the residuals' rounding (~2^-21)
     bound = max(2 * cublas_err, 2.0 ** -20)
     routes = [problem.Route(n, t, (("splits", s),)) for n, spec in MANIFEST.kernels.items()
-              if spec.role == role for t in (False, True) for s in planner.SPLITS]
+              if KINDS[kind](spec) for t in (False, True) for s in planner.SPLITS]
     plans = [r for r in (planner.recipe_for(route, prob, MANIFEST) for route in routes) if r is not None]
     # per entry: |C - C64| / (|a_i| |b_j|), its worst over C, held to twice cuBLAS SGEMM's worst, at least 2^-20 (the
     # worst of 60000 entries moves between draws; a row or column flushed to zero by a shared scale is ~K^-1/2 off)
@@ -250,10 +327,10 @@ def _check_split_routes(rng, M, N, K, b_order, role, a_kind, b_kind, per_entry=F
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("role", [r for r, f in problem.SPLIT_FORMATS.items() if f.batched])
-def test_batched_fp32_runs_every_batched_split_route(role, rng):
+@pytest.mark.parametrize("kind", BATCHED_KINDS)
+def test_batched_fp32_runs_every_batched_split_route(kind, rng):
     """A batch of 2 x 3 matrices (B broadcast along the first level and column-major, C with gaps, alpha and beta)
-    through every split route of `role`, one launch a step: every matrix at fp32 accuracy, nothing around C
+    through every split route of `kind`, one launch a step: every matrix at fp32 accuracy, nothing around C
     written."""
     from hgemm_rt import api
 
@@ -263,7 +340,7 @@ def test_batched_fp32_runs_every_batched_split_route(role, rng):
     prob = api.problem_of(api.validate_call(a.view, b.view, c.view, 0.5, 0.25, "f32", "auto", None))
     want = 0.5 * np.matmul(a.exact, b.exact) + 0.25 * c.exact
     routes = [problem.Route(n, t, (("splits", s),)) for n, spec in MANIFEST.kernels.items()
-              if spec.role == role for t in (False, True) for s in (1, 2)]
+              if KINDS[kind](spec) for t in (False, True) for s in (1, 2)]
     plans = [r for r in (planner.recipe_for(route, prob, MANIFEST) for route in routes) if r is not None]
     tested = 0
     for plan, got in each_route(prob, "f32", a, b, c, 0.5, 0.25, plans=plans):

@@ -21,6 +21,27 @@ __device__ __forceinline__ uint4 ld_shared_v4(uint32_t smem_addr) {
   return v;
 }
 
+// x as a TF32 head and residual (3xTF32: util_split_tf32's planes):
+// hi = x rounded to TF32 (cvt.rna: to nearest, ties away from zero), lo = x - hi rounded alike. A head rounded up
+// past FLT_MAX is truncated instead; an inf or NaN x has no residual.
+__device__ __forceinline__ float tf32_rna(float x) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+  return __uint_as_float(r);
+}
+__device__ __forceinline__ void tf32_split(float x, float& hi, float& lo) {
+  hi = tf32_rna(x);
+  if (isinf(hi) && !isinf(x)) hi = __uint_as_float(__float_as_uint(x) & 0xffffe000u);
+  lo = isfinite(x) ? tf32_rna(x - hi) : 0.f;
+}
+// The residual of x past the head tf32 wgmma takes from an fp32 operand (its low 13 mantissa bits dropped: a
+// truncation), rounded to TF32 as above; none for an inf or NaN x. (The gemm_tf32x3s kernels' split: the heads stay
+// the operand's own bits.)
+__device__ __forceinline__ float tf32_trunc_residual(float x) {
+  const float head = __uint_as_float(__float_as_uint(x) & 0xffffe000u);
+  return fabsf(x) < INFINITY ? tf32_rna(x - head) : 0.f;
+}
+
 // ---- cp.async (global -> shared, bypassing registers) ----
 // 16-byte copy, cached in L2 only (.cg): the tile is reused from shared memory, not L1.
 // 16-byte copy that reads src_bytes (0..16) and zero-fills the rest: guarded loads at ragged edges.
