@@ -57,7 +57,8 @@ using hg90::tma_load_4d;  // cu/common/sm90.cuh
 // maps carry the batch levels (coordinates ai, ao of A and bi, bo of B). A B stage is two halves of
 // BN/2 columns (rows of N for tn), the first from B's column n_lo, the second from n_hi: n0 and
 // n0 + BN/2 for a plain tile, gate n0 and up F + n0 for a SwiGLU one (wgmma_splitk). tn loads each half
-// as one box of BN/2 rows; nn loads 64-column chunks, BN/128 per half (BN = 64: one chunk at n_lo).
+// as one box of BN/2 rows; nn loads chunks of BK columns (a 128-byte row: 64 fp16, 32 fp32) by BK K rows, BN/(2 BK)
+// per half (BN = BK: one chunk at n_lo).
 // W::kX3 (3xTF32, 3xFP16): the K slice walks 3 x3_blocks k-blocks, the three products lo(a) hi(b), hi(a) lo(b),
 // hi(a) hi(b) of each k-block (32 TF32 or 64 fp16 columns) in turn (so the second read of a head plane comes from
 // L2), A and B being rank-4 maps (32 fp32 units, rows, 2 x3_blocks planes, matrices) of util_split_tf32's or
@@ -111,14 +112,14 @@ __device__ __forceinline__ void produce(const CUtensorMap& tmA, const CUtensorMa
           load_b(b + h * (BN / 2 * 128), &full[stage], h, k0, h ? n_hi : n_lo);
       }
     } else {
-      constexpr int kHalf = BN >= 128 ? BN / 128 : BN / 64;  // chunks from n_lo (BN = 64: all of them)
+      constexpr int BK = W::BK, kHalf = BN >= 2 * BK ? BN / (2 * BK) : BN / BK;  // chunks from n_lo
 #pragma unroll
-      for (int c = 0; c < BN / 64; ++c) {  // 64-column chunks of 64 K rows (MN-major)
-        const int n = c < kHalf ? n_lo + 64 * c : n_hi + 64 * (c - kHalf);
+      for (int c = 0; c < BN / BK; ++c) {  // BK-column chunks of BK K rows (MN-major)
+        const int n = c < kHalf ? n_lo + BK * c : n_hi + BK * (c - kHalf);
         if constexpr (kRank4)
-          hg90::tma_load_4d_hint(b + c * (64 * 128), &tmB, &full[stage], n, k0, bi, bo, b_policy);
+          hg90::tma_load_4d_hint(b + c * (BK * 128), &tmB, &full[stage], n, k0, bi, bo, b_policy);
         else
-          load_b(b + c * (64 * 128), &full[stage], c, n, k0);
+          load_b(b + c * (BK * 128), &full[stage], c, n, k0);
       }
     }
     if (++stage == W::kStages) {
@@ -180,7 +181,8 @@ struct WCfg {
   static_assert(!kX3 || (!NN && BN <= 192), "3xTF32 / 3xFP16: tn, two accumulator sets in registers");
   static_assert(BM == 64 || BM == 128, "one or two consumer warpgroups of 64 rows");
   static_assert(kMc == 1 || (kMc == 2 && !kX3 && !kX3Smem), "B multicast: a pair of CTAs, not for the split products");
-  static_assert(!kX3Smem || (!kX3 && sizeof(T) == 4 && !NN && BN <= 192), "3xTF32 in shared memory: fp32, tn");
+  static_assert(!kX3Smem || (!kX3 && sizeof(T) == 4 && BN <= 192 && (!NN || BN == 64 * kConsumers)),
+                "3xTF32 in shared memory: fp32; nn: a 4 x 4 block of B's stage a consumer thread");
   static_assert(BN == 64 || BN == 128 || BN == 256 || ((kX3 || kX3Smem) && BN == 192),
                 "m64n64, m64n128, m64n256 (split products: m64n192)");
   static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0, "swizzled tiles must stay 1024-byte aligned");
@@ -462,10 +464,17 @@ __device__ __forceinline__ int x3_matrix(const hgu::GridZ& gz, int batch_inner, 
 // tiles themselves), written at the same offsets in the residuals' ring, 16 bytes a step: an elementwise map, so the
 // 128-byte swizzle TMA wrote the tiles in holds for them too. The consumers' threads (t of 128 * kConsumers) share
 // the work; the writes are made visible to the tensor cores (the async proxy) before the caller's barrier.
+// nn: B's stage holds BK-column chunks of K rows (MN-major), which tf32 wgmma cannot read: each thread reads a 4 x 4
+// block of it, and after a barrier (every block read) writes it back transposed, as the K-major tile a tn stage holds
+// (row n at n * 128 bytes, its 16-byte units swizzled by n % 8), beside the block's residuals.
 template <class W>
-__device__ __forceinline__ void split_stage_tf32(const uint8_t* a, const uint8_t* b, int t) {
+__device__ __forceinline__ void split_stage_tf32(const uint8_t* a, uint8_t* b, int t) {
   constexpr int kThreads = 128 * W::kConsumers;
   static_assert(W::kABytes % (16 * kThreads) == 0 && W::kBBytes % (16 * kThreads) == 0, "whole steps a thread");
+  auto residual4 = [](const float4& v) {
+    return make_float4(hg::tf32_trunc_residual(v.x), hg::tf32_trunc_residual(v.y), hg::tf32_trunc_residual(v.z),
+                       hg::tf32_trunc_residual(v.w));
+  };
   auto split = [&](const uint8_t* base, auto chunks) {
     constexpr int kPer = decltype(chunks)::value / kThreads;
     float4 v[kPer];
@@ -473,12 +482,37 @@ __device__ __forceinline__ void split_stage_tf32(const uint8_t* a, const uint8_t
     for (int i = 0; i < kPer; ++i) v[i] = reinterpret_cast<const float4*>(base)[t + i * kThreads];
 #pragma unroll
     for (int i = 0; i < kPer; ++i)
-      reinterpret_cast<float4*>(const_cast<uint8_t*>(base) + W::kRingBytes)[t + i * kThreads] =
-          make_float4(hg::tf32_trunc_residual(v[i].x), hg::tf32_trunc_residual(v[i].y),
-                      hg::tf32_trunc_residual(v[i].z), hg::tf32_trunc_residual(v[i].w));
+      reinterpret_cast<float4*>(const_cast<uint8_t*>(base) + W::kRingBytes)[t + i * kThreads] = residual4(v[i]);
   };
-  split(a, std::integral_constant<int, W::kABytes / 16>{});
-  split(b, std::integral_constant<int, W::kBBytes / 16>{});
+  if constexpr (!W::kNN) {
+    split(a, std::integral_constant<int, W::kABytes / 16>{});
+    split(b, std::integral_constant<int, W::kBBytes / 16>{});
+  } else {
+    // block (kb, nb): K rows 4 kb.., columns 4 nb..; thread bits [1:0] and [3 + ...) pick nb, bit 2 and the top two
+    // kb, so that each 8 threads' loads (one K row, 8 units) and stores (two rows' units) meet few bank conflicts
+    constexpr int BK = W::BK, kNbHi = W::BN / 16;
+    const int nb = (t & 3) + 4 * ((t >> 3) % kNbHi), kb = ((t >> 2) & 1) + 2 * ((t >> 3) / kNbHi);
+    const int n0 = 4 * nb, chunk = n0 / BK * (BK * 128);
+    float4 v[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int k = 4 * kb + i;
+      v[i] = *reinterpret_cast<const float4*>(b + chunk + k * 128 + ((((n0 % BK) >> 2) ^ (k & 7)) << 4));
+    }
+    split(a, std::integral_constant<int, W::kABytes / 16>{});
+    hg90::named_bar_sync(1, kThreads);  // every block of the chunks read before any is overwritten
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int n = n0 + j;
+      const float4 h = j == 0 ? make_float4(v[0].x, v[1].x, v[2].x, v[3].x)
+                     : j == 1 ? make_float4(v[0].y, v[1].y, v[2].y, v[3].y)
+                     : j == 2 ? make_float4(v[0].z, v[1].z, v[2].z, v[3].z)
+                              : make_float4(v[0].w, v[1].w, v[2].w, v[3].w);
+      uint8_t* p = b + n * 128 + ((kb ^ (n & 7)) << 4);
+      *reinterpret_cast<float4*>(p) = h;
+      *reinterpret_cast<float4*>(p + W::kRingBytes) = residual4(h);
+    }
+  }
   hg90::fence_proxy_async_smem();
 }
 
@@ -632,60 +666,41 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
         }
       }
     } else if constexpr (W::kX3Smem) {
-      // Each k-block: its stage's residuals written by all consumers (a named barrier: B's rows are shared), then
-      // lo(a) hi(b) + hi(a) lo(b) + hi(a) hi(b) of it summed from zero in the tensor cores into t0 or t1 in turn, and
-      // added to the accumulators (round to nearest) once the next k-block's products are issued: the tensor cores
-      // never drain, and the next stage's residuals are written while a stage's products run.
-      float t0[W::kAcc], t1[W::kAcc];
+      // Each k-block: its stage's residuals written by all consumers (a named barrier: B's rows are shared) while
+      // the k-block before runs in the tensor cores; then that k-block's sums, waited for, join the accumulators
+      // (round to nearest), and lo(a) hi(b) + hi(a) lo(b) + hi(a) hi(b) of this one are issued into t from zero.
+      // (Reading t while any product is in flight would make ptxas serialise every wgmma.)
+      float t[W::kAcc];
       constexpr int kLo = W::kRingBytes;  // a tile's residuals, past the tile
-      auto issue = [&](float (&t)[W::kAcc]) {
-        hg90::mbar_wait(&full[stage], phase);
-        const uint8_t* a = sA + stage * W::kABytes;
-        const uint8_t* b = sB + stage * W::kBBytes;
-        split_stage_tf32<W>(a, b, threadIdx.x - 128);
-        hg90::named_bar_sync(1, 128 * W::kConsumers);
-        const uint32_t ah = smem_u32(a) + cw * 64 * 128, bh = smem_u32(b);
-        hg90::wgmma_fence();
-        hg90::wgmma_kblock<T, false, false, W::BK>(t, ah + kLo, bh, false);
-        hg90::wgmma_kblock<T, false, false, W::BK>(t, ah, bh + kLo, true);
-        hg90::wgmma_kblock<T, false, false, W::BK>(t, ah, bh, true);
-        hg90::wgmma_commit();
-      };
-      // the k-block before the one just issued has finished: its stage is free, its sums join the accumulators
-      auto retire = [&](float (&t)[W::kAcc], int wait_all) {
-        if (wait_all)
-          hg90::wgmma_wait<0>();
-        else
-          hg90::wgmma_wait<1>();
+      auto retire = [&]() {  // the k-block in flight has finished: its stage is free, its sums join the accumulators
+        hg90::wgmma_wait<0>();
 #pragma unroll
         for (int i = 0; i < W::kAcc; ++i) hg90::fence_regs(t[i]);
         if (tid == 0) hg90::mbar_arrive(&empty[prev]);
 #pragma unroll
         for (int i = 0; i < W::kAcc; ++i) d[i] += t[i];
       };
-      auto advance = [&]() {
+#pragma unroll 1
+      for (int kb = 0; kb < nk; ++kb) {
+        hg90::mbar_wait(&full[stage], phase);
+        const uint8_t* a = sA + stage * W::kABytes;
+        uint8_t* b = sB + stage * W::kBBytes;
+        split_stage_tf32<W>(a, b, threadIdx.x - 128);
+        hg90::named_bar_sync(1, 128 * W::kConsumers);
+        if (kb > 0) retire();
+        const uint32_t ah = smem_u32(a) + cw * 64 * 128, bh = smem_u32(b);
+        hg90::wgmma_fence();
+        hg90::wgmma_kblock<T, false, false, W::BK>(t, ah + kLo, bh, false);
+        hg90::wgmma_kblock<T, false, false, W::BK>(t, ah, bh + kLo, true);
+        hg90::wgmma_kblock<T, false, false, W::BK>(t, ah, bh, true);
+        hg90::wgmma_commit();
         prev = stage;
         if (++stage == W::kStages) {
           stage = 0;
           phase ^= 1;
         }
-      };
-#pragma unroll 1
-      for (int kb = 0; kb < nk; kb += 2) {
-        issue(t0);
-        if (kb > 0) retire(t1, 0);
-        advance();
-        if (kb + 1 == nk) break;
-        issue(t1);
-        retire(t0, 0);
-        advance();
       }
-      if (nk > 0) {
-        if (nk % 2)
-          retire(t0, 1);
-        else
-          retire(t1, 1);
-      }
+      if (nk > 0) retire();
     } else {
       for (int kb = 0; kb < nk; ++kb) {
         hg90::mbar_wait(&full[stage], phase);
@@ -869,12 +884,15 @@ UTIL_WGMMA(util_gemm_wgmma_tf32_m64n128_tn, float, 64, 128, false, 8)
 UTIL_WGMMA(util_gemm_wgmma_tf32_m128n128_tn, float, 128, 128, false, 6)
 // 3xTF32 from the fp32 operands as they are (role gemm_strided_wgmma, acc f32: fp32 accuracy): the residuals made in
 // shared memory (split_stage_tf32), whose second ring halves the stages of the TF32 kernels' ~192 KB.
-#define UTIL_TF32X3S(NAME, BM, BN, STAGES)                                \
-  using NAME##_cfg = WCfg<float, BM, BN, false, STAGES, 0, 1, 1, true>; \
+#define UTIL_TF32X3S(NAME, BM, BN, NN, STAGES)                         \
+  using NAME##_cfg = WCfg<float, BM, BN, NN, STAGES, 0, 1, 1, true>; \
   UTIL_WGMMA_KERNEL(NAME, NAME##_cfg)
-UTIL_TF32X3S(util_gemm_tf32x3s_m128n128_tn, 128, 128, 3)
-UTIL_TF32X3S(util_gemm_tf32x3s_m128n64_tn, 128, 64, 4)
-UTIL_TF32X3S(util_gemm_tf32x3s_m64n64_tn, 64, 64, 6)
+UTIL_TF32X3S(util_gemm_tf32x3s_m128n128_tn, 128, 128, false, 3)
+UTIL_TF32X3S(util_gemm_tf32x3s_m128n64_tn, 128, 64, false, 4)
+UTIL_TF32X3S(util_gemm_tf32x3s_m64n64_tn, 64, 64, false, 6)
+// nn: B as K x N (MN-major chunks), transposed into the stage's K-major tile by the split
+UTIL_TF32X3S(util_gemm_tf32x3s_m128n128_nn, 128, 128, true, 3)
+UTIL_TF32X3S(util_gemm_tf32x3s_m64n64_nn, 64, 64, true, 6)
 // 3xTF32 (role gemm_tf32x3): A and B as util_split_tf32's planes, each k-block's products added in fp32 FMA.
 #define UTIL_TF32X3(NAME, BM, BN, STAGES, PROMOTE)                                                                \
   extern "C" __global__ void __launch_bounds__(WCfg<float, BM, BN, false, STAGES, PROMOTE>::kThreads, 1)         \

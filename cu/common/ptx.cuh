@@ -36,10 +36,12 @@ __device__ __forceinline__ void tf32_split(float x, float& hi, float& lo) {
 }
 // The residual of x past the head tf32 wgmma takes from an fp32 operand (its low 13 mantissa bits dropped: a
 // truncation), rounded to TF32 as above; none for an inf or NaN x. (The gemm_tf32x3s kernels' split: the heads stay
-// the operand's own bits.)
+// the operand's own bits.) The residual is exact and far from overflow, so cvt.rna's rounding is the integer add on
+// its bits (the carry moves into the exponent where it should), without cvt's checks for inf and NaN.
 __device__ __forceinline__ float tf32_trunc_residual(float x) {
-  const float head = __uint_as_float(__float_as_uint(x) & 0xffffe000u);
-  return fabsf(x) < INFINITY ? tf32_rna(x - head) : 0.f;
+  const float rest = x - __uint_as_float(__float_as_uint(x) & 0xffffe000u);
+  const float lo = __uint_as_float((__float_as_uint(rest) + 0x1000u) & 0xffffe000u);
+  return fabsf(x) < INFINITY ? lo : 0.f;
 }
 
 // ---- cp.async (global -> shared, bypassing registers) ----
