@@ -152,6 +152,11 @@ SECTIONS: dict[str, Section] = {
                     "against float64 (rel_error) within 2x of cuBLAS's (cublas_rel_error)", "cublas",
                     tuple(cube(s, "f32") for s in (2048, 4096, 8192)) + (cube(4096, "f32", b_order="col"),),
                     target=2.0),
+    "fp32small": Section("fp32 inputs at fp32 accuracy below 2048^3 (accumulate='f32': 3xTF32 whose split happens in the "
+                         "GEMM's shared memory, one launch), B row-major and as nn.Linear holds it, against cuBLAS's fp32 "
+                         "SGEMM as in fp32; target: every row >= 1.0x", "cublas",
+                         tuple(cube(s, "f32", b_order=b) for s in (256, 512, 1024) for b in ("row", "col")),
+                         target=1.0),
     "torch": Section("hg.matmul(x, w.t()) vs torch.matmul(x, w.t()), w an (N, K) weight as nn.Linear holds it; "
                      "target on the wall-time ratio",
                      "torch", target=0.95, shapes=tuple(Shape(m, n, k, dt, b_order="col") for dt in ("f16", "bf16")
@@ -169,7 +174,7 @@ SECTIONS: dict[str, Section] = {
                        tuple(Shape(s, s, d, "f16", b_order="col", batch=bh) for bh in (64, 256) for s, d in ((512, 64), (2048, 128)))
                        + tuple(Shape(s, d, s, "f16", batch=bh) for bh in (64, 256) for s, d in ((512, 64), (2048, 128)))
                        + (Shape(1024, 1024, 1024, "f16", batch=32), Shape(1024, 1024, 1024, "bf16", batch=32))
-                       # fp32 at fp32 accuracy (3xFP16 batched; the SIMT fallback below a few hundred rows)
+                       # fp32 at fp32 accuracy (3xFP16 or 3xTF32 split in shared memory, batched)
                        + tuple(Shape(s, s, s, "f32", batch=b) for s, b in ((1024, 16), (512, 8), (256, 64))),
                        target=1.0),
     "fused": Section("fused epilogue: GEMM + bias + gelu, hg.matmul(x, W.T, bias=b, activation='gelu') against torch "

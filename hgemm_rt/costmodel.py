@@ -31,8 +31,10 @@ class ArchRates:
     fused_c_read_bytes_per_s: float  # its epilogue reading C_old for beta != 0 (partly overlapped with the MMAs)
     # the split products (gemm_tf32x3, gemm_f16x3) by role and (BM, BN), in FLOPs of the product (2MNK)
     split_tflops: Mapping[str, Mapping[tuple[int, int], float]]
-    # gemm_strided_wgmma at fp32 accuracy on fp32 (acc "f32": 3xTF32 with the split in shared memory) by (BM, BN)
+    # gemm_strided_wgmma at fp32 accuracy on fp32 (acc "f32": 3xTF32 with the split in shared memory) by (BM, BN),
+    # B as N x K (tn); nn kernels (B as K x N, transposed in shared memory) at smem_split_nn_share of it
     smem_split_tflops: Mapping[tuple[int, int], float]
+    smem_split_nn_share: float
     simt_tflops: Mapping[str, float]
     dram_bytes_per_s: float
     stream_bytes_per_s: float  # gemm_strided_stream: B read once, straight from HBM
@@ -146,6 +148,12 @@ def narrow_hopper(spec: KernelSpec) -> bool:
 # 8192-16384 per CTA (256 x 256 x 65536 splits=8) ~1.0x): the arithmetic and panel terms of a split launch
 # are scaled by 1 + SPLIT_K_SHORT_K / (K per CTA), at most 2 (the worst measured: 2.3).
 SPLIT_K_SHORT_K = 1300.0
+# A split-K slice of a smem_split kernel: what it costs beyond its K at the kernel's rate (fill, the first stage's split,
+# the cluster's DSMEM sum). H100, fp32, B as K x N, against that model: 256^3 m64n64 splits=4 9.8 us (9.0), splits=8
+# 14.4 (14.1), m128n128 splits=8 13.4; 384^3 m64n64 splits=2 12.6, m128n128 splits=4 15.9, splits=8 15.3; 512^3 m64n64
+# splits=2 14.6, m128n128 splits=4 17.7; 768^3 m128n128 splits=2 29.6, splits=4 36.7; 1024^3 m128n128 splits=2 35.6
+# (unsplit 65.7): 4-5 us, whatever the tile
+SMEM_SPLIT_FIXED_US = 5.5
 # util_sm90's multicast pair pays with B in L2 where this many rows of tiles re-read a B of at least these bytes
 MC_REREAD_ROWS, MC_REREAD_B_BYTES = (4, 8), 32 << 20
 SPLIT_PRODUCTS = tuple(SPLIT_FORMATS)  # fp32 at fp32 accuracy: three tensor-core products of split operands
@@ -204,7 +212,10 @@ HOPPER = ArchRates(
     # 3xFP16, the GEMM step alone, H100, 2048-8192^3: 128 x 64 110-121 TFLOPS, 128 x 128 148-164, 128 x 192 174-183
     split_tflops={"gemm_tf32x3": {(128, 64): 60.0, (128, 128): 79.0, (128, 192): 90.0},
                   "gemm_f16x3": {(128, 64): 112.0, (128, 128): 156.0, (128, 192): 180.0}},
-    smem_split_tflops={(64, 64): 27.0, (128, 64): 48.0, (128, 128): 77.0},
+    # H100, each kernel unsplit at 4096^3 (2048^3: 6-8% less): tn m128n128 100.4 TFLOPS, m128n64 72.5, m64n64 58.5; nn
+    # m128n128 80.2, m64n64 47.0 (0.80 of tn; at 768-1024^3 nn without a copy ran 10-20% faster than a copy and tn)
+    smem_split_tflops={(64, 64): 58.0, (128, 64): 72.0, (128, 128): 100.0},
+    smem_split_nn_share=0.85,
     simt_tflops={"f16": 15.0, "bf16": 15.0, "f32": 20.0},
     dram_bytes_per_s=2.6e12,  # achievable on H100 SXM / H200 (3.35 / 4.8 TB/s peak)
     stream_bytes_per_s=2.9e12,
@@ -287,6 +298,7 @@ AMPERE = ArchRates(
     fused_c_read_bytes_per_s=0.3e12,
     split_tflops={},  # sm_90a only
     smem_split_tflops={},
+    smem_split_nn_share=1.0,
     simt_tflops={"f16": 8.0, "bf16": 8.0, "f32": 12.0},
     dram_bytes_per_s=1.3e12,
     stream_bytes_per_s=1.45e12,
@@ -333,7 +345,7 @@ class CostModel:
         if spec.role == "gemm_strided_mma":
             return r.strided_mma_tflops.get(BM, 100.0)
         if smem_split(spec):
-            return r.smem_split_tflops.get((BM, BN), 40.0)
+            return r.smem_split_tflops.get((BM, BN), 40.0) * (r.smem_split_nn_share if spec.layout == "NN" else 1.0)
         if spec.role == "gemm_strided_wgmma":  # TF32 wgmma: half the fp16/bf16 rate (494.7 vs 989.4 TFLOPS dense)
             return r.strided_wgmma_tflops.get((BM, BN), 400.0) * (TF32_SHARE if spec.acc == "tf32" else 1.0)
         if spec.role in SPLIT_PRODUCTS:
@@ -363,7 +375,7 @@ class CostModel:
         BM, BN, _ = spec.tile
         outer, inner = kernel_batch(g.batch)
         nb = outer * inner
-        tiles = self.tile_rows(g, BM) * math.ceil(g.N / BN) * g.splits * g.k_groups * nb
+        tiles = self._tiles(spec, g)
         if spec.role == "gemm_strided_stream":
             return self._stream_us(g, BM, BN, isz, math.ceil(tiles / self.sm_count))
         load = math.ceil(tiles / self.cta_slots(spec, g.splits))  # CTAs on the busiest SM
@@ -451,7 +463,7 @@ class CostModel:
             per_sm = self.kernel_tflops(spec) * 1e12 / self.sm_count
             return 2.0 * BM * BN * spec.tile[2] * self._streamk_blocks(spec, g) / per_sm
         nb = math.prod(kernel_batch(g.batch))
-        tiles = self.tile_rows(g, BM) * math.ceil(g.N / BN) * g.splits * g.k_groups * nb
+        tiles = self._tiles(spec, g)
         eff = tiles / (math.ceil(tiles / self.cta_slots(spec, g.splits)) * self.sm_count)  # how evenly the CTAs spread
         Mt, Nt = self.tile_rows(g, BM) * BM, math.ceil(g.N / BN) * BN  # what the tiles compute, wasted or not
         rate = self.kernel_tflops(spec)
@@ -463,6 +475,11 @@ class CostModel:
     def tile_rows(g: Gemm, BM: int) -> int:
         """Rows of tiles the grid runs: whole multicast pairs (the last odd row's pair computes nothing)."""
         return -(-math.ceil(g.M / BM) // g.cluster_m) * g.cluster_m
+
+    def _tiles(self, spec: KernelSpec, g: Gemm) -> int:
+        """The CTAs of a launch (stream-K aside): its tiles times its K pieces, over the kernel's batch."""
+        BM, BN, _ = spec.tile
+        return self.tile_rows(g, BM) * math.ceil(g.N / BN) * g.splits * g.k_groups * math.prod(kernel_batch(g.batch))
 
     def cta_slots(self, spec: KernelSpec, cluster_size: int) -> int:
         """The wave of a launch in clusters of `cluster_size`: the SM count, less the SMs that such clusters
@@ -484,16 +501,18 @@ class CostModel:
         """How much slower than its rate a split-K launch of the strided kernels runs: more, the shorter each
         CTA's share of K (SPLIT_K_SHORT_K); 1 unsplit and for the other roles. The mma.sync kernels' splits measured
         alike (H100, fp16, 512 x 512 x 1000: m64 splits=4 17.2 us against 6.4 estimated at their rate, m32
-        splits=2 12.0 against 7.4). A smem_split kernel's k-block is three products and a split of its stage, so the
-        same fixed cost is a K shorter by its rate's share of the fp16 one (H100, 1024^3 m128n128: splits=2 37.7 us,
-        unsplit 65.7)."""
+        splits=2 12.0 against 7.4). A smem_split kernel's slice costs SMEM_SPLIT_FIXED_US more than its share of K at
+        its rate, uncapped: the K that its CTA computes in that time is the short K; unsplit, where the grid is one
+        wave (H100, B as K x N, m64n64: 256^3 12.3 us, 512^3 18.2; beyond a wave the model's rates hold: 12 x (1024^2
+        x 64) m128n128 50.1 against 55 with the cost)."""
         pieces = g.splits * g.k_groups
+        if smem_split(spec) and (pieces > 1 or self._tiles(spec, g) <= self.cta_slots(spec, 1)):
+            cta_flops_per_s = self.kernel_tflops(spec) * 1e12 / self.sm_count
+            short_k = SMEM_SPLIT_FIXED_US * 1e-6 * cta_flops_per_s / (2.0 * spec.tile[0] * spec.tile[1])
+            return 1.0 + short_k / (g.K / pieces)
         if pieces == 1 or spec.role not in ("gemm_strided_wgmma", "gemm_strided_mma", *SPLIT_PRODUCTS):
             return 1.0
-        short_k = SPLIT_K_SHORT_K
-        if smem_split(spec):
-            short_k *= self.kernel_tflops(spec) / self.rates.strided_wgmma_tflops.get(spec.tile[:2], 400.0)
-        return 1.0 + min(short_k / (g.K / pieces), 1.0)
+        return 1.0 + min(SPLIT_K_SHORT_K / (g.K / pieces), 1.0)
 
     def _stream_us(self, g: Gemm, BM: int, BN: int, isz: int, load: int) -> float:
         """A streaming kernel reads B once per BM rows of C, at the DRAM rate, or at what its busiest SM

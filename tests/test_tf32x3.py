@@ -112,24 +112,30 @@ def test_three_tf32_products_of_truncated_heads_carry_fp32_accuracy(rng):
 
 @needs_manifest
 def test_fp32_accuracy_offers_the_shared_memory_split_on_the_operands_in_place():
-    """The gemm_tf32x3s kernels read A and B^T as the caller holds them (K-contiguous rows): no split step, no copy,
-    batched on grid.z (K = 520: rows of 2080 bytes, which a tensor map reads in place); B held K x N takes a
-    transposing copy first. They declare fp32 accuracy, so an fp32 request
-    may run them and no one-pass TF32 kernel; they are priced at their own rate."""
+    """The gemm_tf32x3s kernels read A and B as the caller holds them, B as N x K (tn) or K x N (nn, which transposes
+    it in shared memory): no split step, no copy, batched on grid.z (K = 520: rows of 2080 bytes, which a tensor map
+    reads in place). A tn kernel takes B held K x N after a transposing copy; an nn kernel leaves B held N x K to the
+    tn ones. They declare fp32 accuracy, so an fp32 request may run them and no one-pass TF32 kernel; they are priced
+    at their own rate, the nn ones at a share of it."""
     names = [n for n, s in MANIFEST.kernels.items() if costmodel.smem_split(s)]
-    assert names and all(MANIFEST.kernels[n].acc == "f32" and MANIFEST.kernels[n].dtype == "f32" for n in names)
-    prob = _problem(300, 200, 520, b_order="col", batch=(3,))
-    for name in names:
-        r = planner.recipe_for(problem.Route(name, False, (("splits", 2),)), prob, MANIFEST)
-        assert r is not None and len(r.steps) == 1 and r.loop == (), planner.describe(r)
-        g = r.steps[0]
-        assert (g.a.base, g.b.base, g.c.base, g.splits, g.batch) == ("A", "B", "C", 2, (3,)), planner.describe(r)
-    row = planner.recipe_for(problem.Route(names[0], False, ()), _problem(300, 200, 520, b_order="row"), MANIFEST)
-    assert [s.dst.base for s in row.steps[:-1]] == ["tB"], planner.describe(row)
+    assert {MANIFEST.kernels[n].layout for n in names} == {"TN", "NN"}
+    assert all(MANIFEST.kernels[n].acc == "f32" and MANIFEST.kernels[n].dtype == "f32" for n in names)
     model = costmodel.CostModel.for_device(HOPPER, 132, MANIFEST)
     for name in names:
         spec = MANIFEST.kernels[name]
-        assert model.kernel_tflops(spec) == costmodel.HOPPER.smem_split_tflops[spec.tile[:2]]
+        own, other = ("col", "row") if spec.layout == "TN" else ("row", "col")
+        r = planner.recipe_for(problem.Route(name, False, (("splits", 2),)), _problem(300, 200, 520, b_order=own,
+                                                                                     batch=(3,)), MANIFEST)
+        assert r is not None and len(r.steps) == 1 and r.loop == (), planner.describe(r)
+        g = r.steps[0]
+        assert (g.a.base, g.b.base, g.c.base, g.splits, g.batch) == ("A", "B", "C", 2, (3,)), planner.describe(r)
+        r = planner.recipe_for(problem.Route(name, False, ()), _problem(300, 200, 520, b_order=other), MANIFEST)
+        if spec.layout == "TN":
+            assert [s.dst.base for s in r.steps[:-1]] == ["tB"], planner.describe(r)
+        else:
+            assert r is None
+        share = costmodel.HOPPER.smem_split_nn_share if spec.layout == "NN" else 1.0
+        assert model.kernel_tflops(spec) == pytest.approx(costmodel.HOPPER.smem_split_tflops[spec.tile[:2]] * share)
 
 
 @needs_manifest
