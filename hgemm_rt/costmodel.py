@@ -154,6 +154,9 @@ SPLIT_K_SHORT_K = 1300.0
 # splits=2 14.6, m128n128 splits=4 17.7; 768^3 m128n128 splits=2 29.6, splits=4 36.7; 1024^3 m128n128 splits=2 35.6
 # (unsplit 65.7): 4-5 us, whatever the tile
 SMEM_SPLIT_FIXED_US = 5.5
+# ... and per piece beyond two, its cluster's sum of a 128 x 128 fp32 tile (in proportion for other tiles): m128n128
+# at splits=8 ran 2.4-4.7 us over that model (256^3 13.4, 384^3 15.3, 512^3 25.6, 768^3 42.6), at splits=4 0.8-2.4
+SMEM_SPLIT_SUM_US = 0.6
 # util_sm90's multicast pair pays with B in L2 where this many rows of tiles re-read a B of at least these bytes
 MC_REREAD_ROWS, MC_REREAD_B_BYTES = (4, 8), 32 << 20
 SPLIT_PRODUCTS = tuple(SPLIT_FORMATS)  # fp32 at fp32 accuracy: three tensor-core products of split operands
@@ -413,6 +416,8 @@ class CostModel:
             epilogue += load * (tile_bytes / r.smem_bytes_per_s +
                                (tile_bytes / r.dsmem_bytes_per_s if g.splits > 1 else 0.0))
             latency += r.strided_tile_latency_us * BM * BN / (128 * 128)
+            if smem_split(spec) and g.splits > 2:
+                epilogue += load * SMEM_SPLIT_SUM_US * 1e-6 * (g.splits - 2) * BM * BN / (128 * 128)
             if g.c.cs != 1 and g.c.rows > 1 and r.strided_c_column_bytes_per_s:  # one element a store, row by row
                 epilogue += g.M * g.N * nb * isz / r.strided_c_column_bytes_per_s
         if g.k_deferred:  # each CTA writes its sums to its group's plane; a GroupSum step adds them (group_sum_us)
