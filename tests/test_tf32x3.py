@@ -139,6 +139,38 @@ def test_fp32_accuracy_offers_the_shared_memory_split_on_the_operands_in_place()
 
 
 @needs_manifest
+def test_shared_memory_split_slices_pay_a_fixed_cost_and_scaled_splits_their_maxima_pass(monkeypatch):
+    """The cost model's rules for these kernels: a K slice costs SMEM_SPLIT_FIXED_US beyond its K at the kernel's
+    rate, uncapped; unsplit only where the grid is one wave (beyond it the rate holds); a cluster's sum adds per
+    piece beyond two; and a scaled split step (3xFP16) carries scaled_split_us for its maxima pass."""
+    model = costmodel.CostModel.for_device(HOPPER, 132, MANIFEST)
+    name = next(n for n, s in MANIFEST.kernels.items() if costmodel.smem_split(s) and s.tile[:2] == (64, 64))
+    spec = MANIFEST.kernels[name]
+
+    def gemm(K, splits=1, batch=()):
+        p = _problem(256, 256, K, b_order="col" if spec.layout == "TN" else "row", batch=batch)
+        return problem.Gemm(name, spec.role, p.a, p.b, p.c, 256, 256, K, splits=splits, batch=batch)
+
+    short_k = costmodel.SMEM_SPLIT_FIXED_US * 1e-6 * model.kernel_tflops(spec) * 1e12 / 132 / (2 * 64 * 64)
+    assert model.split_factor(spec, gemm(256, 4)) == pytest.approx(1 + short_k / 64)
+    assert model.split_factor(spec, gemm(256, 8)) > 2.0  # uncapped
+    assert model.split_factor(spec, gemm(256)) == pytest.approx(1 + short_k / 256)  # 16 tiles: one wave
+    assert model.split_factor(spec, gemm(256, batch=(64,))) == 1.0  # 1024 tiles
+    sum_us = costmodel.SMEM_SPLIT_SUM_US
+    with_sum = [model.gemm_us(spec, gemm(4096, s), "f32") for s in (2, 8)]
+    monkeypatch.setattr(costmodel, "SMEM_SPLIT_SUM_US", 0.0)
+    without = [model.gemm_us(spec, gemm(4096, s), "f32") for s in (2, 8)]
+    assert with_sum[0] == without[0]  # two pieces: nothing added
+    waves = -(-16 * 8 // model.cta_slots(spec, 8))  # 16 tiles x 8 pieces in clusters of 8 (120 fit at once: 2)
+    assert with_sum[1] - without[1] == pytest.approx(waves * sum_us * (8 - 2) * 64 * 64 / (128 * 128))
+    x3 = next(n for n, s in MANIFEST.kernels.items() if s.role == "gemm_f16x3")
+    r = planner.recipe_for(problem.Route(x3, False, ()), _problem(512, 512, 512), MANIFEST)
+    split = _x3(r)[0][0]
+    unscaled = replace(split, split="")
+    assert model.copy_us(split, "f32") > model.copy_us(unscaled, "f32") + costmodel.HOPPER.scaled_split_us - 1e-9
+
+
+@needs_manifest
 def test_a_batched_3xfp16_splits_every_matrix_in_one_launch_and_3xtf32_takes_none():
     """3xFP16's kernels take a batch (grid.z): one split launch per operand writes a plane stack and a row of
     exponents per matrix it varies over (B broadcast along the outer level: 3 of them), and the GEMM's maps hold
