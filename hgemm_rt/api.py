@@ -30,8 +30,9 @@ before the call, as the protocols require.
 
 accumulate: "f32" (default) or, for fp16 inputs, "f16" (also allows kernels that accumulate in fp16,
 the cuBLAS COMPUTE_16F error class); "tf32" for fp32 inputs allows TF32 tensor cores (one pass, ~1e-3 error);
-fp32 inputs with "f32" keep fp32 accuracy (on Hopper: three fp16 tensor-core products of power-of-two-scaled
-heads and residuals, 3xFP16). bf16 takes "f32".
+fp32 inputs with "f32" keep fp32 accuracy (on Hopper: three tensor-core products of split operands, 3xFP16 on
+power-of-two-scaled fp16 heads and residuals for large products, 3xTF32 split in the GEMM's shared memory for small
+ones and their batches; the cost model chooses). bf16 takes "f32".
 kernel: "auto" (tuning cache, else the cost model's choice) or a kernel name, which forces that kernel
 (with whatever copies it needs around it).
 

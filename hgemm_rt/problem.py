@@ -248,6 +248,8 @@ SPLIT_FORMATS = {  # by the product's role
 def split_format(split_role: str) -> SplitFormat:
     """The format a split kernel's role makes (a Copy step's `split`)."""
     return next(f for f in SPLIT_FORMATS.values() if f.role == split_role)
+
+
 @dataclass(frozen=True)
 class Copy:
     """A "copy"-role kernel: dst (rows x cols) = alpha * src (zero outside src_rows x src_cols) + beta * dst."""
