@@ -4,7 +4,7 @@
 // the CTA-wide barriers of a tiled pipeline. Here every thread runs its own cp.async ring: it copies
 // the 16-byte pieces of A and B that it will itself consume, kStages chunks ahead, and reads them back
 // into mma.sync fragments; nothing is shared between threads until the final reduction, so the ring
-// needs no barrier at all.
+// needs no barrier at all. B as K x N (util_gemm_decode_nn, below) loads into registers instead.
 //
 // util_gemm_decode_tn_{f16,bf16} (variant b = col), the ABI of the gemm_strided_mma kernels:
 //   C = epilogue(A.B) (+ beta * C), cu/common/epilogue.cuh (bias, activation, scale: the parameters after
@@ -54,6 +54,21 @@ __device__ __forceinline__ uint4 load8_edge(const T* p, int valid) {
 }
 
 __device__ __forceinline__ int clamp8(int x) { return x < 0 ? 0 : (x > 8 ? 8 : x); }
+
+// This CTA's K slice of a split-K cluster: chunks [c_begin, c_end), k < k_end (slices never share a chunk,
+// so each k is summed once).
+struct KSlice {
+  int c_begin, c_end, k_end;
+};
+__device__ __forceinline__ KSlice k_slice(const hgu::GridZ& gz, int K) {
+  const int chunks = (K + kChunk - 1) / kChunk;
+  const int per = (chunks + gz.splits - 1) / gz.splits;
+  KSlice ks;
+  ks.c_begin = min(chunks, gz.split * per);
+  ks.c_end = min(chunks, ks.c_begin + per);
+  ks.k_end = min(K, ks.c_end * kChunk);
+  return ks;
+}
 
 // One thread's 16-byte pieces of one K chunk: A rows g and g + 8, and one row of B per 8-column tile.
 struct Chunk {
@@ -139,13 +154,9 @@ __device__ __forceinline__ void gemm_decode(const T* __restrict__ A, const T* __
   const int m0 = blockIdx.y * kBM, n0 = blockIdx.x * kBN;
   const bool two_row_groups = M - m0 > 8;  // rows g + 8 exist somewhere in this tile
 
-  // This CTA's K slice, in whole chunks (slices never share a chunk, so each k is summed once).
   const int splits = gz.splits;
-  const int chunks = (K + kChunk - 1) / kChunk;
-  const int per = (chunks + splits - 1) / splits;
-  const int c_begin = min(chunks, gz.split * per);
-  const int c_end = min(chunks, c_begin + per);
-  const int kEnd = min(K, c_end * kChunk);
+  const KSlice ks = k_slice(gz, K);
+  const int c_begin = ks.c_begin, c_end = ks.c_end, kEnd = ks.k_end;
 
   float acc[kTiles][4];
 #pragma unroll
@@ -209,6 +220,138 @@ __device__ __forceinline__ void gemm_decode(const T* __restrict__ A, const T* __
                                                      threadIdx.x, kThreads, C, M, N, m0, n0, ldc_r, ldc_c, ep);
 }
 
+// ---- B as K x N (variant b = row: x @ W with W row-major, as decoding with a K x N weight has it) ----
+// util_gemm_decode_nn_{f16,bf16}: thread (g, q) of a warp loads rows kb + 8q .. 8q + 7 of B at columns
+// nw + 8g .. 8g + 7 (nw the warp's 64 columns) straight into registers, one 16-byte load each, so a warp's
+// load instruction reads 128-byte runs of 4 rows. The k order is the N x K kernel's (A's 16-byte pieces
+// unchanged); B's fragments come out of the 8 row pieces by byte permutes: n8 tile j takes column
+// nw + 8g + j of each, so its C fragment column 2q (+1) is nw + 16q (+8) + j.
+// No ring here: a CTA is small (8 warps along K, two or more an SM) and the bytes in flight come from the
+// warps of all of them, each with a whole chunk's loads outstanding (H100, fp16, L2 flushed: a per-thread
+// cp.async ring ran 1 x 14336 x 4096 in 74 us, these loads in 50). The warps take the chunks of the CTA's
+// K slice in turn; their partial tiles are summed in shared memory, then split-K over a cluster as above.
+// Pieces past K or N are zero (element loads at a ragged column edge: nothing past the last element is read).
+struct RowB {
+  static constexpr int kWarps = 8, kThreads = kWarps * 32;
+  static constexpr int kBN = 64;            // C columns of a CTA (one warp's)
+  static constexpr int kRedStride = kBN + 4;
+  static constexpr int kRedBytes = kWarps * kBM * kRedStride * 4;  // the warps' partial tiles
+};
+
+__device__ __forceinline__ uint4 ldg_stream16(const void* p, uint64_t policy) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p), "l"(policy));
+  return v;
+}
+// The 8 elements at p, `valid` of them inside the matrix (zero past them).
+template <typename T>
+__device__ __forceinline__ uint4 load_piece(const T* p, int valid, uint64_t policy) {
+  if (valid >= 8) return ldg_stream16(p, policy);
+  return valid > 0 ? load8_edge(p, valid) : make_uint4(0, 0, 0, 0);
+}
+
+// One thread's chunk: A rows g and g + 8 at k = kb + 8q .. 8q + 7, and B rows kb + 8q .. 8q + 7 at its columns.
+struct RowChunk {
+  uint4 a_lo, a_hi;
+  uint4 b[8];
+};
+template <typename T>
+__device__ __forceinline__ void load_chunk_rowb(RowChunk& ch, const T* __restrict__ A, const T* __restrict__ B,
+                                                int M, int N, int kEnd, int lda, int ldb, int m0, int nc, int kb,
+                                                int g, int q, bool two_row_groups, uint64_t policy) {
+  const int ka = kb + 8 * q, a_valid = clamp8(kEnd - ka), r = m0 + g;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  ch.a_lo = r < M ? load_piece(A + static_cast<long long>(r) * lda + ka, a_valid, policy) : zero;
+  ch.a_hi = two_row_groups && r + 8 < M ? load_piece(A + static_cast<long long>(r + 8) * lda + ka, a_valid, policy)
+                                        : zero;
+  const int b_valid = clamp8(N - nc);
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+    ch.b[i] = ka + i < kEnd ? load_piece(B + static_cast<long long>(ka + i) * ldb + nc, b_valid, policy) : zero;
+}
+
+// Fragment slots (2q, 2q+1) and (2q+8, 2q+9) of k-step s are k = kb + 8q + 4s + {0, 1} and + {2, 3}:
+// rows 4s .. 4s + 3 of the thread's B pieces, column j of each (a half of word j / 2) paired by prmt.
+template <typename T>
+__device__ __forceinline__ void compute_chunk_rowb(const RowChunk& ch, float (&acc)[8][4]) {
+  const uint32_t lo[4] = {ch.a_lo.x, ch.a_lo.y, ch.a_lo.z, ch.a_lo.w};
+  const uint32_t hi[4] = {ch.a_hi.x, ch.a_hi.y, ch.a_hi.z, ch.a_hi.w};
+#pragma unroll
+  for (int s = 0; s < 2; ++s) {
+    uint32_t w[4][4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const uint4 v = ch.b[4 * s + r];
+      w[r][0] = v.x, w[r][1] = v.y, w[r][2] = v.z, w[r][3] = v.w;
+    }
+    const uint32_t a[4] = {lo[2 * s], hi[2 * s], lo[2 * s + 1], hi[2 * s + 1]};
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const uint32_t sel = (j & 1) ? 0x7632u : 0x5410u;
+      const uint32_t b[2] = {__byte_perm(w[0][j / 2], w[1][j / 2], sel), __byte_perm(w[2][j / 2], w[3][j / 2], sel)};
+      hgu::mma_f32<T>(acc[j], a, b);
+    }
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void gemm_decode_rowb(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
+                                                 int M, int N, int K, int lda, int ldb, int ldc_r, int ldc_c,
+                                                 int alpha_bits, int beta_bits, const T* bias, int bias_stride,
+                                                 int epi, int scale_bits, int batch_inner, long long bsa_o,
+                                                 long long bsa_i, long long bsb_o, long long bsb_i, long long bsc_o,
+                                                 long long bsc_i) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  const hgu::GridZ gz = hgu::grid_z(batch_inner);
+  A += hgu::batch_offset(gz, bsa_o, bsa_i);
+  B += hgu::batch_offset(gz, bsb_o, bsb_i);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+  const int m0 = blockIdx.y * kBM, n0 = blockIdx.x * RowB::kBN;
+  const int nc = n0 + 8 * g;  // this thread's 8 columns of B
+  const bool two_row_groups = M - m0 > 8;
+
+  const int splits = gz.splits;
+  const KSlice ks = k_slice(gz, K);
+  const int c_begin = ks.c_begin, c_end = ks.c_end, kEnd = ks.k_end;
+
+  float acc[8][4];
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[j][i] = 0.f;
+  const uint64_t policy = hg::l2_policy(true);
+  for (int c = c_begin + warp; c < c_end; c += RowB::kWarps) {
+    RowChunk ch;
+    load_chunk_rowb<T>(ch, A, B, M, N, kEnd, lda, ldb, m0, nc, c * kChunk, g, q, two_row_groups, policy);
+    compute_chunk_rowb<T>(ch, acc);
+  }
+
+  constexpr int kRed = RowB::kRedStride;
+  auto red = reinterpret_cast<float(*)[kBM][kRed]>(smem);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int c = 16 * q + j;
+    red[warp][g][c] = acc[j][0];
+    red[warp][g][c + 8] = acc[j][1];
+    red[warp][g + 8][c] = acc[j][2];
+    red[warp][g + 8][c + 8] = acc[j][3];
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < kBM * RowB::kBN; e += RowB::kThreads) {
+    const int r = e / RowB::kBN, c = e % RowB::kBN;
+    float s = 0.f;
+#pragma unroll
+    for (int w = 0; w < RowB::kWarps; ++w) s += red[w][r][c];
+    red[0][r][c] = s;  // each element has one owner: read all, then overwrite
+  }
+  C += hgu::batch_offset(hgu::grid_z(batch_inner), bsc_o, bsc_i);
+  const hge::Epilogue<T> ep(alpha_bits, beta_bits, bias, bias_stride, epi, scale_bits);
+  hgu::cluster_reduce_store<T, kBM, RowB::kBN, kRed>(reinterpret_cast<const unsigned char*>(&red[0][0][0]), splits,
+                                                     threadIdx.x, RowB::kThreads, C, M, N, m0, n0, ldc_r, ldc_c, ep);
+}
+
 }  // namespace
 
 // ---- extern "C" entry points (one per declared symbol, see util_decode.toml) ----
@@ -232,3 +375,16 @@ __device__ __forceinline__ void gemm_decode(const T* __restrict__ A, const T* __
   HG_EXPORT_DSMEM(NAME##__bcol, ring_bytes<4>())
 UTIL_DECODE(util_gemm_decode_tn_f16, __half)
 UTIL_DECODE(util_gemm_decode_tn_bf16, __nv_bfloat16)
+// B as K x N (b = row): two CTAs or more an SM (RowB: 8 warps, no ring).
+#define UTIL_DECODE_ROWB(NAME, T)                                                                       \
+  extern "C" __global__ void __launch_bounds__(RowB::kThreads)                                         \
+      NAME##__brow(const T* A, const T* B, T* C, int M, int N, int K, int lda, int ldb, int ldc_r,       \
+                   int ldc_c, int alpha_bits, int beta_bits, const T* bias, int bias_stride, int epi,  \
+                   int scale_bits, int batch_inner, long long bsa_o, long long bsa_i, long long bsb_o,  \
+                   long long bsb_i, long long bsc_o, long long bsc_i) {                                 \
+    gemm_decode_rowb<T>(A, B, C, M, N, K, lda, ldb, ldc_r, ldc_c, alpha_bits, beta_bits, bias, bias_stride, \
+                        epi, scale_bits, batch_inner, bsa_o, bsa_i, bsb_o, bsb_i, bsc_o, bsc_i);           \
+  }                                                                                                     \
+  HG_EXPORT_DSMEM(NAME##__brow, RowB::kRedBytes)
+UTIL_DECODE_ROWB(util_gemm_decode_nn_f16, __half)
+UTIL_DECODE_ROWB(util_gemm_decode_nn_bf16, __nv_bfloat16)

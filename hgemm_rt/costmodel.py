@@ -83,7 +83,15 @@ def _matrices(view: View, batch: tuple[int, ...]) -> int:
 LADDER_FLOOR = 0.25  # the first rung of a ladder runs at about this fraction of its last (naive kernels)
 HOPPER_TILE_COLS = 256  # the Hopper catalogue's tile width (its 128 x 192 kernels are "narrow": hopper_bonus)
 REUSE_FULL = 42.0  # BM*BN/(BM+BN) of a 128 x 64 tile: smaller tiles re-read operands from L2 more
-STREAM_SPLIT_COST = 0.04  # per doubling of the splits of a streaming kernel (docs/tuning_log.md, util_decode)
+# A streaming kernel's split-K launch, by split count: the share its stream slows by (shorter K slices, clusters
+# across the SMs). H100, fp16, L2 flushed, B as N x K: 1 x 4096 x 4096 17.6 us unsplit, 18.7 split 2, 23.3 split 4;
+# as K x N (util_gemm_decode_nn): 1 x 14336 x 4096 50.0 / 55.6 / 62.3, 1 x 4096 x 4096 split 2 21.8, 4 27.6, 8 29.6
+STREAM_SPLIT_COST = {1: 0.0, 2: 0.06, 4: 0.32, 8: 0.45}
+# The share of stream_sm_bytes_per_s one CTA of a streaming kernel pulls alone, by its `b` variant where it is not
+# all of it: util_gemm_decode_nn (b = row) holds one chunk's loads a warp in flight, no ring (H100, fp16, 64 CTAs,
+# one an SM: 16 x 4096 x 4096 27.8 us, 1 x 4096 x 4096 27.5, ~26 GB/s of a CTA's panel bytes at 16 rows, fewer
+# at 1 where the time is the same); two or more CTAs an SM add up to the SM's rate.
+STREAM_CTA_SHARE = {"row": 0.58}
 ODD_N_DIRECT_STORE = 0.85  # direct-store epilogues fall back to element stores when N is odd (4095^3)
 # gemm_fused_wgmma with C stored through its pointer (Gemm.c_unmapped): the threads write the staged passes (H100,
 # fp16, 4096 x 4097 x 4096 stream-K 211-219 us against 195.7 with a 4104-wide C through its map)
@@ -380,7 +388,8 @@ class CostModel:
         nb = outer * inner
         tiles = self._tiles(spec, g)
         if spec.role == "gemm_strided_stream":
-            return self._stream_us(g, BM, BN, isz, math.ceil(tiles / self.sm_count))
+            return self._stream_us(g, BM, BN, isz, math.ceil(tiles / self.sm_count),
+                                   STREAM_CTA_SHARE.get(dict(g.variant).get("b", ""), 1.0))
         load = math.ceil(tiles / self.cta_slots(spec, g.splits))  # CTAs on the busiest SM
         if g.ctas:  # stream-K: the busiest CTA's k-blocks, whole tiles and pieces
             load = self._streamk_blocks(spec, g) / math.ceil(g.K / spec.tile[2])
@@ -519,17 +528,19 @@ class CostModel:
             return 1.0
         return 1.0 + min(SPLIT_K_SHORT_K / (g.K / pieces), 1.0)
 
-    def _stream_us(self, g: Gemm, BM: int, BN: int, isz: int, load: int) -> float:
+    def _stream_us(self, g: Gemm, BM: int, BN: int, isz: int, load: int, cta_share: float = 1.0) -> float:
         """A streaming kernel reads B once per BM rows of C, at the DRAM rate, or at what its busiest SM
-        pulls where the grid leaves SMs idle. Splitting K costs a cluster launch and a few percent of
-        the stream (shorter runs per row, the DSMEM reduction), so it pays only where it fills idle SMs."""
+        pulls where the grid leaves SMs idle: `load` CTAs, each at `cta_share` of the SM's rate, at most all
+        of it. Splitting K costs a cluster launch and a share of the stream (STREAM_SPLIT_COST), so it pays
+        only where it fills idle SMs."""
         r = self.rates
         row_tiles = math.ceil(g.M / BM)
         nb = kernel_batch(g.batch)
         nbytes = (row_tiles * g.K * g.N * _matrices(g.b, g.batch) + g.M * g.K * _matrices(g.a, g.batch) +
                   g.M * g.N * nb[0] * nb[1]) * isz
-        memory = nbytes / r.stream_bytes_per_s * (1.0 + STREAM_SPLIT_COST * math.log2(g.splits))
-        panel = load * (min(g.M, BM) + BN) * (g.K / g.splits) * isz / r.stream_sm_bytes_per_s
+        memory = nbytes / r.stream_bytes_per_s * (1.0 + STREAM_SPLIT_COST[g.splits])
+        sm_rate = r.stream_sm_bytes_per_s * min(1.0, load * cta_share)
+        panel = load * (min(g.M, BM) + BN) * (g.K / g.splits) * isz / sm_rate
         latency = r.cluster_launch_us if g.splits > 1 else 0.0
         return max(memory, panel) * 1e6 + latency
 

@@ -522,6 +522,7 @@ def test_more_matrices_than_grid_z_holds(rng):
     ("bf16", 150, 260, 70, ("row", "col", "row")),
     ("f32", 97, 141, 100, ("row", "row", "row")),
     ("f16", 5, 77, 261, ("row", "col", "row")),  # decode-sized rows
+    ("bf16", 5, 200, 136, ("row", "row", "row")),  # ... with B as K x N
 ])
 def test_every_batched_route_is_correct(dtype, M, N, K, layouts, rng):
     """Every recipe the planner ranks for a batch of 3 (and a 2 x 2 one with B broadcast along a level),

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import hgemm_rt as hg
-from hgemm_rt import DeviceArray, planner, problem, tuning
+from hgemm_rt import DeviceArray, costmodel, planner, problem, tuning
 from hgemm_rt.api import repeat_key
 from hgemm_rt.dtypes import ITEMSIZE, STORAGE, storage_to_f64
 from hgemm_rt.errors import UnknownKernelError, ValidationError
@@ -386,6 +386,25 @@ def test_heuristic_picks_the_fast_paths_on_hopper():
 
 
 @needs_manifest
+def test_kxn_decode_takes_the_register_stream_kernel():
+    """Decode rows with B as K x N (x @ W, W row-major) go to util_gemm_decode_nn in place, split in two where its
+    CTAs would leave half the SMs idle and unsplit where they fill them (H100, fp16, L2 flushed: 1 x 4096 x 4096
+    split 2 21.8 us, unsplit 27.5, split 4 27.6; 1 x 14336 x 4096 unsplit 50.0, split 2 55.6; 16 x 4096 x 14336
+    split 2 53.7 against util_gemm_mma_f16_m16 split 4's 58.3); B as N x K keeps the ring kernel."""
+    h = lambda M, N, K, dtype="f16", b="row": planner.heuristic_recipe(  # noqa: E731
+        _problem(M, N, K, dtype, orders=("row", b, "row")), MANIFEST, (9, 0), 132)
+    for (M, N, K), splits in (((1, 4096, 4096), 2), ((16, 4096, 4096), 2), ((1, 14336, 4096), 1),
+                              ((16, 14336, 4096), 1), ((1, 4096, 14336), 2), ((16, 4096, 14336), 2)):
+        for dtype in ("f16", "bf16"):
+            p = h(M, N, K, dtype)
+            assert p.route.kernel == f"util_gemm_decode_nn_{dtype}" and len(p.steps) == 1, planner.describe(p)
+            assert dict(p.route.options).get("splits", 1) == splits, planner.describe(p)
+    assert h(1, 4096, 4096, b="col").route.kernel == "util_gemm_decode_tn_f16"
+    # a split of 4 or more slows the stream far more than one of 2 (STREAM_SPLIT_COST)
+    assert costmodel.STREAM_SPLIT_COST[4] > 4 * costmodel.STREAM_SPLIT_COST[2] > 0
+
+
+@needs_manifest
 def test_one_k_block_takes_whole_tile_staging():
     """A catalogue TMA-store kernel runs stages=3 (one store pass) where the problem is a single k-block, and its
     default 4 stages deeper (planner.single_k_block)."""
@@ -558,12 +577,13 @@ def test_every_b_multicast_route_is_correct(dtype, b_order, rng):
                          lambda r: any(isinstance(s, problem.Gemm) and s.cluster_m > 1 for s in r.steps))
 
 
-def _check_ranked_routes(rng, dtype, shape, orders, a_offset, chosen):
-    """Every route the planner ranks for a random problem of `shape` (A and B in `orders`, C row-major) that
-    `chosen` keeps, checked against float64 at alpha 1, beta 0 and at alpha 0.5, beta 2 (at least four runs)."""
+def _check_ranked_routes(rng, dtype, shape, orders, a_offset, chosen, b_pad=0):
+    """Every route the planner ranks for a random problem of `shape` (A and B in `orders`, B's leading dimension
+    `b_pad` longer, NaN there; C row-major) that `chosen` keeps, checked against float64 at alpha 1, beta 0 and at
+    alpha 0.5, beta 2 (at least four runs)."""
     M, N, K = shape
     a = GuardedArray(rng.standard_normal((M, K)), dtype, orders[0], a_offset, 0)
-    b = GuardedArray(rng.standard_normal((K, N)), dtype, orders[1], 0, 0)
+    b = GuardedArray(rng.standard_normal((K, N)), dtype, orders[1], 0, b_pad)
     c = GuardedArray(rng.standard_normal((M, N)), dtype, "row", 0, 0)
     exact = a.exact @ b.exact
     tested, bad = 0, []
@@ -578,6 +598,22 @@ def _check_ranked_routes(rng, dtype, shape, orders, a_offset, chosen):
             if not err <= bound or not c.outside_untouched():
                 bad.append(f"{planner.describe(plan)}: {err:.2e} > {bound:.2e}")
     assert tested >= 4 and not bad, "\n".join(bad)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,shape,b_pad", [
+    ("f16", (1, 4096, 4096), 0),
+    ("bf16", (16, 1001, 520), 7),  # a ragged last column piece: NaN in B's row padding must not reach C
+    ("f16", (5, 77, 264), 3),
+    ("f16", (17, 300, 1000), 4),  # two 16-row tiles, K not a whole number of 32-row chunks
+    ("bf16", (3, 64, 40), 0),
+])
+def test_every_kxn_decode_route_is_correct(dtype, shape, b_pad, rng):
+    """util_gemm_decode_nn (B as K x N, streamed into registers), every split the planner ranks, in place on B
+    (its leading dimension a multiple of 8), against float64; C's surroundings untouched."""
+    _check_ranked_routes(rng, dtype, shape, ("row", "row"), 0,
+                         lambda r: any(isinstance(s, problem.Gemm) and s.kernel.startswith("util_gemm_decode_nn_")
+                                       for s in r.steps), b_pad=b_pad)
 
 
 @pytest.mark.gpu
