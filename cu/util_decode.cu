@@ -55,6 +55,19 @@ __device__ __forceinline__ uint4 load8_edge(const T* p, int valid) {
 
 __device__ __forceinline__ int clamp8(int x) { return x < 0 ? 0 : (x > 8 ? 8 : x); }
 
+// The warps' partial kBM x BN tiles red[0 .. kNumWarps) (after a barrier) summed into red[0], thread t of
+// nthreads taking every nthreads-th element: each element has one owner, which reads all, then overwrites.
+template <int kNumWarps, int BN, int kStride>
+__device__ __forceinline__ void sum_warp_tiles(float (*red)[kBM][kStride], int t, int nthreads) {
+  for (int e = t; e < kBM * BN; e += nthreads) {
+    const int r = e / BN, c = e % BN;
+    float s = 0.f;
+#pragma unroll
+    for (int w = 0; w < kNumWarps; ++w) s += red[w][r][c];
+    red[0][r][c] = s;
+  }
+}
+
 // This CTA's K slice of a split-K cluster: chunks [c_begin, c_end), k < k_end (slices never share a chunk,
 // so each k is summed once).
 struct KSlice {
@@ -206,13 +219,7 @@ __device__ __forceinline__ void gemm_decode(const T* __restrict__ A, const T* __
     *reinterpret_cast<float2*>(&red[warp][g + 8][c]) = make_float2(acc[j][2], acc[j][3]);
   }
   __syncthreads();
-  for (int e = threadIdx.x; e < kBM * kBN; e += kThreads) {
-    const int r = e / kBN, c = e % kBN;
-    float s = 0.f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) s += red[w][r][c];
-    red[0][r][c] = s;  // each element has one owner: read all, then overwrite
-  }
+  sum_warp_tiles<kWarps, kBN>(red, threadIdx.x, kThreads);
   // C's batch offset is taken here, not with A's and B's: held across the main loop it spilled (sm_80)
   C += hgu::batch_offset(hgu::grid_z(batch_inner), bsc_o, bsc_i);
   const hge::Epilogue<T> ep(alpha_bits, beta_bits, bias, bias_stride, epi, scale_bits);
@@ -339,13 +346,7 @@ __device__ __forceinline__ void gemm_decode_rowb(const T* __restrict__ A, const 
     red[warp][g + 8][c + 8] = acc[j][3];
   }
   __syncthreads();
-  for (int e = threadIdx.x; e < kBM * RowB::kBN; e += RowB::kThreads) {
-    const int r = e / RowB::kBN, c = e % RowB::kBN;
-    float s = 0.f;
-#pragma unroll
-    for (int w = 0; w < RowB::kWarps; ++w) s += red[w][r][c];
-    red[0][r][c] = s;  // each element has one owner: read all, then overwrite
-  }
+  sum_warp_tiles<RowB::kWarps, RowB::kBN>(red, threadIdx.x, RowB::kThreads);
   C += hgu::batch_offset(hgu::grid_z(batch_inner), bsc_o, bsc_i);
   const hge::Epilogue<T> ep(alpha_bits, beta_bits, bias, bias_stride, epi, scale_bits);
   hgu::cluster_reduce_store<T, kBM, RowB::kBN, kRed>(reinterpret_cast<const unsigned char*>(&red[0][0][0]), splits,
