@@ -779,6 +779,7 @@ __device__ __forceinline__ void split_f16x3(const float* __restrict__ src, __hal
 // ---- extern "C" entry points (one per declared symbol, see util.toml) ----
 extern "C" __global__ void __launch_bounds__(kCopyThreads)
     util_split_tf32(const float* src, float* dst, int src_rows, int src_cols, int srs, int scs) {
+  hg::griddep_begin();
   split_tf32(src, dst, src_rows, src_cols, srs, scs);
 }
 // two CTAs an SM: batches of short lines (64 x 256^3) are many CTAs of little work each, latency-bound
@@ -786,6 +787,7 @@ extern "C" __global__ void __launch_bounds__(kCopyThreads, 2)
     util_split_f16x3(const float* src, float* dst, int* shift, int src_rows, int src_cols, int srs, int scs,
                      int batch_inner, long long bss_o, long long bss_i, long long bsd_o, long long bsd_i,
                      long long bse_o, long long bse_i) {
+  hg::griddep_begin();
   const hgu::GridZ z = hgu::grid_z(batch_inner);
   __half* planes = reinterpret_cast<__half*>(dst + hgu::batch_offset(z, bsd_o, bsd_i));  // (dst: the planes' fp32 units)
   split_f16x3(src + hgu::batch_offset(z, bss_o, bss_i), planes, shift + hgu::batch_offset(z, bse_o, bse_i), src_rows,
@@ -796,6 +798,7 @@ extern "C" __global__ void __launch_bounds__(kCopyThreads, 2)
       NAME(const T* src, T* dst, int M, int N, int src_rows, int src_cols, int srs, int scs, int drs,    \
            int dcs, int alpha_bits, int beta_bits, const T* bias, int bias_stride, int epi, int scale_bits, \
            int batch_inner, long long bss_o, long long bss_i, long long bsd_o, long long bsd_i) {           \
+    hg::griddep_begin();                                                                                \
     copy2d<T>(src, dst, M, N, src_rows, src_cols, srs, scs, drs, dcs, alpha_bits, beta_bits, bias, bias_stride, \
               epi, scale_bits, batch_inner, bss_o, bss_i, bsd_o, bsd_i);                                    \
   }
@@ -809,6 +812,7 @@ UTIL_COPY2D(util_copy2d_f32, float)
                    int ldc_c, int alpha_bits, int beta_bits, const T* bias, int bias_stride, int epi,  \
                    int scale_bits, int batch_inner, long long bsa_o, long long bsa_i, long long bsb_o,  \
                    long long bsb_i, long long bsc_o, long long bsc_i) {                                 \
+    hg::griddep_begin();                                                                                 \
     gemm_mma<MmaCfg<T, BM, WMW, WNW, ST, BROW>>(A, B, C, M, N, K, lda, ldb, ldc_r, ldc_c, alpha_bits,    \
                                                 beta_bits, bias, bias_stride, epi, scale_bits,           \
                                                 batch_inner, bsa_o, bsa_i, bsb_o, bsb_i, bsc_o, bsc_i);  \
@@ -835,6 +839,7 @@ UTIL_MMA(util_gemm_mma_bf16_m128, __nv_bfloat16, 128, 2, 4, 4)
            int ccs, int alpha_bits, int beta_bits, const T* bias, int bias_stride, int epi,               \
            int scale_bits, int batch_inner, long long bsa_o, long long bsa_i, long long bsb_o,             \
            long long bsb_i, long long bsc_o, long long bsc_i) {                                           \
+    hg::griddep_begin();                                                                                  \
     gemm_simt<T>(A, B, C, M, N, K, ars, acs, brs, bcs, crs, ccs, alpha_bits, beta_bits, bias, bias_stride, \
                  epi, scale_bits, batch_inner, bsa_o, bsa_i, bsb_o, bsb_i, bsc_o, bsc_i);                  \
   }

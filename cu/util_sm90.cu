@@ -553,6 +553,7 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
     hgu::cluster_sync();  // the peer's barriers are initialised before anything multicasts or arrives on them
   else
     __syncthreads();
+  hg::griddep_begin();  // dependent_launch: the setup above overlaps the kernel before; nothing global before this
 
   constexpr int BN = W::BN;
   // SwiGLU (epi & kSwiGLU): N is the output width F, B has 2F [gate | up] columns, and a tile is BN/2
@@ -573,7 +574,6 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
   const int splits = gz.splits;
   const bool kg_deferred = (k_groups & kKgDeferred) != 0;
   k_groups &= kKgGroupsMask;
-  if (kg_deferred) hg90::griddep_launch_dependents();  // the sum's CTAs may take the SMs this grid's leave
   const int group = k_groups > 1 ? gz.outer : 0, pieces = splits * k_groups;
   const int x3_blocks = W::kX3 ? (K + W::BK - 1) / W::BK : 0;  // k-blocks of one product (3xTF32: three of them)
   // a batched split product: the matrix of A's and B's planes (and exponents), flat over the levels each varies on
@@ -774,7 +774,7 @@ __device__ __forceinline__ void kgroups_sum(const float* __restrict__ work, T* C
                                             int scale_bits, int groups) {
   static_assert(kSumRows * kSumCols / 4 == 32, "a warp holds the CTA's quads");
   __shared__ float4 sums[kSumSlices][32];
-  hg90::griddep_wait();  // launched as the GEMM's programmatic dependent: its planes are written
+  hg::griddep_wait();  // launched as the GEMM's programmatic dependent: its planes are written
   const int lane = threadIdx.x % 32, slice = threadIdx.x / 32;
   const int r = blockIdx.y * kSumRows + lane / (kSumCols / 4), c = blockIdx.x * kSumCols + lane % (kSumCols / 4) * 4;
   const bool inside = r < M && c < N;

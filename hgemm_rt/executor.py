@@ -193,7 +193,6 @@ class _Step:
         outer, inner = kernel_batch(step.batch)
         if isinstance(step, GroupSum):  # a CTA per tile of C, the GEMM's programmatic dependent
             fn, cfg = prepare(manifest, spec, dev, GemmShape(step.M, step.N, 1), {}, False, None)
-            cfg = replace(cfg, pdl=True)
             splits = 1
         elif isinstance(step, Copy):
             # a split's grid covers its source (each CTA writes its tile's planes; a scaled split's CTA whole lines)

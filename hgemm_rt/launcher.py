@@ -15,6 +15,7 @@ import ctypes
 import functools
 import math
 import operator
+import os
 import threading
 import warnings
 import weakref
@@ -29,6 +30,9 @@ from .memory import as_device_array
 from .validate import GemmShape, validate_operands
 
 STATIC_SMEM_LIMIT = 48 * 1024  # above this a block needs the opt-in attribute
+# Kernels declared `dependent_launch` start as the programmatic dependent of the kernel before them on sm_90+
+# (their CTAs wait in griddepcontrol.wait instead of behind the launch). HGEMM_DEPENDENT_LAUNCH=0 turns it off.
+DEPENDENT_LAUNCH = os.environ.get("HGEMM_DEPENDENT_LAUNCH", "1") != "0"
 
 
 def default_swizzle_stride(N: int) -> int | None:
@@ -250,7 +254,8 @@ def prepare(manifest: Manifest, spec: KernelSpec, dev: Device, p: GemmShape, var
         elif swizzle and spec.grid != "tiles+swizzle":
             raise ValidationError(f"{spec.name}: this kernel has no thread-block swizzle (grid {spec.grid!r})")
         grid = tile_grid(spec, p, stride)
-    return fn, LaunchConfig(symbol, grid, spec.block, dsmem, spec.cluster)
+    pdl = DEPENDENT_LAUNCH and spec.dependent_launch and dev.info.cc >= (9, 0)
+    return fn, LaunchConfig(symbol, grid, spec.block, dsmem, spec.cluster, pdl)
 
 
 class _LaunchAttribute(ctypes.Structure):  # CUlaunchAttribute: an id, padding, a 64-byte value union

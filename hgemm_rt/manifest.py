@@ -126,6 +126,9 @@ class KernelSpec:
     a_order: str = "row"  # "col": A is taken column-major (a transposed view), read through tmap:A
     role: str = "gemm"  # one of ROLES
     swiglu: bool = False  # the kernel pairs gate/up columns itself (cu/common/epilogue.cuh, kSwiGLU)
+    # every CTA calls griddepcontrol.wait before it touches global memory (sm_90+), so that the launcher may start
+    # it as the programmatic dependent of the kernel before it (launcher.prepare)
+    dependent_launch: bool = False
     builds: Mapping[str, ArchBuild] = field(default_factory=dict)
     ptx: PtxBuild | None = None
 
@@ -203,7 +206,7 @@ def _choice(v: Any, allowed: tuple, what: str, name: str) -> str:
 # every field a kernel declaration may have (cu/*.toml), and what the manifest adds to it
 DECLARED_FIELDS = ("name", "family", "ladder", "step", "layout", "dtype", "acc", "out", "block", "tile", "grid",
                    "dsmem", "require", "align", "variants", "aliases", "archs", "params", "cluster", "technique",
-                   "sass", "tma", "default", "a_order", "role", "swiglu")
+                   "sass", "tma", "default", "a_order", "role", "swiglu", "dependent_launch")
 MANIFEST_FIELDS = ("builds", "ptx")
 TOP_FIELDS = ("schema", "nvcc", "build_hash", "created", "kernels")  # a manifest's top-level table
 SYMBOL_FIELDS = tuple(f.name for f in fields(SymbolInfo))
@@ -362,6 +365,7 @@ def kernel_spec_from_dict(d: Mapping[str, Any], with_builds: bool = True, comple
         a_order=_choice(d.get("a_order", "row"), A_ORDERS, "a_order", name),
         role=_choice(d.get("role", "gemm"), ROLES, "role", name),
         swiglu=_typed(d, "swiglu", (bool,), "true or false", name, False),
+        dependent_launch=_typed(d, "dependent_launch", (bool,), "true or false", name, False),
     )
     if (spec.ladder == "util") != (spec.role != "gemm"):
         raise ManifestError(f"{name}: a util kernel declares one of the helper roles {list(ROLES[1:])}, a catalogue "

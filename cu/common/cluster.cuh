@@ -1,4 +1,5 @@
-// Thread-block cluster primitives (sm_90+), shared by the Hopper GEMMs and the split-K util kernels.
+// Thread-block cluster and programmatic dependent launch primitives (sm_90+), shared by the Hopper GEMMs and the
+// util kernels behind matmul.
 #pragma once
 #include <cstdint>
 
@@ -23,5 +24,27 @@ __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
 #endif
+
+// Programmatic dependent launch: a grid launched after this one with programmatic stream serialization (or a
+// programmatic graph edge) may start once every CTA here has called launch_dependents or exited; its griddep_wait
+// returns once this grid has completed and its writes are visible. Without such a launch (and before sm_90,
+// where they compile to nothing) both return at once. A kernel declared `dependent_launch` (cu/*.toml) calls
+// griddep_wait in every CTA before its first global access: the launcher then starts it as a dependent.
+__device__ __forceinline__ void griddep_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void griddep_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+// A dependent kernel's first global access: wait for the kernel before, then let the next one launch (its CTAs
+// take only what this grid leaves, and its own griddep_wait holds it until this grid has finished).
+__device__ __forceinline__ void griddep_begin() {
+  griddep_wait();
+  griddep_launch_dependents();
+}
 
 }  // namespace hg

@@ -81,6 +81,7 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 
 // The 128-byte line holding p into L1 (and L2), without a register or a wait: for a few values read much later.
 __device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 // ---- ldmatrix (shared -> registers in the mma.sync fragment layout) ----
 __device__ __forceinline__ void ldmatrix_x1(uint32_t& r0, const void* smem) {

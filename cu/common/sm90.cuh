@@ -187,14 +187,6 @@ __device__ __forceinline__ void prefetch_tmap(const void* tmap) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(tmap)) : "memory");
 }
 
-// Programmatic dependent launch: a grid launched after this one with programmatic stream serialization (or a
-// programmatic graph edge) may start once every CTA here has called launch_dependents or exited; its griddep_wait
-// returns once this grid has completed and its writes are visible. Without such a launch both return at once.
-__device__ __forceinline__ void griddep_launch_dependents() {
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-}
-__device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
-
 // Named barrier over `threads` threads (a multiple of 32); id 0 is __syncthreads().
 __device__ __forceinline__ void named_bar_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");

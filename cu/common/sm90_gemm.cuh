@@ -1198,6 +1198,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
     hg90::cluster_sync();
   else
     __syncthreads();
+  hg::griddep_begin();  // dependent_launch: the setup above overlaps the kernel before; nothing global before this
 
   const int nk = (K_ + BK - 1) / BK;
   using Sched = TileSched<kClusterM, K::kPersistent, K::kFused, K::kBN>;

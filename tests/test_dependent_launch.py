@@ -1,0 +1,97 @@
+"""Programmatic dependent launch: the kernels declared `dependent_launch` (cu/*.toml) start behind the kernel before
+them and hold every global access until its griddepcontrol.wait. On the CPU: each such kernel's Hopper SASS has the
+wait (ACQBULK). On the GPU: chains of matmuls queued back to back behind a busy GPU, each layer reading the buffer the
+layer before wrote and overwriting the one the layer before read, against a float64 chain.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+import hgemm_rt as hg
+from hgemm_rt import DeviceArray, planner
+from hgemm_rt.device import get_device
+from hgemm_rt.dtypes import storage_to_f64, to_storage
+from hgemm_rt.timing import L2Flusher
+from hgemm_build.toolchain import find_tool, sass_by_function
+from kernel_cases import load_manifest_or_none
+
+MANIFEST = load_manifest_or_none()
+CUOBJDUMP = find_tool("cuobjdump")
+DEPENDENT = sorted(n for n, s in (MANIFEST.kernels.items() if MANIFEST else ()) if s.dependent_launch)
+
+
+@functools.lru_cache(maxsize=None)
+def _sass(path: str) -> dict:
+    return sass_by_function(MANIFEST.root / path, CUOBJDUMP)
+
+
+@pytest.mark.skipif(CUOBJDUMP is None, reason="cuobjdump not installed (pip install nvidia-cuda-cuobjdump)")
+@pytest.mark.parametrize("name", DEPENDENT)
+def test_a_dependent_kernel_waits_for_the_one_before(name):
+    spec = MANIFEST.kernels[name]
+    arch = next((a for a in ("90a", "90") if a in spec.builds), None)
+    if arch is None:
+        pytest.skip(f"{name}: no Hopper build here")
+    funcs = _sass(spec.builds[arch].cubin)
+    for symbol in spec.symbols():
+        assert "ACQBULK" in funcs[symbol], f"{symbol} (sm_{arch}) is launched as a dependent but never waits"
+
+
+def test_dependent_kernels_are_declared():
+    if MANIFEST is None:
+        pytest.skip("no build manifest (python build_kernels.py)")
+    families = {MANIFEST.kernels[n].family for n in DEPENDENT}
+    assert {"util", "util_decode", "util_sm90", "util_sm90_fused", "hgemm_sm90"} <= families
+
+
+# (M, width, B order): a chain x <- x @ W_i of width x width weights; each shape's pick is a dependent kernel
+CHAINS = [(1, 4096, "col"), (16, 4096, "row"), (3, 2048, "row"), (512, 512, "col"), (1024, 1024, "col"),
+          (200, 768, "row")]
+LAYERS = 8
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("M,width,order", CHAINS)
+def test_back_to_back_dependent_chain(M, width, order, dtype, rng):
+    dev = get_device()
+    x0 = stored(rng.standard_normal((M, width)), dtype)
+    ws = [stored(rng.standard_normal((width, width)) / np.sqrt(width), dtype) for _ in range(LAYERS)]
+    owners, weights = [], []
+    for w in ws:  # column-major: the transposed view of W^T stored row-major (nn.Linear's weight)
+        owner = DeviceArray.from_host(to_storage(w if order == "row" else np.ascontiguousarray(w.T), dtype), dtype)
+        owners.append(owner)
+        weights.append(owner if order == "row" else owner.T)
+    ping = DeviceArray.from_host(to_storage(x0, dtype), dtype)
+    pong = DeviceArray.empty((M, width), dtype)
+    flusher = L2Flusher()
+    try:
+        prob = hg.Matmul(ping, weights[0], pong).problem
+        route = planner.ranked_recipes(prob, MANIFEST, dev.info.cc, dev.info.sm_count)[0][1]
+        if dev.info.cc >= (9, 0):
+            kernels = [MANIFEST.kernels[s.kernel] for s in route.steps if hasattr(s, "kernel")]
+            assert any(k.dependent_launch for k in kernels), planner.describe(route)
+        pong.fill_bytes(0xFF)  # NaN: a layer that reads before the one before has written shows
+        flusher.hold(2.0)  # the GPU busy while the chain queues, so that its kernels run back to back
+        bufs = (ping, pong)
+        for i, w in enumerate(weights):
+            hg.matmul(bufs[i % 2], w, out=bufs[(i + 1) % 2])
+        got = storage_to_f64(bufs[LAYERS % 2].to_host(), dtype)
+        ref = x0
+        for w in ws:  # each layer's output is stored in the dtype before the next reads it
+            ref = stored(ref @ w, dtype)
+        assert np.isfinite(got).all(), f"{M}x{width} B {order} {dtype}: NaN ({planner.describe(route)})"
+        err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
+        assert err < 3e-2, f"{M}x{width} B {order} {dtype}: chain rel error {err:.2e} ({planner.describe(route)})"
+    finally:
+        flusher.close()
+        for a in owners + [ping, pong]:
+            a.close()
+
+
+def stored(a: np.ndarray, dtype: str) -> np.ndarray:
+    """a rounded to the dtype, back in float64."""
+    return storage_to_f64(to_storage(a.astype(np.float32), dtype), dtype)
