@@ -695,9 +695,17 @@ def breakdown(a: Any, b: Any, c: Any, sync: Callable[[], Any], run: Run) -> list
     pa, pb, pc, _key = call_identity(a, b, c, matmul_defaults())
     fresh = itertools.count(1)
 
-    def pack_new():  # addresses never packed before (256-byte aligned, far from real ones; never launched)
+    def fresh_ptrs() -> tuple:  # addresses never packed before (256-byte aligned, far from real ones; never launched)
         base = (1 << 44) + next(fresh) * (1 << 24)
-        return last.execution.pack((base, base + (1 << 22), base + (2 << 22)), bound.alpha, bound.beta)
+        return base, base + (1 << 22), base + (2 << 22), 0
+
+    def pack_new():
+        return last.execution.pack(fresh_ptrs()[:3], bound.alpha, bound.beta)
+
+    def set_new():
+        return last.execution.transient(fresh_ptrs(), bound.alpha, bound.beta, stream)
+
+    reusable = set_new() is not None  # (no tensor map: new addresses are set in place)
 
     parts = (
         ("key: api.call_identity (operands.KEYERS of A, B, C) + plans.calls lookup", "part",
@@ -707,7 +715,10 @@ def breakdown(a: Any, b: Any, c: Any, sync: Callable[[], Any], run: Run) -> list
          lambda: bound.run(pa, pb, c, pc)),
         ("the repeat call hg.matmul(a, b, c)", "whole", lambda: hg.matmul(a, b, c)),
         ("of which the driver: one cuGraphLaunch (or cuLaunchKernelEx) as bound", "other", launch),
-        ("packing for new addresses (a repeat on other buffers): Execution.pack", "other", pack_new),
+        ("packing for new addresses, kept for repeats on them: Execution.pack", "other", pack_new),
+        ("new addresses set in place (a call on other buffers): Execution.transient" if reusable else
+         "new addresses (a call on other buffers): Execution.pack (a tensor map per call)", "other",
+         set_new if reusable else pack_new),
         ("first-call validation: Matmul(a, b, c)", "other", lambda: hg.Matmul(a, b, c)),
     )
     rows = [{"part": part, "role": role, "us": wall_us(fn, sync)} for part, role, fn in parts]

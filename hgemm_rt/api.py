@@ -496,8 +496,9 @@ plans = PlanCache()
 
 class LastCall:
     """What the last run of a Bound launched: its (A, B, C addresses, stream), the execution, the packed
-    parameters (kept alive for the bound launches), (bound launch, KernelLaunch) per step, and once the
-    same call has repeated GRAPH_AFTER_REPEATS times, the CUDA graph of those launches."""
+    parameters (kept alive for the bound launches; None where the launch went through the execution's
+    reusable arrays, Execution.transient, which the next call may rewrite), (bound launch, KernelLaunch) per
+    step, and once the same call has repeated GRAPH_AFTER_REPEATS times, the CUDA graph of those launches."""
 
     __slots__ = ("key", "execution", "packed", "launches", "repeats", "graph", "graph_launch")
 
@@ -580,7 +581,8 @@ class Bound:
                     bias_ext is not None and pc + clo < pbias + bias_ext[1] and pbias + bias_ext[0] < pc + chi:
                 raise ValidationError("matmul: out overlaps an input in memory; it must not alias an input")
         last = self.last
-        if last.key == (pa, pb, pc, pbias, s) and not last.execution.closed:
+        key = (pa, pb, pc, pbias, s)
+        if last.key == key and last.packed is not None and not last.execution.closed:
             last.repeats += 1
             if not _may_capture(s):  # (a graph launch may not be captured)
                 if last.graph is None and last.repeats >= GRAPH_AFTER_REPEATS:
@@ -599,9 +601,16 @@ class Bound:
             ex = self.executions.get(s)
             if ex is None or ex.closed:
                 ex = self.execution(s)
-            packed = ex.pack((pa, pb, pc, pbias), self.alpha, self.beta)
-            launches = ex.bind(packed, s)
-            self.last = LastCall((pa, pb, pc, pbias, s), ex, packed, launches)
+            # new addresses: parameter arrays set in place; the same ones twice in a row: packed for keeps (the
+            # repeat path above, then a graph)
+            launches = ex.transient((pa, pb, pc, pbias), self.alpha, self.beta, s) if last.key != key else None
+            if launches is not None:
+                self.last = LastCall(key, ex, None, ())
+            else:
+                packed = ex.pack((pa, pb, pc, pbias), self.alpha, self.beta)
+                launches = ex.bind(packed, s)
+                self.last = LastCall(key, ex, packed, launches)
+                self.last.repeats = int(last.key == key)  # (a repeat of the transient launch: counts toward the graph)
         for launch, kernel in launches:
             code = launch()
             if code:

@@ -30,6 +30,7 @@ from .problem import SPLIT_FORMATS, Copy, GroupSum, Recipe, View, kernel_batch, 
 from .validate import GemmShape
 
 PACKED_PER_EXECUTION = 32  # parameter sets kept per execution (one per distinct A, B, C addresses and scalars)
+REUSED_STREAMS = 16  # streams a thread's reusable parameter arrays keep bound launches for (transient())
 
 
 def f32_bits(x: float) -> int:
@@ -276,6 +277,7 @@ class Execution:
         self._packed: OrderedDict = OrderedDict()
         self._packers_by_scalars: dict = {}
         self._lock = threading.Lock()
+        self._reused = threading.local()  # this thread's reusable parameter arrays (transient())
         self.closed = False
 
     def _packers(self, alpha: float, beta: float) -> list[ParamPacker]:
@@ -315,6 +317,46 @@ class Execution:
             while len(self._packed) > PACKED_PER_EXECUTION:
                 self._packed.popitem(last=False)
         return packed
+
+    def transient(self, ptrs: tuple[int, ...], alpha: float, beta: float, stream: int) -> tuple | None:
+        """bind()'s (bound launch, KernelLaunch) per launch for these A, B, C (and bias) addresses, from parameter
+        arrays this thread rewrites in place: valid until this thread's next transient() on this execution. For
+        one-off addresses (a model's fresh activations): no packing and no cache entry, only the pointers set
+        (host time). None where a launch takes a TMA map (pack() builds those)."""
+        sets = getattr(self._reused, "sets", None)
+        if sets is None:
+            sets = self._reused.sets = {}
+        entry = sets.get((alpha, beta))
+        if entry is None:
+            entry = sets[(alpha, beta)] = self._reusable(alpha, beta)
+        if not entry:
+            return None
+        packed, pointers, bound = entry
+        for value, where, offset in pointers:
+            value.value = self._base(ptrs, where) + offset
+        launches = bound.get(stream)
+        if launches is None:
+            if len(bound) >= REUSED_STREAMS:
+                bound.clear()
+            launches = bound[stream] = self.bind(packed, stream)
+        return launches
+
+    def _reusable(self, alpha: float, beta: float) -> tuple | bool:
+        """(parameter arrays, (pointer value, operand slot, byte offset) to set per call, bound launches per
+        stream) for transient(), or False where a launch takes a TMA map."""
+        packed, pointers = [], []
+        packers = self._packers(alpha, beta)
+        for part in range(self.parts):
+            for st, packer in zip(self.steps, packers):
+                made = packer.reusable()
+                if made is None:
+                    return False
+                params, slots = made
+                packed.append(params)
+                for value, name in slots:
+                    where, _, _, offsets = st.refs[name]
+                    pointers.append((value, where, offsets[part]))
+        return packed, pointers, {}
 
     @property
     def launches(self) -> list[KernelLaunch]:

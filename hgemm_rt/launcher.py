@@ -155,6 +155,22 @@ class ParamPacker:
         return PackedParams(values)
 
 
+    def reusable(self) -> tuple[PackedParams, list[tuple[ctypes.c_void_p, str]]] | None:
+        """A parameter array whose `ptr:X` values are set in place before each launch, with those values and
+        their operand names; None for a kernel with a tensor map (rebuilt per operand). A launch copies the
+        values when it is made, so one array serves launch after launch."""
+        if self.unmapped or any(kind == "tmap" for kind, _ in self.slots):
+            return None
+        values, pointers = [], []
+        for kind, x in self.slots:
+            if kind in INT_KINDS:
+                values.append(x)
+            else:
+                values.append(ctypes.c_void_p(0))
+                pointers.append((values[-1], x))
+        return PackedParams(values), pointers
+
+
 def pack_params(spec: KernelSpec, arrays: Mapping[str, Any], scalars: Mapping[str, int]) -> PackedParams:
     """The kernel's declared `params`, in order, for these operands and integers (see ParamPacker)."""
     return ParamPacker(spec, scalars).pack(arrays)

@@ -17,6 +17,9 @@ fp16/bf16 runs are scored against it: the noise floor torch itself has.
 
 Timing: 3 warm-up forwards each, then 20 forwards back to back with one torch.cuda.synchronize() at
 the end, best of 3 repetitions, torch and hg interleaved. Prints ms per forward and torch/hg.
+Decoding (--decode-tokens, default 32; 0 skips it): a greedy generation with the KV cache from the first 16
+tokens of --decode-batch rows, as a chat model runs (each step's Linears are M = batch-row GEMMs): ms per
+generated token, torch and hg interleaved (best of --reps), and how many leading tokens the two agree on.
 
 Exit code 0 if the logits' relative error < 1e-2 and >= 99.9% of the greedy tokens agree, else 1.
 """
@@ -56,6 +59,8 @@ def parse_args(argv=None):
     p.add_argument("--min-agree", type=float, default=0.999, help="fraction of greedy tokens that must agree")
     p.add_argument("--no-calibrate", dest="calibrate", action="store_false",
                    help="skip the fp32 torch reference run")
+    p.add_argument("--decode-tokens", type=int, default=32, help="greedy tokens to time (0: no decoding run)")
+    p.add_argument("--decode-batch", type=int, default=1, help="sequences decoded together (GEMM rows a step)")
     p.add_argument("--json", metavar="FILE", help="write the numbers to FILE")
     return p.parse_args(argv)
 
@@ -138,6 +143,29 @@ def compare(ref, got, torch):
         "max_gap_of_disagreements": float(gaps.max().item()) if gaps.numel() else 0.0,
         "median_gap_of_disagreements": float(gaps.median().item()) if gaps.numel() else 0.0,
     }
+
+
+def greedy(model, prompt, steps, torch):
+    """`steps` greedy tokens after `prompt` with the KV cache: (batch, steps) token ids."""
+    out = model(input_ids=prompt, use_cache=True)
+    tokens = [out.logits[:, -1].argmax(-1, keepdim=True)]
+    for _ in range(steps - 1):
+        out = model(input_ids=tokens[-1], past_key_values=out.past_key_values, use_cache=True)
+        tokens.append(out.logits[:, -1].argmax(-1, keepdim=True))
+    return torch.cat(tokens, 1)
+
+
+def time_decoding(model, prompt, steps, reps, torch):
+    """ms per generated token (best of `reps` generations), torch and hg interleaved, and both token sequences."""
+    times_t, times_h = [], []
+    for _ in range(reps + 1):  # the first of each: warm-up
+        times_t.append(time_forwards(lambda: greedy(model, prompt, steps, torch), 1, torch) / steps)
+        with hg_linears(model):
+            times_h.append(time_forwards(lambda: greedy(model, prompt, steps, torch), 1, torch) / steps)
+    seq_t = greedy(model, prompt, steps, torch)
+    with hg_linears(model):
+        seq_h = greedy(model, prompt, steps, torch)
+    return min(times_t[1:]), min(times_h[1:]), seq_t, seq_h
 
 
 def time_forwards(fn, iters, torch):
@@ -239,6 +267,19 @@ def main(argv=None) -> int:
                    "times_hg": times_h})
     print(f"forward ({args.batch} x {args.seq} tokens), best of {args.reps} x {args.iters}: torch {ms_t:.2f} ms, "
           f"hg {ms_h:.2f} ms, torch/hg {ratio:.3f}x")
+
+    if args.decode_tokens > 0:
+        with torch.inference_mode():
+            prompt = ids[:args.decode_batch, :16] if args.decode_batch <= args.batch else \
+                torch.randint(0, config.vocab_size, (args.decode_batch, 16), device="cuda", generator=gen)
+            tok_t, tok_h, seq_t, seq_h = time_decoding(model, prompt, args.decode_tokens, args.reps, torch)
+        differ = (seq_t != seq_h).any(0).nonzero()
+        lead = int(differ[0].item()) if differ.numel() else args.decode_tokens
+        result["decode"] = {"batch": args.decode_batch, "tokens": args.decode_tokens, "ms_per_token_torch": tok_t,
+                            "ms_per_token_hg": tok_h, "torch_over_hg": tok_t / tok_h, "leading_tokens_agree": lead}
+        print(f"decoding ({args.decode_batch} x {args.decode_tokens} greedy tokens after 16, KV cache), best of "
+              f"{args.reps}: torch {tok_t:.3f} ms/token, hg {tok_h:.3f} ms/token, torch/hg {tok_t / tok_h:.3f}x; "
+              f"the first {lead} of {args.decode_tokens} tokens agree")
 
     ok = math.isfinite(cmp["rel_error"]) and cmp["rel_error"] < args.max_rel and cmp["agree"] >= args.min_agree
     result["passed"] = ok
