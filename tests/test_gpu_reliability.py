@@ -3,14 +3,13 @@ out-of-memory as a clear exception that leaves the runtime usable, concurrent th
 kernels through the sanitizer's matmul plans (hgemm_rt.testing.run_util, without the sanitizer)."""
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import pytest
 
 import hgemm_rt as hg
 from hgemm_rt._driver import check, driver
 from hgemm_rt.testing import missing, random_operands, reference, rel_error, run_util, util_names
+from threads import errors_from_threads
 
 pytestmark = pytest.mark.gpu
 
@@ -49,30 +48,22 @@ def test_out_of_memory_is_a_clear_error_and_the_runtime_stays_usable(rng):
 
 
 def test_two_python_threads_launching_at_once_get_correct_results():
-    errors: list = []
+    def work(seed: int) -> list:
+        rng, bad = np.random.default_rng(seed), []
+        with hg.Stream() as s:
+            for _ in range(20):
+                M, N, K = (int(x) for x in rng.integers(1, 200, size=3))
+                a, b = random_operands(M, N, K, "NN", "f16", rng)
+                with hg.to_device(a) as A, hg.to_device(b) as B, hg.empty((M, N), "f16") as C:
+                    C.fill_bytes(0xFF, s)
+                    hg.launch("hgemm_naive_f16", A, B, C, stream=s)
+                    s.synchronize()
+                    err = rel_error(C.to_numpy(), reference(a, b, "NN"))
+                    if err > 1e-3:
+                        bad.append((M, N, K, err))
+        return bad
 
-    def work(seed: int) -> None:
-        try:
-            rng = np.random.default_rng(seed)
-            with hg.Stream() as s:
-                for _ in range(20):
-                    M, N, K = (int(x) for x in rng.integers(1, 200, size=3))
-                    a, b = random_operands(M, N, K, "NN", "f16", rng)
-                    with hg.to_device(a) as A, hg.to_device(b) as B, hg.empty((M, N), "f16") as C:
-                        C.fill_bytes(0xFF, s)
-                        hg.launch("hgemm_naive_f16", A, B, C, stream=s)
-                        s.synchronize()
-                        err = rel_error(C.to_numpy(), reference(a, b, "NN"))
-                        if err > 1e-3:
-                            errors.append((M, N, K, err))
-        except Exception as exc:  # noqa: BLE001 (surfaced below: a thread's exception would otherwise vanish)
-            errors.append(exc)
-
-    threads = [threading.Thread(target=work, args=(seed,)) for seed in (1, 2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = errors_from_threads(work, (1, 2))
     assert not errors, errors
 
 

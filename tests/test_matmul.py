@@ -26,6 +26,7 @@ from hgemm_rt.errors import UnknownKernelError, ValidationError
 from hgemm_rt.testing import GuardedArray, download, each_route, error_floor
 from kernel_cases import load_manifest_or_none
 from interop import OnlyDlpack
+from threads import errors_from_threads
 
 MANIFEST = load_manifest_or_none()
 needs_manifest = pytest.mark.skipif(MANIFEST is None, reason="no build manifest (python build_kernels.py)")
@@ -775,8 +776,6 @@ def test_calls_on_new_addresses_in_any_order_and_from_two_threads_stay_correct(M
     parameter arrays in place (Execution.transient); the same call twice in a row is packed for keeps (the
     repeat path). A sequence mixing new buffers, buffers seen two calls before and repeats, then two threads on
     the same shape with their own buffers, every result against float64."""
-    import threading
-
     a = [rng.standard_normal((M, K)).astype(np.float16) for _ in range(4)]
     b = [rng.standard_normal((K, N)).astype(np.float16) for _ in range(2)]
     A, B = [hg.to_device(x) for x in a], [hg.to_device(x) for x in b]
@@ -788,29 +787,21 @@ def test_calls_on_new_addresses_in_any_order_and_from_two_threads_stay_correct(M
         assert hg.matmul(A[ia], B[ib], C[ic]) is C[ic]
         got = C[ic].to_numpy().astype(np.float64)
         assert _rel(got, a[ia].astype(np.float64) @ b[ib]) <= bound, f"call {i}: A{ia} B{ib} C{ic}"
-    errors: list = []
+    def work(seed: int) -> list:
+        r, bad = np.random.default_rng(seed), []
+        with hg.Stream() as s:
+            outs = [hg.empty((M, N), "f16") for _ in range(2)]
+            for j in range(40):
+                ia, ib, out = int(r.integers(4)), int(r.integers(2)), outs[j % 2]
+                out.fill_bytes(0xFF, s)
+                hg.matmul(A[ia], B[ib], out, stream=s)
+                s.synchronize()
+                err = _rel(out.to_numpy().astype(np.float64), a[ia].astype(np.float64) @ b[ib])
+                if not err <= bound:
+                    bad.append((seed, j, err))
+        return bad
 
-    def work(seed: int) -> None:
-        try:
-            r = np.random.default_rng(seed)
-            with hg.Stream() as s:
-                outs = [hg.empty((M, N), "f16") for _ in range(2)]
-                for j in range(40):
-                    ia, ib, out = int(r.integers(4)), int(r.integers(2)), outs[j % 2]
-                    out.fill_bytes(0xFF, s)
-                    hg.matmul(A[ia], B[ib], out, stream=s)
-                    s.synchronize()
-                    err = _rel(out.to_numpy().astype(np.float64), a[ia].astype(np.float64) @ b[ib])
-                    if not err <= bound:
-                        errors.append((seed, j, err))
-        except Exception as exc:  # noqa: BLE001 (surfaced below)
-            errors.append(exc)
-
-    threads = [threading.Thread(target=work, args=(seed,)) for seed in (1, 2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = errors_from_threads(work, (1, 2))
     assert not errors, errors
 
 
