@@ -705,8 +705,6 @@ def breakdown(a: Any, b: Any, c: Any, sync: Callable[[], Any], run: Run) -> list
     def set_new():
         return last.execution.transient(fresh_ptrs(), bound.alpha, bound.beta, stream)
 
-    reusable = set_new() is not None  # (no tensor map: new addresses are set in place)
-
     parts = (
         ("key: api.call_identity (operands.KEYERS of A, B, C) + plans.calls lookup", "part",
          lambda: calls.get(repeat_call_key(a, b, c))),
@@ -716,9 +714,7 @@ def breakdown(a: Any, b: Any, c: Any, sync: Callable[[], Any], run: Run) -> list
         ("the repeat call hg.matmul(a, b, c)", "whole", lambda: hg.matmul(a, b, c)),
         ("of which the driver: one cuGraphLaunch (or cuLaunchKernelEx) as bound", "other", launch),
         ("packing for new addresses, kept for repeats on them: Execution.pack", "other", pack_new),
-        ("new addresses set in place (a call on other buffers): Execution.transient" if reusable else
-         "new addresses (a call on other buffers): Execution.pack (a tensor map per call)", "other",
-         set_new if reusable else pack_new),
+        ("new addresses set in place (a call on other buffers): Execution.transient", "other", set_new),
         ("first-call validation: Matmul(a, b, c)", "other", lambda: hg.Matmul(a, b, c)),
     )
     rows = [{"part": part, "role": role, "us": wall_us(fn, sync)} for part, role, fn in parts]

@@ -603,8 +603,8 @@ class Bound:
                 ex = self.execution(s)
             # new addresses: parameter arrays set in place; the same ones twice in a row: packed for keeps (the
             # repeat path above, then a graph)
-            launches = ex.transient((pa, pb, pc, pbias), self.alpha, self.beta, s) if last.key != key else None
-            if launches is not None:
+            if last.key != key:
+                launches = ex.transient((pa, pb, pc, pbias), self.alpha, self.beta, s)
                 self.last = LastCall(key, ex, None, ())
             else:
                 packed = ex.pack((pa, pb, pc, pbias), self.alpha, self.beta)

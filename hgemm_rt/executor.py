@@ -13,6 +13,7 @@ levels (Recipe.loop) runs every step once per loop index, each view's pointer mo
 """
 from __future__ import annotations
 
+import ctypes
 import itertools
 import math
 import struct
@@ -318,22 +319,27 @@ class Execution:
                 self._packed.popitem(last=False)
         return packed
 
-    def transient(self, ptrs: tuple[int, ...], alpha: float, beta: float, stream: int) -> tuple | None:
+    def transient(self, ptrs: tuple[int, ...], alpha: float, beta: float, stream: int) -> tuple:
         """bind()'s (bound launch, KernelLaunch) per launch for these A, B, C (and bias) addresses, from parameter
         arrays this thread rewrites in place: valid until this thread's next transient() on this execution. For
-        one-off addresses (a model's fresh activations): no packing and no cache entry, only the pointers set
-        (host time). None where a launch takes a TMA map (pack() builds those)."""
+        one-off addresses (a model's fresh activations): no parameter arrays built and no cache entry, only the
+        pointers set and the tensor maps copied in (host time)."""
         sets = getattr(self._reused, "sets", None)
         if sets is None:
             sets = self._reused.sets = {}
         entry = sets.get((alpha, beta))
         if entry is None:
             entry = sets[(alpha, beta)] = self._reusable(alpha, beta)
-        if not entry:
-            return None
-        packed, pointers, bound = entry
-        for value, where, offset in pointers:
-            value.value = self._base(ptrs, where) + offset
+        packed, slots, bound = entry
+        dtype = self.dtype
+        for is_map, value, where, offset, ref in slots:
+            address = self._base(ptrs, where) + offset
+            if is_map:  # ref: the packer, the operand, its shape and byte strides
+                packer, name, shape, strides = ref
+                ctypes.memmove(value, packer.tensor_map(name, ArrayRef(address, shape, strides, dtype)),
+                               ctypes.sizeof(value))
+            else:
+                value.value = address
         launches = bound.get(stream)
         if launches is None:
             if len(bound) >= REUSED_STREAMS:
@@ -341,22 +347,19 @@ class Execution:
             launches = bound[stream] = self.bind(packed, stream)
         return launches
 
-    def _reusable(self, alpha: float, beta: float) -> tuple | bool:
-        """(parameter arrays, (pointer value, operand slot, byte offset) to set per call, bound launches per
-        stream) for transient(), or False where a launch takes a TMA map."""
-        packed, pointers = [], []
+    def _reusable(self, alpha: float, beta: float) -> tuple:
+        """(parameter arrays, (is a tensor map, the value to set, operand slot, byte offset, the map's packer and
+        geometry) per operand parameter, bound launches per stream) for transient()."""
+        packed, slots = [], []
         packers = self._packers(alpha, beta)
         for part in range(self.parts):
             for st, packer in zip(self.steps, packers):
-                made = packer.reusable()
-                if made is None:
-                    return False
-                params, slots = made
+                params, operands = packer.reusable()
                 packed.append(params)
-                for value, name in slots:
-                    where, _, _, offsets = st.refs[name]
-                    pointers.append((value, where, offsets[part]))
-        return packed, pointers, {}
+                for is_map, value, name in operands:
+                    where, shape, strides, offsets = st.refs[name]
+                    slots.append((is_map, value, where, offsets[part], (packer, name, shape, strides)))
+        return packed, slots, {}
 
     @property
     def launches(self) -> list[KernelLaunch]:

@@ -144,31 +144,41 @@ class ParamPacker:
                 raise ManifestError(f"{spec.name}: no operand for its parameter {kind}:{x}")
             elif kind == "ptr":
                 values.append(ctypes.c_void_p(arrays[x].ptr))
-            else:  # tmap
+            elif x in self.unmapped:
                 from . import tma  # Hopper only: imported on first use
 
-                if x in self.unmapped:
-                    values.append(tma.aligned_buffer())  # (zeros: never read)
-                    continue
-                array = arrays[x].T if x == "A" and spec.a_order == "col" else arrays[x]
-                values.append(tma.build_param(spec, x, array, spec.name))
+                values.append(tma.aligned_buffer())  # (zeros: never read)
+            else:
+                values.append(self.tensor_map(x, arrays[x]))
         return PackedParams(values)
 
+    def tensor_map(self, operand: str, array: Any) -> ctypes.Array:
+        """The `tmap:<operand>` value for `array` (an ArrayRef; A^T's map for a kernel that reads A column-major):
+        a shared, read-only map (tma.build_param caches them by address and geometry)."""
+        from . import tma  # Hopper only: imported on first use
 
-    def reusable(self) -> tuple[PackedParams, list[tuple[ctypes.c_void_p, str]]] | None:
-        """A parameter array whose `ptr:X` values are set in place before each launch, with those values and
-        their operand names; None for a kernel with a tensor map (rebuilt per operand). A launch copies the
-        values when it is made, so one array serves launch after launch."""
-        if self.unmapped or any(kind == "tmap" for kind, _ in self.slots):
-            return None
-        values, pointers = [], []
+        spec = self.spec
+        return tma.build_param(spec, operand, array.T if operand == "A" and spec.a_order == "col" else array,
+                               spec.name)
+
+    def reusable(self) -> tuple[PackedParams, list[tuple[bool, Any, str]]]:
+        """A parameter array rewritten in place before each launch (a launch copies its parameters when it is
+        made, so one array serves launch after launch), and its operand slots: (is a tensor map, the value to
+        set: a c_void_p, or a 128-byte buffer to copy tensor_map()'s bytes into, operand name)."""
+        values, slots = [], []
         for kind, x in self.slots:
             if kind in INT_KINDS:
                 values.append(x)
-            else:
+            elif kind == "ptr":
                 values.append(ctypes.c_void_p(0))
-                pointers.append((values[-1], x))
-        return PackedParams(values), pointers
+                slots.append((False, values[-1], x))
+            else:
+                from . import tma  # Hopper only: imported on first use
+
+                values.append(tma.aligned_buffer())  # (an unmapped operand's stays zero: never read)
+                if x not in self.unmapped:
+                    slots.append((True, values[-1], x))
+        return PackedParams(values), slots
 
 
 def pack_params(spec: KernelSpec, arrays: Mapping[str, Any], scalars: Mapping[str, int]) -> PackedParams:

@@ -768,8 +768,34 @@ def test_repeats_on_the_same_buffers_go_through_a_cuda_graph_and_stay_correct(M,
     assert _rel(C.to_numpy().astype(np.float64), a.astype(np.float64) @ b) < 1e-3
 
 
+@needs_manifest
+@pytest.mark.parametrize("name", ["util_gemm_decode_tn_f16", "util_gemm_mma_bf16_m64", "util_copy2d_f16"])
+def test_reusable_parameter_arrays_set_in_place_hold_what_pack_builds(name):
+    """ParamPacker.reusable's array, its pointers set for some operands, holds the bytes pack() builds for them
+    (the integers shared, every pointer where the kernel reads it)."""
+    import ctypes
+
+    from hgemm_rt.launcher import ArrayRef, ParamPacker
+
+    spec = MANIFEST.kernels[name]
+    scalars = {p.partition(":")[2]: 3 + i for i, p in enumerate(spec.params) if not p.startswith(("ptr:", "tmap:"))}
+    packer = ParamPacker(spec, scalars)
+    names = [p.partition(":")[2] for p in spec.params if p.startswith("ptr:")]
+    arrays = {x: ArrayRef(0x10000 * (i + 1) + 256, (4, 4), (8, 2), spec.dtype) for i, x in enumerate(names)}
+    params, slots = packer.reusable()
+    assert [x for _, _, x in slots] == names and not any(is_map for is_map, _, _ in slots)
+    for _, value, x in slots:
+        value.value = arrays[x].ptr
+    want = packer.pack(arrays)
+
+    def words(packed):  # each parameter's value, read through the void* array the launch passes
+        sizes = {"ptr": 8, "i64": 8, "i32": 4}
+        return [ctypes.string_at(packed.array[i], sizes[p.partition(":")[0]]) for i, p in enumerate(spec.params)]
+    assert words(params) == words(want)
+
+
 @pytest.mark.gpu
-# decode (no tensor map: reusable arrays), split-K wgmma (tensor maps: packed per call), copies + a GEMM
+# decode (pointers), split-K wgmma (tensor maps), copies + a GEMM: each set in place per new address
 @pytest.mark.parametrize("M,N,K", [(1, 512, 1024), (16, 300, 200), (130, 264, 200), (33, 70, 50)])
 def test_calls_on_new_addresses_in_any_order_and_from_two_threads_stay_correct(M, N, K, rng):
     """A call on new addresses (a model's fresh activations) sets the pointers of the execution's reusable
