@@ -331,15 +331,12 @@ class Execution:
         if entry is None:
             entry = sets[(alpha, beta)] = self._reusable(alpha, beta)
         packed, slots, bound = entry
-        dtype = self.dtype
-        for is_map, value, where, offset, ref in slots:
+        for encode, value, where, offset in slots:
             address = self._base(ptrs, where) + offset
-            if is_map:  # ref: the packer, the operand, its shape and byte strides
-                packer, name, shape, strides = ref
-                ctypes.memmove(value, packer.tensor_map(name, ArrayRef(address, shape, strides, dtype)),
-                               ctypes.sizeof(value))
-            else:
+            if encode is None:
                 value.value = address
+            else:
+                ctypes.memmove(value, encode(address), ctypes.sizeof(value))
         launches = bound.get(stream)
         if launches is None:
             if len(bound) >= REUSED_STREAMS:
@@ -348,8 +345,8 @@ class Execution:
         return launches
 
     def _reusable(self, alpha: float, beta: float) -> tuple:
-        """(parameter arrays, (is a tensor map, the value to set, operand slot, byte offset, the map's packer and
-        geometry) per operand parameter, bound launches per stream) for transient()."""
+        """(parameter arrays, (the tensor map's encoder by address or None for a pointer, the value to set,
+        operand slot, byte offset) per operand parameter, bound launches per stream) for transient()."""
         packed, slots = [], []
         packers = self._packers(alpha, beta)
         for part in range(self.parts):
@@ -358,7 +355,8 @@ class Execution:
                 packed.append(params)
                 for is_map, value, name in operands:
                     where, shape, strides, offsets = st.refs[name]
-                    slots.append((is_map, value, where, offsets[part], (packer, name, shape, strides)))
+                    encode = packer.map_encoder(name, ArrayRef(0, shape, strides, self.dtype)) if is_map else None
+                    slots.append((encode, value, where, offsets[part]))
         return packed, slots, {}
 
     @property

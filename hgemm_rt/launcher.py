@@ -153,13 +153,18 @@ class ParamPacker:
         return PackedParams(values)
 
     def tensor_map(self, operand: str, array: Any) -> ctypes.Array:
-        """The `tmap:<operand>` value for `array` (an ArrayRef; A^T's map for a kernel that reads A column-major):
-        a shared, read-only map (tma.build_param caches them by address and geometry)."""
+        """The `tmap:<operand>` value for `array` (an ArrayRef): a shared, read-only map (tma caches them by
+        address and geometry)."""
+        return self.map_encoder(operand, array)(int(array.ptr))
+
+    def map_encoder(self, operand: str, array: Any) -> Callable[[int], ctypes.Array]:
+        """tensor_map for an array of `array`'s geometry at any address (A^T's map for a kernel that reads A
+        column-major): the checks made once."""
         from . import tma  # Hopper only: imported on first use
 
         spec = self.spec
-        return tma.build_param(spec, operand, array.T if operand == "A" and spec.a_order == "col" else array,
-                               spec.name)
+        return tma.param_encoder(spec, operand, array.T if operand == "A" and spec.a_order == "col" else array,
+                                 spec.name)
 
     def reusable(self) -> tuple[PackedParams, list[tuple[bool, Any, str]]]:
         """A parameter array rewritten in place before each launch (a launch copies its parameters when it is

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ._driver import check, check_code, driver, native
 from .dtypes import ITEMSIZE
@@ -147,6 +147,12 @@ def encode_tiled(ptr: int, dims: tuple[int, ...], strides: tuple[int, ...], dtyp
 
 def build_param(spec: Any, operand: str, array: Any, kernel_name: str) -> ctypes.Array:
     """The `tmap:<operand>` kernel parameter for `array` (a DeviceArray) as declared in spec.tma."""
+    return param_encoder(spec, operand, array, kernel_name)(int(array.ptr))
+
+
+def param_encoder(spec: Any, operand: str, array: Any, kernel_name: str) -> Callable[[int], ctypes.Array]:
+    """build_param for an array of `array`'s shape, strides and dtype at any address: the declaration and the
+    geometry checked once, then one (cached) encode per address."""
     box, swizzle = _box(spec.tma or {}, operand, kernel_name)
     if len(array.shape) not in (2, 4):
         raise ValidationError(f"{kernel_name}: operand {operand} must be 2-D (or 4-D: batched) for TMA, got shape "
@@ -162,8 +168,12 @@ def build_param(spec: Any, operand: str, array: Any, kernel_name: str) -> ctypes
     row_stride = int(array.strides[-2]) if rows > 1 else -(-cols * item // 16) * 16
     if len(array.shape) == 4:  # (outer, inner, rows, cols): dimensions (cols, rows, inner, outer)
         outer, inner = array.shape[:2]
-        return encode_tiled(int(array.ptr), (int(cols), int(rows), int(inner), int(outer)),
-                            (row_stride, int(array.strides[1]), int(array.strides[0])), array.dtype, tuple(box),
-                            swizzle, kernel_name, operand)
-    return encode_tiled(int(array.ptr), (int(cols), int(rows)), (row_stride,), array.dtype, tuple(box), swizzle,
-                        kernel_name, operand)
+        dims, strides = (int(cols), int(rows), int(inner), int(outer)), \
+            (row_stride, int(array.strides[1]), int(array.strides[0]))
+    else:
+        dims, strides = (int(cols), int(rows)), (row_stride,)
+    return functools.partial(_encode_at, (dims, strides, array.dtype, tuple(box), swizzle, kernel_name, operand))
+
+
+def _encode_at(geometry: tuple, ptr: int) -> ctypes.Array:
+    return encode_tiled(ptr, *geometry)
