@@ -1264,7 +1264,9 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
   };
   int kb0, kb1;
   // kQueue: the tiles come from the producer (TileQueue): each one's index beside the stage of its first k-block;
-  // after the last, a stage without data and index -1.
+  // after the last, a stage without data and index -1. The index is written after the stage's empty barrier and
+  // read after its full barrier, in the warp whose thread then releases the stage (compute-sanitizer's racecheck,
+  // which does not follow mbarrier waits, reports the end marker's write as a potential WAR hazard).
   constexpr bool kQueue = K::kQueue;
   static_assert(!kQueue || (K::kFused && !K::kStreamK), "the tile queue: the plain fused GEMM");
   [[maybe_unused]] volatile int* const stage_tile = reinterpret_cast<volatile int*>(smem + K::kStageTileOffset);
