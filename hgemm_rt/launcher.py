@@ -30,9 +30,20 @@ from .memory import as_device_array
 from .validate import GemmShape, validate_operands
 
 STATIC_SMEM_LIMIT = 48 * 1024  # above this a block needs the opt-in attribute
+
+
+def dependent_launch_setting() -> bool:
+    """HGEMM_DEPENDENT_LAUNCH: 1 (the default) or 0; anything else is warned about and left on."""
+    value = os.environ.get("HGEMM_DEPENDENT_LAUNCH", "1").strip()
+    if value not in ("0", "1", ""):
+        warnings.warn(f"HGEMM_DEPENDENT_LAUNCH={value!r} is neither 0 nor 1: dependent launches stay on",
+                      RuntimeWarning, stacklevel=2)
+    return value != "0"
+
+
 # Kernels declared `dependent_launch` start as the programmatic dependent of the kernel before them on sm_90+
 # (their CTAs wait in griddepcontrol.wait instead of behind the launch). HGEMM_DEPENDENT_LAUNCH=0 turns it off.
-DEPENDENT_LAUNCH = os.environ.get("HGEMM_DEPENDENT_LAUNCH", "1") != "0"
+DEPENDENT_LAUNCH = dependent_launch_setting()
 
 
 def default_swizzle_stride(N: int) -> int | None:

@@ -47,6 +47,19 @@ def test_dependent_kernels_are_declared():
     assert {"util", "util_decode", "util_sm90", "util_sm90_fused", "hgemm_sm90"} <= families
 
 
+@pytest.mark.parametrize("value,on,warns", [("0", False, False), ("1", True, False), ("", True, False),
+                                           ("off", True, True)])
+def test_the_environment_switch(monkeypatch, value, on, warns):
+    from hgemm_rt import launcher
+
+    monkeypatch.setenv("HGEMM_DEPENDENT_LAUNCH", value)
+    if warns:
+        with pytest.warns(RuntimeWarning, match="neither 0 nor 1"):
+            assert launcher.dependent_launch_setting() is on
+    else:
+        assert launcher.dependent_launch_setting() is on
+
+
 # (M, width, B order): a chain x <- x @ W_i of width x width weights; each shape's pick is a dependent kernel
 CHAINS = [(1, 4096, "col"), (16, 4096, "row"), (3, 2048, "row"), (512, 512, "col"), (1024, 1024, "col"),
           (200, 768, "row")]
