@@ -21,7 +21,9 @@ Decoding (--decode-tokens, default 32; 0 skips it): a greedy generation with the
 tokens of --decode-batch rows, as a chat model runs (each step's Linears are M = batch-row GEMMs): ms per
 generated token, torch and hg interleaved (best of --reps), and how many leading tokens the two agree on.
 
-Exit code 0 if the logits' relative error < 1e-2 and >= 99.9% of the greedy tokens agree, else 1.
+Exit code 0 if the logits' relative error < 1e-2 and >= 99.9% of the greedy tokens agree, or every token that
+differs is a near-tie (its gap in torch's logits at most --tie-factor times the logits' rms error: a few hundred
+positions make one such flip 0.2%), else 1.
 """
 from __future__ import annotations
 
@@ -57,6 +59,8 @@ def parse_args(argv=None):
     p.add_argument("--reps", type=int, default=3, help="timed blocks per side (best is reported)")
     p.add_argument("--max-rel", type=float, default=1e-2, help="bound on the logits' relative error")
     p.add_argument("--min-agree", type=float, default=0.999, help="fraction of greedy tokens that must agree")
+    p.add_argument("--tie-factor", type=float, default=8.0,
+                   help="a differing token passes if torch's gap between the two is within this many rms logit errors")
     p.add_argument("--no-calibrate", dest="calibrate", action="store_false",
                    help="skip the fp32 torch reference run")
     p.add_argument("--decode-tokens", type=int, default=32, help="greedy tokens to time (0: no decoding run)")
@@ -281,9 +285,12 @@ def main(argv=None) -> int:
               f"{args.reps}: torch {tok_t:.3f} ms/token, hg {tok_h:.3f} ms/token, torch/hg {tok_t / tok_h:.3f}x; "
               f"the first {lead} of {args.decode_tokens} tokens agree")
 
-    ok = math.isfinite(cmp["rel_error"]) and cmp["rel_error"] < args.max_rel and cmp["agree"] >= args.min_agree
+    near_ties = cmp["max_gap_of_disagreements"] <= args.tie_factor * cmp["logit_error_rms"]
+    ok = math.isfinite(cmp["rel_error"]) and cmp["rel_error"] < args.max_rel and \
+        (cmp["agree"] >= args.min_agree or near_ties)
     result["passed"] = ok
-    print("PASS" if ok else f"FAIL: need rel error < {args.max_rel:g} and >= {args.min_agree * 100:g}% tokens agreeing")
+    print("PASS" if ok else f"FAIL: need rel error < {args.max_rel:g} and >= {args.min_agree * 100:g}% tokens agreeing "
+          f"(or only near-ties differing: gaps <= {args.tie_factor:g} x the rms logit error)")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
         print(f"wrote {args.json}")
