@@ -610,7 +610,7 @@ class Bound:
                 packed = ex.pack((pa, pb, pc, pbias), self.alpha, self.beta)
                 launches = ex.bind(packed, s)
                 self.last = LastCall(key, ex, packed, launches)
-                self.last.repeats = int(last.key == key)  # (a repeat of the transient launch: counts toward the graph)
+                self.last.repeats = 1  # (a repeat of the transient launch: it counts toward the graph)
         for launch, kernel in launches:
             code = launch()
             if code:
