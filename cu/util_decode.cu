@@ -245,7 +245,7 @@ struct RowB {
   static constexpr int kRedStride = kBN + 4;
   static constexpr int kRedBytes = kWarps * kBM * kRedStride * 4;  // the warps' partial tiles
   // chunks of each warp prefetched into L2 before griddep_wait (H100, fp16, 8 weights back to back: 1 x 4096^2
-  // 17.7 us with none, 17.4 with 1, 16.2 with 2, 17.8 with 4; the same with L2 flushed)
+  // 17.7 us with none, 17.4 with 1, 16.2 with 2, 17.8 with 4; with the L2 flushed 2 cost 0.2-1 us: docs/tuning_log.md)
   static constexpr int kPrefetchChunks = 2;
 };
 
