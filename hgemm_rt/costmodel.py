@@ -154,7 +154,13 @@ def narrow_hopper(spec: KernelSpec) -> bool:
 # (fp16, 256 x 6144 x 4096: splits=4 (K 1024 per CTA) 70.7 us against 30.5 estimated, splits=1 37.0 against
 # 34.5; 256 x 4096 x 4096 splits=2 (K 2048): 1.5-1.8x; 256 x 4096 x 14336 splits=2 (K 7168): 1.15-1.4x; at K
 # 8192-16384 per CTA (256 x 256 x 65536 splits=8) ~1.0x): the arithmetic and panel terms of a split launch
-# are scaled by 1 + SPLIT_K_SHORT_K / (K per CTA), at most 2 (the worst measured: 2.3).
+# are scaled by 1 + SPLIT_K_SHORT_K / (K per CTA), uncapped: below 1300 of K per CTA the launches ran on past
+# 2x, as the law says (H100, fp16, B as nn.Linear holds it, measured / estimated with the factor capped at 2 ->
+# uncapped: 128 x 1024 x 4096 m128n128 splits=8 16.9 us / 11.8 -> 17.9, m128n64 splits=4 14.6 / 13.1 -> 14.4;
+# 512^3 m64n64 splits=4 17.2 / 6.3 -> 19.0; 1024^3 m128n64 splits=4 35.7 / 18.4 -> 43.4), and the picks of the
+# N = 512-1024, K = 4096 rows (a GQA model's k and v projections) moved to the faster launch: 64 x 1024 x 4096
+# 14.3-14.7 -> 12.5-12.9 us, 128 x 512 x 4096 13.4-13.7 -> 12.0-12.1, 128 x 1024 x 4096 16.6-17.3 -> 14.2-14.5,
+# 256 x 512 x 4096 16.3-16.7 -> 14.3-14.7 (torch.matmul 12.0-13.3).
 SPLIT_K_SHORT_K = 1300.0
 # A split-K slice of a smem_split kernel: what it costs beyond its K at the kernel's rate (fill, the first stage's split,
 # the cluster's DSMEM sum). H100, fp32, B as K x N, against that model: 256^3 m64n64 splits=4 9.8 us (9.0), splits=8
@@ -526,7 +532,7 @@ class CostModel:
             return 1.0 + short_k / (g.K / pieces)
         if pieces == 1 or spec.role not in ("gemm_strided_wgmma", "gemm_strided_mma", *SPLIT_PRODUCTS):
             return 1.0
-        return 1.0 + min(SPLIT_K_SHORT_K / (g.K / pieces), 1.0)
+        return 1.0 + SPLIT_K_SHORT_K / (g.K / pieces)
 
     def _stream_us(self, g: Gemm, BM: int, BN: int, isz: int, load: int, cta_share: float = 1.0) -> float:
         """A streaming kernel reads B once per BM rows of C, at the DRAM rate, or at what its busiest SM

@@ -43,7 +43,7 @@ def test_every_util_kernel_is_scheduled_at_an_aligned_and_a_ragged_shape(cc):
             assert (f"util_copy2d_{dt}", f) in feats
     for case, plan in sched:  # each is the plan matmul builds for that route and problem
         assert planner.recipe_for(plan.route, case.problem(), MANIFEST) == plan
-    assert len(sched) < 4 * len(names) + 72  # a few shapes per kernel: racecheck must end inside one GPU call
+    assert len(sched) < 6 * len(names)  # a few shapes per kernel: racecheck must end inside one GPU call
 
 
 @needs_manifest
