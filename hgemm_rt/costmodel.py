@@ -58,6 +58,7 @@ class ArchRates:
     strided_tile_latency_us: float = 0.0  # per 128 x 128 of tile: a strided-role CTA's fill and fp32 epilogue
     hopper_bonus: Mapping[str, float] = field(default_factory=dict)  # persistent / cluster / tma_store / narrow
     streamk_fixup_us: float = 0.0  # what a stream-K launch takes beyond its busiest CTA's k-blocks ...
+    streamk_fixup_piece_us: float = 0.0  # ... and per piece of a tile beyond two (the owner adds each peer's partial)
     streamk_shared_fixup_us: float = 0.0  # ... where every piece sums and stores a share (more than SK_SERIAL_PIECES)
     k_groups_fixup_us: float = 0.0  # K groups: publishing, counting in and the last group's start on the sum
     k_groups_dram_bytes_per_s: float = 0.0  # what K-group launches (long K slices of few tiles) read from DRAM at,
@@ -172,7 +173,8 @@ SMEM_SPLIT_FIXED_US = 5.5
 # at splits=8 ran 2.4-4.7 us over that model (256^3 13.4, 384^3 15.3, 512^3 25.6, 768^3 42.6), at splits=4 0.8-2.4
 SMEM_SPLIT_SUM_US = 0.6
 # util_sm90's multicast pair pays with B in L2 where this many rows of tiles re-read a B of at least these bytes
-MC_REREAD_ROWS, MC_REREAD_B_BYTES = (4, 8), 32 << 20
+# (H100, fp16, m128n128: 512 x 4096 x 3584, B 29 MB, 32.4 -> 28.4 us; 512 x 3072 x 3072, 19 MB, 26.5 -> 24.6)
+MC_REREAD_ROWS, MC_REREAD_B_BYTES = (4, 8), 16 << 20
 SPLIT_PRODUCTS = tuple(SPLIT_FORMATS)  # fp32 at fp32 accuracy: three tensor-core products of split operands
 ONE_CTA_PER_SM = ("gemm_strided_wgmma", *SPLIT_PRODUCTS)  # roles whose CTAs take a whole SM
 TF32_SHARE = 0.5  # the TF32 tensor-core rate over the fp16/bf16 one (H100 datasheet)
@@ -272,8 +274,12 @@ HOPPER = ArchRates(
     cluster_sm_share={4: 120 / 132, 8: 120 / 132},
     # H100 (scripts/streamk_probe.py, fp16, B as nn.Linear holds it): measured minus the k-block estimate,
     # 256 x {4096, 6144} x 4096 +12.4 / +11.6 us, 256 x 8192 x 8192 +10.8, 256 x 4096 x 14336 +12.4 (2-4 pieces
-    # a tile), 1024 x {6144, 14336} x 4096 +3.3 / +9.3 (after a wave of whole tiles): whatever the pieces' length
+    # a tile), 1024 x {6144, 14336} x 4096 +3.3 / +9.3 (after a wave of whole tiles): whatever the pieces' length;
+    # tiles of 4 pieces (no whole tiles, 4 CTAs a tile) more: 1024 x 1024 x 4096 +14, 2048 x 512 x 3584 +15, 512 x
+    # 2048 x 3584 +14.6, 256 x 4096 x 14336 +15.4 (measured 28.4, 28.1, 27.6, 66.7 us), where the plain 128 x 64
+    # tiles, one a CTA, ran 22.9, 22.0, 23.1 at the first three
     streamk_fixup_us=11.0,
+    streamk_fixup_piece_us=1.5,
     # more than 4 pieces a tile (shared fix-up), fp16: measured minus the DRAM term, 256 x 256 x 65536
     # and 128 x 128 x 131072 cut 66 / 132 ways +25.1 / +24.4 us, 64 x 64 x 65536 (132 ways) +22.2, 512 x 1024 x
     # 16384 (8 ways) +27.7
@@ -409,7 +415,7 @@ class CostModel:
                   g.M * g.N * _matrices(g.c, g.batch) / C_STORE_SHARE[c_store_kind(spec)]) * isz / dram
         # the operand panels each CTA streams, by the busiest SM and by all. A multicast pair shares its B tile: it
         # gains where B does not fit in L2 (H100, fp16: 256 x 8192 x 8192, B 128 MB, 78.0 -> 66.5 us), and where 4 or
-        # more rows of tiles re-read a B of 32 MiB or more from L2 (m128n128, 512 x 4096 x 4096 34.6 -> 30.4,
+        # more rows of tiles re-read a B of 16 MiB or more from L2 (m128n128, 512 x 4096 x 4096 34.6 -> 30.4,
         # 1024 x 4097 x 4096 74.1 -> 65.4, 512 x 11008 x 4096 119.8 -> 100.8), but not with 2 rows of tiles (256 x
         # 4097 x 4096 29.2 -> 30.9) nor a B of 8 MB (1024 x 1024 x 4096 26.2 -> 29.0). With 16 rows it gains too (2048
         # x 4097 x 4096 144.8 -> 126.3), but stream-K's 119.4 there is priced above it (the model's stream-K is high):
@@ -471,8 +477,9 @@ class CostModel:
         pieces) the peers sharing the sum first; 0 for any other launch."""
         if not g.ctas:
             return 0.0
-        if self._streamk_splits(spec, g) <= SK_SERIAL_PIECES:
-            return self.rates.streamk_fixup_us
+        pieces = self._streamk_splits(spec, g)
+        if pieces <= SK_SERIAL_PIECES:
+            return self.rates.streamk_fixup_us + self.rates.streamk_fixup_piece_us * max(pieces - 2, 0)
         return self.rates.streamk_shared_fixup_us
 
     def _compute_s(self, spec: KernelSpec, g: Gemm) -> float:

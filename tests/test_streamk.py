@@ -112,15 +112,16 @@ def test_the_cost_model_prices_the_busiest_cta():
 
 @needs_manifest
 def test_the_cost_model_charges_the_fix_up_of_the_path_the_pieces_take():
-    """Up to SK_SERIAL_PIECES pieces the owner adds its peers' partials (streamk_fixup_us); more, and every piece
-    sums and stores its share of the tile (streamk_shared_fixup_us): 128 x 128 x 131072 (one tile) cut 4 and 132
-    ways."""
+    """Up to SK_SERIAL_PIECES pieces the owner adds its peers' partials (streamk_fixup_us, and streamk_fixup_piece_us
+    for each piece beyond two); more, and every piece sums and stores its share of the tile
+    (streamk_shared_fixup_us): 128 x 128 x 131072 (one tile) cut 4 and 132 ways."""
     k = next(n for n, s in MANIFEST.kernels.items() if planner.streamk(s) and s.dtype == "f16" and s.layout == "TN")
     prob = _problem(128, 128, 131072, orders=("row", "col", "row"))
     model = CostModel.for_device((9, 0), 132, MANIFEST)
     rates = model.rates
     dram = (2 * 128 * 131072 + 128 * 128) * 2 / rates.dram_bytes_per_s * 1e6
-    for ctas, fixup in ((SK_SERIAL_PIECES, rates.streamk_fixup_us), (132, rates.streamk_shared_fixup_us)):
+    serial = rates.streamk_fixup_us + rates.streamk_fixup_piece_us * (SK_SERIAL_PIECES - 2)  # pieces beyond two
+    for ctas, fixup in ((SK_SERIAL_PIECES, serial), (132, rates.streamk_shared_fixup_us)):
         r = planner.recipe_for(Route(k, False, (("ctas", ctas),)), prob, MANIFEST)
         busiest = -(-2048 // ctas) * 128 * 256 * 64 * 2 / (model.kernel_tflops(MANIFEST.kernels[k]) * 1e6 / 132)
         assert model.estimate_us(r, "f16") == pytest.approx(max(busiest, dram) + fixup + rates.launch_us, rel=0.01)
