@@ -90,8 +90,9 @@ VOCAB = (128256, 4096)
 # and bf16, B as nn.Linear presents it (W.t(): column-major) and a row-major subset.
 PUBLIC_SQUARES = (256, 512, 1024, 2048, 4096, 8192, 16384)
 PUBLIC_TOKENS = (1, 4, 16, 64, 256, 1024, 4096, 16384)
-# Llama-3 8B attention out / MLP up / MLP down / fused QKV, Llama-3 70B attention
-PUBLIC_LAYERS = ((4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096), (8192, 8192))
+# Llama-3 8B attention out / MLP up / MLP down / fused QKV / the k and v projections of its grouped-query attention
+# (8 KV heads of 128), Llama-3 70B attention
+PUBLIC_LAYERS = ((4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096), (1024, 4096), (8192, 8192))
 PUBLIC_SMALL_K = (16, 32, 64, 128, 256)
 PUBLIC_SMALL_N = (16, 64, 128, 256)
 PUBLIC_DEEP_K = ((64, 64, 65536), (128, 128, 131072), (256, 256, 65536))
