@@ -6,7 +6,8 @@ model on torch's own GEMMs: logits, greedy tokens and the time of a forward.
     python scripts/model_check.py --layers 8 --dtype bf16 --json model.json
 
 The model is built from a config with random weights (torch.manual_seed(0); no download):
-LlamaForCausalLM(hidden 2048, intermediate 5632, 16 heads, 16 KV heads, vocab 32000), on cuda, eval.
+LlamaForCausalLM(hidden 2048, intermediate 5632, 16 heads, 16 KV heads (--kv-heads: fewer, grouped-query attention as
+Llama-3 has), vocab 32000), on cuda, eval.
 Under torch.inference_mode() the same random input_ids go through the model twice: with torch's
 nn.Linear, and with each Linear's forward swapped for hg.matmul(x, weight.t()) (x's batch folds into rows)
 (+ bias). Reported: the relative Frobenius error of the logits (float64), the fraction of positions
@@ -48,7 +49,9 @@ def parse_args(argv=None):
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--hidden", type=int, default=2048)
     p.add_argument("--intermediate", type=int, default=None, help="default: 2.75 x hidden (5632 for 2048)")
-    p.add_argument("--heads", type=int, default=None, help="default: hidden / 128 (16 for 2048); KV heads the same")
+    p.add_argument("--heads", type=int, default=None, help="default: hidden / 128 (16 for 2048)")
+    p.add_argument("--kv-heads", type=int, default=None,
+                   help="key/value heads (grouped-query attention, e.g. 8 for Llama-3 8B); default: --heads")
     p.add_argument("--vocab", type=int, default=32000)
     p.add_argument("--batch", type=int, default=2)
     p.add_argument("--seq", type=int, default=1024)
@@ -113,8 +116,11 @@ def build_model(args, torch):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     heads = args.heads or max(1, args.hidden // 128)
+    kv_heads = args.kv_heads or heads
+    if kv_heads < 1 or heads % kv_heads:
+        raise SystemExit(f"--kv-heads {kv_heads} must divide --heads {heads}")
     config = LlamaConfig(hidden_size=args.hidden, intermediate_size=args.intermediate or int(round(args.hidden * 2.75)),
-                         num_hidden_layers=args.layers, num_attention_heads=heads, num_key_value_heads=heads,
+                         num_hidden_layers=args.layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
                          vocab_size=args.vocab, max_position_embeddings=max(2048, args.seq))
     torch.manual_seed(args.seed)
     with torch.device("cuda"):
@@ -203,14 +209,16 @@ def main(argv=None) -> int:
     nparams = sum(p.numel() for p in model.parameters())
     print(f"device: {dev_name}   torch {torch.__version__}")
     print(f"model: Llama {config.num_hidden_layers} layers, hidden {config.hidden_size}, intermediate "
-          f"{config.intermediate_size}, {config.num_attention_heads} heads, vocab {config.vocab_size}, "
+          f"{config.intermediate_size}, {config.num_attention_heads} heads ({config.num_key_value_heads} key/value), "
+          f"vocab {config.vocab_size}, "
           f"{nparams / 1e6:.0f}M params, {args.dtype}; input {args.batch} x {args.seq} tokens")
     gen = torch.Generator(device="cuda").manual_seed(args.seed + 1)
     ids = torch.randint(0, config.vocab_size, (args.batch, args.seq), device="cuda", generator=gen)
     rows = args.batch * args.seq
     result = {"device": dev_name, "torch": torch.__version__, "dtype": args.dtype, "batch": args.batch,
               "seq": args.seq, "layers": config.num_hidden_layers, "hidden": config.hidden_size,
-              "intermediate": config.intermediate_size, "vocab": config.vocab_size, "explain": {}}
+              "intermediate": config.intermediate_size, "heads": config.num_attention_heads,
+              "kv_heads": config.num_key_value_heads, "vocab": config.vocab_size, "explain": {}}
 
     # the same weights in fp32, for the noise floor (converted outside inference mode)
     model32 = copy.deepcopy(model).float() if args.calibrate and dtype != torch.float32 else None
