@@ -286,8 +286,10 @@ HOPPER = ArchRates(
     streamk_shared_fixup_us=25.0,
     # K groups, H100, fp16, 128 x 128 x 131072 (64 MB of operands): ncu 39.1 us and 1.77 TB/s from DRAM at 112 CTAs
     # (m128n64, splits 8, 7 groups), 41.0-42.3 at 96-128 CTAs (m64n64), against cuBLAS's split-K kernel's 29.2 us at
-    # 2.4 TB/s; with L2 flushed (do_bench) 44.9-45.5 us, and 256 x 256 x 65536 (m128n64, 16 groups) 48.6
-    k_groups_fixup_us=2.0,
+    # 2.4 TB/s; with L2 flushed (do_bench) 44.9-45.5 us, and 256 x 256 x 65536 (m128n64, 16 groups) 48.6; 2 us
+    # priced 128 x 1024 x {4096, 8192} m128n64 splits=2 k_groups=4 2.2-2.6 us under its time (16.9, 20.1-20.6 us)
+    # and over splits=4 (14.4, 18.3-18.9), and the K-group launches of 256-1024 x 1024 x 4096 +1.2 us on average
+    k_groups_fixup_us=3.5,
     k_groups_dram_bytes_per_s=1.5e12,
     k_groups_cta_bytes_per_s=14e9,  # (96 CTAs of m64n64, 8 x 3 a tile: 45.7-45.9 us)
     # kernel time (profiler), H100, fp16: 64 x 64 x 65536 (m64n64) in 66 groups of clusters of 2 +15.5 us and 128
