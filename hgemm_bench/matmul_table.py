@@ -111,6 +111,23 @@ def public_sweep() -> tuple["Shape", ...]:
     return tuple(shapes)
 
 
+# The linear layers of open models, (N, K) each: attention q/o, the k/v projections of grouped-query attention, MLP
+# up/gate, MLP down (Phi-3-mini's fused qkv and gate/up); at the token counts of a short prefill, a prompt and a long one
+MODEL_LAYERS = (
+    ("Llama-3 8B", ((4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336))),
+    ("Llama-3 70B", ((8192, 8192), (1024, 8192), (28672, 8192), (8192, 28672))),
+    ("Qwen2 7B", ((3584, 3584), (512, 3584), (18944, 3584), (3584, 18944))),
+    ("Phi-3 mini", ((9216, 3072), (3072, 3072), (16384, 3072), (3072, 8192))),
+    ("Gemma-2 9B", ((4096, 3584), (2048, 3584), (3584, 4096), (14336, 3584), (3584, 14336))),
+)
+MODEL_TOKENS = (128, 512, 2048)
+
+
+def model_layers() -> tuple["Shape", ...]:
+    layers = dict.fromkeys(nk for _model, nks in MODEL_LAYERS for nk in nks)
+    return tuple(Shape(m, n, k, "f16", b_order="col") for (n, k) in layers for m in MODEL_TOKENS)
+
+
 # (experts, tokens, N, K): Mixtral-like 8 x 4096, Qwen-MoE-like 64 small experts, DeepSeek-V3-like 256 experts
 # of hidden size 7168, and a small-batch decode-like step (tokens per expert ~ 32)
 MOE_SHAPES = ((8, 16384, 4096, 4096), (64, 32768, 1408, 2048), (256, 65536, 2048, 7168), (128, 4096, 768, 2048))
@@ -133,6 +150,9 @@ SECTIONS: dict[str, Section] = {
     "public": Section("the public shape sweep: squares 256-16384, token counts 1-16384 against transformer layers, "
                       "small K, small N, deep K, unaligned neighbours; fp16 and bf16 (target: geomean >= 1.05x, "
                       "no shape below 0.95x)", "cublas", public_sweep(), target=1.05, judge="geomean", floor=0.95),
+    "models": Section("the linear layers of open models (" + ", ".join(m for m, _ in MODEL_LAYERS) + ") at "
+                      + ", ".join(map(str, MODEL_TOKENS)) + " tokens, fp16, B as nn.Linear holds it (informative)",
+                      "cublas", model_layers()),
     "strides": Section("operand rows off 32-byte boundaries (fp16 K = 1000 and 3000: 2000- and 6000-byte rows, which TMA "
                        "reads 1.4-1.7x slower unless matmul packs them), B as nn.Linear holds it (informative)", "cublas",
                        tuple(Shape(m, n, k, "f16", b_order="col") for m, n, k in
