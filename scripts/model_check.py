@@ -69,7 +69,12 @@ def parse_args(argv=None):
     p.add_argument("--decode-tokens", type=int, default=32, help="greedy tokens to time (0: no decoding run)")
     p.add_argument("--decode-batch", type=int, default=1, help="sequences decoded together (GEMM rows a step)")
     p.add_argument("--json", metavar="FILE", help="write the numbers to FILE")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.heads = args.heads or max(1, args.hidden // 128)
+    args.kv_heads = args.heads if args.kv_heads is None else args.kv_heads
+    if args.kv_heads < 1 or args.heads % args.kv_heads:
+        p.error(f"--kv-heads {args.kv_heads} must divide --heads {args.heads}")
+    return args
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -115,13 +120,10 @@ def hg_linears(model):
 def build_model(args, torch):
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    heads = args.heads or max(1, args.hidden // 128)
-    kv_heads = args.kv_heads or heads
-    if kv_heads < 1 or heads % kv_heads:
-        raise SystemExit(f"--kv-heads {kv_heads} must divide --heads {heads}")
     config = LlamaConfig(hidden_size=args.hidden, intermediate_size=args.intermediate or int(round(args.hidden * 2.75)),
-                         num_hidden_layers=args.layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
-                         vocab_size=args.vocab, max_position_embeddings=max(2048, args.seq))
+                         num_hidden_layers=args.layers, num_attention_heads=args.heads,
+                         num_key_value_heads=args.kv_heads, vocab_size=args.vocab,
+                         max_position_embeddings=max(2048, args.seq))
     torch.manual_seed(args.seed)
     with torch.device("cuda"):
         model = LlamaForCausalLM(config)
