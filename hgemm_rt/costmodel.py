@@ -176,6 +176,12 @@ SMEM_SPLIT_SUM_US = 0.6
 # (H100, fp16, m128n128 unicast -> paired: 512 x 4096 x 3584, B 29 MB, 32.4 -> 28.4 us, now picked; 512 x 3072 x 3072,
 # 19 MB, 26.5 -> 24.6, still priced behind the unicast launch, whose arithmetic term binds there)
 MC_REREAD_ROWS, MC_REREAD_B_BYTES = (4, 8), 16 << 20
+# ... and there it runs its arithmetic in this share of the unicast launch's time: the m128n128 rate (560 TFLOPS) is
+# the L2's limit on one CTA an SM, not the tensor cores' (H100, fp16, unicast -> paired, us: 512 x 3072 x 3072
+# 25.9 -> 23.6, 512 x 3584 x 3584 30.8 -> 27.6, 512 x 3584 x 4096 33.7 -> 30.1, 512 x 4096 x 3584 32.4 -> 28.4, 512 x
+# 11008 x 4096 119.8 -> 100.8, 512 x 3072 x 8192 54.5 -> 49.1: 0.84-0.91 of the time). Not where B overflows the L2
+# (256 x 8192 x 28672: paired 207.9 against stream-K's 192.4): there DRAM, not the L2, feeds the pair.
+MC_PAIR_COMPUTE_SHARE = 0.88
 SPLIT_PRODUCTS = tuple(SPLIT_FORMATS)  # fp32 at fp32 accuracy: three tensor-core products of split operands
 ONE_CTA_PER_SM = ("gemm_strided_wgmma", *SPLIT_PRODUCTS)  # roles whose CTAs take a whole SM
 TF32_SHARE = 0.5  # the TF32 tensor-core rate over the fp16/bf16 one (H100 datasheet)
@@ -428,6 +434,8 @@ class CostModel:
         rereads = MC_REREAD_ROWS[0] <= math.ceil(g.M / BM) <= MC_REREAD_ROWS[1] and b_bytes >= MC_REREAD_B_BYTES
         b_shared = g.cluster_m if b_bytes > r.l2_fit_bytes or rereads else 1
         panel_bytes = (BM + BN / b_shared) * (g.K / (g.splits * g.k_groups)) * isz
+        if rereads and b_bytes <= r.l2_fit_bytes and b_shared > 1:  # the L2 feeds the class rate; the pair reads less
+            compute *= MC_PAIR_COMPUTE_SHARE
         panel = load * panel_bytes / r.sm_bytes_per_s * self.split_factor(spec, g)
         if spec.role == "gemm_strided_wgmma":
             panel = max(panel, tiles * panel_bytes / r.l2_bytes_per_s)
