@@ -181,7 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help=f"run these matmul sections and exit: comma-separated of {', '.join(SECTIONS)} "
                          "(default all)")
     mm.add_argument("--autotune", action="store_true",
-                    help="with --matmul: autotune every cuBLAS-section shape first (writes the tuning cache)")
+                    help="with --matmul: autotune every shape of the cuBLAS and batched sections first (writes the "
+                         "tuning cache)")
 
     pf = ap.add_argument_group("profile (Nsight Compute over the ladders; docs/ladder.md)")
     pf.add_argument("--profile", nargs="?", const="ladder_profile.json", metavar="JSON",

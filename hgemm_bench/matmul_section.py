@@ -317,6 +317,14 @@ def unavailable(calls: list[BaselineCall], apis: tuple[str, ...] = CUBLAS_APIS) 
     return f"cuBLAS unavailable: {reasons[0]}" if reasons else ""
 
 
+def autotune(a: Any, b: Any, c: Any, shape: Shape) -> None:
+    """--autotune: time the shape's candidate routes first (the tuning cache then holds the fastest); the best
+    three printed."""
+    tuned = hg.autotune(a, b, c)
+    print(f"  autotune {shape.label}: " + "; ".join(
+        f"{r['route'].kernel}{' (C^T)' if r['route'].transpose else ''} {r['us']:.1f} us" for r in tuned[:3]))
+
+
 def measure_vs_cublas(section: str, shape: Shape, run: Run) -> list[dict]:
     M, N, K, dtype = shape.M, shape.N, shape.K, shape.dtype
     inp = ShapeInputs(M, N, K, run.rng, run.check_rows)
@@ -327,9 +335,7 @@ def measure_vs_cublas(section: str, shape: Shape, run: Run) -> list[dict]:
         B = Bs if shape.b_order == "row" else Bs.T
         C = inp.output(dtype)
         if run.autotune:
-            tuned = hg.autotune(A, B, C)
-            print(f"  autotune {shape.label}: " + "; ".join(
-                f"{r['route'].kernel}{' (C^T)' if r['route'].transpose else ''} {r['us']:.1f} us" for r in tuned[:3]))
+            autotune(A, B, C, shape)
         route = hg.explain(A, B, C)
         _, err = checked_launch(lambda: hg.matmul(A, B, C), C, inp, dtype)
         acc = ACCUMULATE[dtype][0]  # what matmul accumulates in by default
@@ -452,6 +458,8 @@ def measure_batched(section: str, shape: Shape, run: Run) -> list[dict]:
     w = torch_operand(torch, run.rng, K, N, shape.b_order, dtype, shape.batch)
     ref = x.double() @ w.double()
     c = torch.empty(tuple(ref.shape), dtype=x.dtype, device=x.device)
+    if run.autotune:
+        autotune(x, w, c, shape)
     stream = torch.cuda.current_stream().cuda_stream  # where all of them run: the events and flushes go there too
     error_of = torch_error_of(c, ref)
     ours = lambda: hg.matmul(x, w, out=c)  # noqa: E731

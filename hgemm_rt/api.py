@@ -737,9 +737,6 @@ class Matmul:
         (save=True) and use it from now on. Returns [{"route", "recipe", "us", "error", "estimate_us"}],
         fastest first. `out` is never written."""
         c = self.call
-        if self.problem.batched:
-            raise ValidationError("matmul: autotune does not take a batched call yet (it times 2-D problems); "
-                                  "the batched plan is the cost model's choice")
         if self.problem.epi is not None:  # (the timing runs pass no bias: the kernels would read a null one)
             raise ValidationError("matmul: autotune does not take a call with bias=, activation= or scale= yet; "
                                   "its plan is the cost model's choice")
@@ -747,15 +744,16 @@ class Matmul:
         manifest = get_registry().manifest
         keep = []
         refs = []
-        for op, rows, cols in ((c.a, c.M, c.K), (c.b, c.K, c.N), (c.c, c.M, c.N)):
+        for op in c.operands:  # (a host operand or a missing out: a dense device copy, as the call's own plan has it)
             if op is None or op.host is not None:
-                arr = DeviceArray.empty((rows, cols), c.dtype, c.device)
+                shape = op.shape if op is not None else c.result_shape if c.batch else (c.M, c.N)
+                arr = DeviceArray.empty(shape, c.dtype, c.device)
                 if op is not None and op.what != "out":
-                    arr.copy_from_numpy(np.asarray(op.host).reshape(rows, cols))
+                    arr.copy_from_numpy(np.asarray(op.host).reshape(shape))
                 elif op is None or op.what == "out":
                     arr.fill_bytes(0)
                 keep.append(arr)
-                refs.append(ArrayRef(arr.ptr, (rows, cols), arr.strides, c.dtype))
+                refs.append(ArrayRef(arr.ptr, shape, arr.strides, c.dtype))
             else:
                 refs.append(ArrayRef(op.ptr, op.shape, op.strides, c.dtype))
         try:
@@ -763,7 +761,8 @@ class Matmul:
             chosen = tuning.choose_candidates(ranked, manifest, candidates)
             results = tuning.time_routes(chosen, tuple(refs), c.dtype, c.acc, c.alpha, c.beta, c.device, c.stream,
                                          manifest, iters=iters, warmup=warmup,
-                                         c_is_scratch=c.c is None or c.c.host is not None)
+                                         c_is_scratch=c.c is None or c.c.host is not None,
+                                         batch=(c.batch, c.bstrides))
         finally:
             dev.synchronize()
             for arr in keep:

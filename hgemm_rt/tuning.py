@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import tempfile
@@ -196,12 +197,33 @@ def choose_candidates(ranked: list, manifest: Manifest, candidates: int) -> list
     return chosen[:max(candidates, 1)]
 
 
+BATCH_SAMPLES = 3  # matrices of a batched call each candidate is checked on: the first, the last, one between
+
+
+def sampled_matrices(refs: tuple[ArrayRef, ...], batch: tuple, rng: np.random.Generator) -> list[tuple[ArrayRef, ...]]:
+    """The matrices of a call a candidate is checked on, each as 2-D views of (A, B, C): the one matrix of an
+    unbatched call; of a batched one (`batch`: Call.batch, Call.bstrides, the levels' counts and each operand's
+    element strides per level) the first, the last and one between at random."""
+    counts, strides = batch
+    total = math.prod(counts)
+    picks = sorted({0, total - 1, int(rng.integers(total))})[:BATCH_SAMPLES]
+    out = []
+    for flat in picks:
+        index = np.unravel_index(flat, counts) if counts else ()
+        out.append(tuple(
+            ref._replace(ptr=ref.ptr + sum(int(i) * s for i, s in zip(index, st)) * ITEMSIZE[ref.dtype],
+                         shape=tuple(ref.shape[-2:]), strides=tuple(ref.strides[-2:]))
+            for ref, st in zip(refs, strides)))
+    return out
+
+
 def time_routes(chosen: list, refs: tuple[ArrayRef, ArrayRef, ArrayRef], dtype: str, acc: str, alpha: float,
                 beta: float, device: int, stream: int, manifest: Manifest, iters: int = 10,
-                warmup: int = 2, c_is_scratch: bool = False) -> list[dict]:
-    """Time each (estimate, recipe) of `chosen` on the operands `refs` (A, B, C). C is written only
-    when `c_is_scratch`; otherwise a look-alike scratch buffer takes its place. Each candidate is checked
-    against a float64 reference on sampled rows first: a wrong one gets us = inf and never wins.
+                warmup: int = 2, c_is_scratch: bool = False, batch: tuple = ((), ((), (), ()))) -> list[dict]:
+    """Time each (estimate, recipe) of `chosen` on the operands `refs` (A, B, C; N-D for a batched call,
+    whose levels `batch` gives: Call.batch, Call.bstrides). C is written only when `c_is_scratch`; otherwise a
+    look-alike scratch buffer takes its place. Each candidate is checked against a float64 reference on
+    sampled rows (of sampled matrices) first: a wrong one gets us = inf and never wins.
     Returns [{"route", "recipe", "us", "error", "estimate_us"}], fastest first."""
     from .testing import error_floor
     from .timing import L2Flusher, time_fn
@@ -210,12 +232,13 @@ def time_routes(chosen: list, refs: tuple[ArrayRef, ArrayRef, ArrayRef], dtype: 
     owner = None
     if not c_is_scratch:
         C, owner = _scratch_like(C, device)
-    M, K = A.shape
+    M, K = A.shape[-2:]
     dev = get_device(device)
     rng = np.random.default_rng()
     rows = np.sort(rng.choice(M, size=min(M, 16), replace=False))
-    a_h, b_h = _download(A, device)[rows].astype(np.float64), _download(B, device).astype(np.float64)
-    ref = alpha * (a_h @ b_h)
+    samples = sampled_matrices((A, B, C), batch, rng)
+    ref = np.concatenate([alpha * (_download(a, device)[rows].astype(np.float64) @
+                                   _download(b, device).astype(np.float64)) for a, b, _ in samples])
     bound = 4 * error_floor(dtype, acc, dtype, K)
     flusher = L2Flusher(device)
     results = []
@@ -227,7 +250,7 @@ def time_routes(chosen: list, refs: tuple[ArrayRef, ArrayRef, ArrayRef], dtype: 
                 fill_strided(C, 0, device, stream)  # beta's term is checked nowhere: start from zeros
                 ex.run(ptrs, alpha, 0.0, stream)
                 dev.synchronize()
-                got = _download(C, device)[rows].astype(np.float64)
+                got = np.concatenate([_download(c, device)[rows].astype(np.float64) for _, _, c in samples])
                 err = float(np.linalg.norm(got - ref) / max(np.linalg.norm(ref), 1e-30)) \
                     if np.isfinite(got).all() else float("inf")
                 us = float("inf")

@@ -449,6 +449,27 @@ def test_route_json_roundtrip_and_rejects_junk():
 # ---------------------------------------------------------------------------------------------------
 
 @needs_manifest
+def test_autotune_checks_a_batched_call_on_its_first_last_and_one_random_matrix():
+    from hgemm_rt.launcher import ArrayRef
+
+    base = 1 << 40
+    refs = (ArrayRef(base, (2, 3, 40, 64), (3 * 40 * 64 * 2, 40 * 64 * 2, 128, 2), "f16"),
+            ArrayRef(base + (1 << 30), (64, 56), (112, 2), "f16"),  # broadcast: stride 0 on every level
+            ArrayRef(base + (2 << 30), (2, 3, 40, 56), (3 * 40 * 56 * 2, 40 * 56 * 2, 112, 2), "f16"))
+    batch = ((2, 3), ((3 * 40 * 64, 40 * 64), (0, 0), (3 * 40 * 56, 40 * 56)))
+    for seed in range(20):
+        views = tuning.sampled_matrices(refs, batch, np.random.default_rng(seed))
+        firsts = [a.ptr for a, _, _ in views]
+        assert firsts[0] == base and firsts[-1] == base + 5 * 40 * 64 * 2 and 2 <= len(views) <= 3
+        for a, b, c in views:
+            index = (a.ptr - base) // (40 * 64 * 2)
+            assert a.shape == (40, 64) and a.strides == (128, 2) and b == refs[1]
+            assert c.ptr == refs[2].ptr + index * 40 * 56 * 2 and c.shape == (40, 56)
+    (only,) = tuning.sampled_matrices(tuple(r._replace(shape=r.shape[-2:], strides=r.strides[-2:]) for r in refs),
+                                      ((), ((), (), ())), np.random.default_rng(0))
+    assert only[0].ptr == base and only[2].ptr == refs[2].ptr
+
+
 def test_autotune_cache_roundtrip_and_corruption_is_never_trusted(tmp_path, monkeypatch):
     at = tuning
     monkeypatch.setenv("HGEMM_CACHE_DIR", str(tmp_path))
@@ -849,6 +870,36 @@ def test_autotune_writes_a_cache_that_matmul_then_uses(tmp_path, monkeypatch, rn
         assert hg.Matmul(A, B, C).recipe.route == results[0]["route"]  # a new plan object sees the winner
         hg.matmul(A, B, out=C)
         assert _rel(C.to_numpy().astype(np.float64), a.astype(np.float64) @ b) < 1e-3
+    finally:
+        tuning.forget()
+        hg.plans.clear()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("a_shape,b_shape,with_out", [
+    ((3, 70, 96), (3, 96, 130), True),         # one batch level
+    ((2, 3, 50, 64), (2, 3, 64, 40), True),    # two levels
+    ((72, 64), (5, 64, 88), True),             # A broadcast over B's batch
+    ((2, 3, 40, 64), (64, 56), False),         # a 2-D B: the batch folds into rows; out made by matmul
+])
+def test_autotune_of_a_batched_call_caches_a_route_that_matmul_then_uses(tmp_path, monkeypatch, rng, a_shape,
+                                                                         b_shape, with_out):
+    monkeypatch.setenv("HGEMM_CACHE_DIR", str(tmp_path))
+    tuning.forget()
+    hg.plans.clear()
+    a = rng.standard_normal(a_shape).astype(np.float16)
+    b = rng.standard_normal(b_shape).astype(np.float16)
+    ref = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    A, B = hg.to_device(a), hg.to_device(b)
+    C = hg.empty(ref.shape, "f16") if with_out else None
+    try:
+        results = hg.autotune(A, B, C, candidates=4, iters=2, warmup=1)
+        assert results and math.isfinite(results[0]["us"]) and results[0]["error"] <= _bound("f16", "f32", b_shape[-2])
+        (entry,) = json.loads(next(tmp_path.glob("autotune-*.json")).read_text())["entries"].values()
+        assert entry["route"]["kernel"] == results[0]["route"].kernel
+        assert hg.Matmul(A, B, C).recipe.route == results[0]["route"]  # a new plan object sees the winner
+        out = hg.matmul(A, B, out=C)
+        assert _rel(out.to_numpy().astype(np.float64), ref) <= _bound("f16", "f32", b_shape[-2])
     finally:
         tuning.forget()
         hg.plans.clear()
