@@ -173,8 +173,8 @@ SMEM_SPLIT_FIXED_US = 5.5
 # at splits=8 ran 2.4-4.7 us over that model (256^3 13.4, 384^3 15.3, 512^3 25.6, 768^3 42.6), at splits=4 0.8-2.4
 SMEM_SPLIT_SUM_US = 0.6
 # util_sm90's multicast pair pays with B in L2 where this many rows of tiles re-read a B of at least these bytes
-# (H100, fp16, m128n128 unicast -> paired: 512 x 4096 x 3584, B 29 MB, 32.4 -> 28.4 us, now picked; 512 x 3072 x 3072,
-# 19 MB, 26.5 -> 24.6, still priced behind the unicast launch, whose arithmetic term binds there)
+# (H100, fp16, m128n128 unicast -> paired: 512 x 4096 x 3584, B 29 MB, 32.4 -> 28.4 us; 512 x 3072 x 3072, 19 MB,
+# 25.9 -> 23.6)
 MC_REREAD_ROWS, MC_REREAD_B_BYTES = (4, 8), 16 << 20
 # ... and there it runs its arithmetic in this share of the unicast launch's time: the m128n128 rate (560 TFLOPS) is
 # the L2's limit on one CTA an SM, not the tensor cores' (H100, fp16, unicast -> paired, us: 512 x 3072 x 3072

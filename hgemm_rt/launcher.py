@@ -91,8 +91,8 @@ class ArrayRef(NamedTuple):
     """What a parameter needs of an operand: its address and, for a TMA map, its 2-D geometry."""
 
     ptr: int
-    shape: tuple[int, int]
-    strides: tuple[int, int]  # bytes
+    shape: tuple[int, ...]  # 2-D for a kernel parameter (autotune's timing runs also take a batched call's N-D views)
+    strides: tuple[int, ...]  # bytes
     dtype: str
 
     @property
