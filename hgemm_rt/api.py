@@ -746,7 +746,7 @@ class Matmul:
         refs = []
         for op in c.operands:  # (a host operand or a missing out: a dense device copy, as the call's own plan has it)
             if op is None or op.host is not None:
-                shape = op.shape if op is not None else c.result_shape if c.batch else (c.M, c.N)
+                shape = op.shape if op is not None else (c.result_shape if c.batch else (c.M, c.N))
                 arr = DeviceArray.empty(shape, c.dtype, c.device)
                 if op is not None and op.what != "out":
                     arr.copy_from_numpy(np.asarray(op.host).reshape(shape))

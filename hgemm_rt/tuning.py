@@ -19,6 +19,7 @@ route of one shape, up to the number of launches).
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -197,16 +198,13 @@ def choose_candidates(ranked: list, manifest: Manifest, candidates: int) -> list
     return chosen[:max(candidates, 1)]
 
 
-BATCH_SAMPLES = 3  # matrices of a batched call each candidate is checked on: the first, the last, one between
-
-
 def sampled_matrices(refs: tuple[ArrayRef, ...], batch: tuple, rng: np.random.Generator) -> list[tuple[ArrayRef, ...]]:
     """The matrices of a call a candidate is checked on, each as 2-D views of (A, B, C): the one matrix of an
     unbatched call; of a batched one (`batch`: Call.batch, Call.bstrides, the levels' counts and each operand's
     element strides per level) the first, the last and one between at random."""
     counts, strides = batch
     total = math.prod(counts)
-    picks = sorted({0, total - 1, int(rng.integers(total))})[:BATCH_SAMPLES]
+    picks = sorted({0, total - 1, int(rng.integers(total))})
     out = []
     for flat in picks:
         index = np.unravel_index(flat, counts) if counts else ()
@@ -237,8 +235,9 @@ def time_routes(chosen: list, refs: tuple[ArrayRef, ArrayRef, ArrayRef], dtype: 
     rng = np.random.default_rng()
     rows = np.sort(rng.choice(M, size=min(M, 16), replace=False))
     samples = sampled_matrices((A, B, C), batch, rng)
-    ref = np.concatenate([alpha * (_download(a, device)[rows].astype(np.float64) @
-                                   _download(b, device).astype(np.float64)) for a, b, _ in samples])
+    host = functools.cache(lambda view: _download(view, device))  # (a broadcast operand's one matrix: one copy)
+    ref = np.concatenate([alpha * (host(a)[rows].astype(np.float64) @ host(b).astype(np.float64))
+                          for a, b, _ in samples])
     bound = 4 * error_floor(dtype, acc, dtype, K)
     flusher = L2Flusher(device)
     results = []
