@@ -502,11 +502,16 @@ __device__ __forceinline__ void sk_add(float (&d)[128], const float4* part, uint
 }
 
 // Serial fix-up (at most kSkSerialPieces pieces), the owner (piece 0 of its tile, CTA blockIdx.x): each peer's
-// partial added to this warpgroup's accumulators in turn, then the tile's epilogue as a whole tile's.
+// partial added to this warpgroup's accumulators in turn, then the tile's epilogue as a whole tile's. The buffers
+// are the ring's first 128 KB, which the other consumer's last wgmma may still be reading: both consumers meet at
+// named barrier kConsumersBar first (without it a peer's flag found already up let one consumer's copies land in
+// the A stage the other's tensor cores were reading: wrong rows, NaN among them, on the H100).
+constexpr int kConsumersBar = 1 + kConsumers;  // named barrier of the consumer warpgroups (1 + cw: each one's own)
 __device__ __forceinline__ void sk_gather(float (&d)[128], float* work, const volatile SkConfig* cfg, uint32_t buf,
                                           int cw, int tid) {
   const int c0 = static_cast<int>(blockIdx.x), s = cfg->splits;
   int* flags = reinterpret_cast<int*>(work);
+  hg90::named_bar_sync(kConsumersBar, 128 * kConsumers);
   for (int c = c0 + 1; c < c0 + s; ++c) {
     const int slot = 2 * c + cw;
     sk_wait(flags + slot, 1, cw, tid);
