@@ -553,11 +553,23 @@ def _built(manifest: Manifest, spec: KernelSpec, cc: tuple[int, int]) -> bool:
 # -> 55.3-56.0 us, K = 32 54.9-55.5 -> 54.3-54.6, K = 64 54.0 -> 53.8-54.2 (K = 256: 67.6 -> 76.2, which is why the
 # default stays 4).
 STAGES, WHOLE_TILE_STAGES = "stages", 3
+# ... and where the launch is long: from 2^39 multiply-adds up 3 stages ran 0.4-4% faster (H100, three interleaved
+# rounds: fp16 8192^3 1413-1417 against 1430-1434 us, bf16 1363-1365 / 1370-1371, 16384^3 11859-12208 / 12227-12771),
+# at 2^38 either way within 1%, below it 4 stages (4096^3 184.5 / 180.5); the H200 turned alike (docs/tuning_log.md,
+# hgemm_sm90 and session 25).
+LONG_LAUNCH_MACS = 2**39
 
 
 def single_k_block(spec: KernelSpec, prob: Problem) -> bool:
     """Is `prob` one k-block of `spec`, whose `stages` variant then runs with whole-tile staging?"""
     return WHOLE_TILE_STAGES in spec.variants.get(STAGES, ()) and prob.K <= spec.tile[2]
+
+
+def whole_tile_staging(spec: KernelSpec, prob: Problem) -> bool:
+    """Does `spec` run `prob` with whole-tile staging (its `stages` variant at 3): a single k-block, or a launch of
+    at least LONG_LAUNCH_MACS multiply-adds?"""
+    return single_k_block(spec, prob) or (WHOLE_TILE_STAGES in spec.variants.get(STAGES, ()) and
+                                          prob.M * prob.N * prob.K >= LONG_LAUNCH_MACS)
 
 
 def candidate_routes(prob: Problem, manifest: Manifest, cc: tuple[int, int], kernel: str | None = None,
@@ -616,7 +628,7 @@ def candidate_routes(prob: Problem, manifest: Manifest, cc: tuple[int, int], ker
             continue
         if spec.out != prob.dtype or acc_variant(spec, prob.dtype, prob.acc) is False:
             continue
-        opts = ((STAGES, WHOLE_TILE_STAGES),) if single_k_block(spec, prob) else ()
+        opts = ((STAGES, WHOLE_TILE_STAGES),) if whole_tile_staging(spec, prob) else ()
         for t in (False, True):
             # the catalogue's 128 x 192 kernels are for the wave fill of wide outputs; narrower than the tile, the
             # util kernels' tiles fill it better (as the tile-fill rule of ranked_recipes has it for 256-wide ones).

@@ -420,6 +420,23 @@ def test_one_k_block_takes_whole_tile_staging():
 
 
 @needs_manifest
+def test_a_long_launch_takes_whole_tile_staging():
+    """From planner.LONG_LAUNCH_MACS multiply-adds up (8192^3), the catalogue TMA-store kernels run stages=3; just
+    below it (8192 x 8192 x 4096, 4096^3) their default 4."""
+    if not any(planner.WHOLE_TILE_STAGES in s.variants.get(planner.STAGES, ()) for s in MANIFEST.kernels.values()):
+        pytest.skip("no kernel with a stages variant in this build")
+    assert planner.LONG_LAUNCH_MACS == 8192 ** 3
+    for dtype in ("f16", "bf16"):
+        for (M, N, K), stages in (((8192, 8192, 8192), 3), ((16384, 16384, 16384), 3), ((16384, 14336, 4096), 3),
+                                  ((8192, 8192, 4096), 4), ((4096, 4096, 4096), 4)):
+            p = planner.heuristic_recipe(_problem(M, N, K, dtype=dtype, orders=("row", "col", "row")), MANIFEST,
+                                         (9, 0), 132)
+            spec = MANIFEST.kernels[p.route.kernel]
+            assert planner.STAGES in spec.variants, planner.describe(p)  # (the catalogue's persistent kernel)
+            assert spec.resolve_variant(dict(p.route.options)).get(planner.STAGES) == stages, planner.describe(p)
+
+
+@needs_manifest
 def test_a_route_from_the_tuning_cache_is_held_to_the_precision_rules():
     """A cached route to a kernel that accumulates in fp16 never serves accumulate="f32" (the planner
     drops it and the heuristic chooses), however the cache entry came to name it."""
