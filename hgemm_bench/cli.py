@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import argparse
+import re
 from dataclasses import dataclass, field
 
-from .matmul_table import SECTIONS, WALL_REPEATS
+from .matmul_table import SECTIONS, WALL_REPEATS, selected_shapes
 
 DEFAULT_SWEEP = (1024, 2048, 4096, 8192)
 DEFAULT_SEP = 1024
@@ -109,6 +110,7 @@ class Settings:
     out: str = "."
     matmul: list[str] = field(default_factory=list)  # sections of the matmul bench; empty: the kernel bench
     autotune: bool = False
+    only: str | None = None  # --only: a regular expression over the matmul sections' shapes (None: all)
     steady: int | None = None  # rounds of the steady-state protocol; None: the default protocol
     warm_s: float = STEADY_WARM_S
     profile: str | None = None  # --profile: the JSON to write (hgemm_bench/profile.py)
@@ -180,6 +182,9 @@ def build_parser() -> argparse.ArgumentParser:
     mm.add_argument("--matmul", nargs="?", const=",".join(SECTIONS), metavar="SECTIONS",
                     help=f"run these matmul sections and exit: comma-separated of {', '.join(SECTIONS)} "
                          "(default all)")
+    mm.add_argument("--only", metavar="REGEX",
+                    help="with --matmul: only the shapes whose table text (e.g. '8192x8192x8192 f16 A row B col') "
+                         "matches this regular expression; a section cut to a subset is not judged against its target")
     mm.add_argument("--autotune", action="store_true",
                     help="with --matmul: autotune every shape of the cuBLAS and batched sections first (writes the "
                          "tuning cache)")
@@ -233,10 +238,11 @@ def shapes_from(args: argparse.Namespace, error) -> list[tuple[int, int, int]]:
 
 
 def matmul_sections(args: argparse.Namespace, error) -> list[str]:
-    """The --matmul sections in the order given, each once ([] without --matmul)."""
+    """The --matmul sections in the order given, each once ([] without --matmul); --only checked against them."""
     if args.matmul is None:
-        if args.autotune:
-            error("--autotune applies to --matmul")
+        for flag, dest in (("--autotune", "autotune"), ("--only", "only")):
+            if getattr(args, dest) not in (None, False):
+                error(f"{flag} applies to --matmul")
         return []
     names = list(dict.fromkeys(n.strip() for n in args.matmul.split(",") if n.strip()))
     unknown = [n for n in names if n not in SECTIONS]
@@ -246,6 +252,14 @@ def matmul_sections(args: argparse.Namespace, error) -> list[str]:
     given = ["--" + d.replace("_", "-") for d in KERNEL_BENCH_ONLY if getattr(args, d) not in (None, False)]
     if given:
         error(f"--matmul runs its own shapes and prints its own tables: it does not combine with {' '.join(given)}")
+    if args.only is not None:
+        try:
+            chosen = [s for n in names for s in selected_shapes(SECTIONS[n], args.only)]
+        except re.error as exc:
+            error(f"--only {args.only!r}: not a regular expression ({exc})")
+        if not chosen:
+            error(f"--only {args.only!r} matches no shape of the section(s) {', '.join(names)} (a shape reads like "
+                  f"{SECTIONS[names[0]].shapes[0].cell!r})")
     return names
 
 
@@ -280,7 +294,7 @@ def parse_args(argv: list[str] | None = None) -> Settings:
         progress=not args.no_progress, list_only=args.list, readme=args.readme,
         readme_shape=args.readme_shape, readme_file=args.readme_file, readme_images=args.readme_images,
         plots=args.plots or [], out=args.out,
-        matmul=sections, autotune=args.autotune, steady=args.steady,
+        matmul=sections, autotune=args.autotune, only=args.only, steady=args.steady,
         warm_s=STEADY_WARM_S if args.warm_s is None else args.warm_s,
         profile=args.profile, ladder_doc=args.ladder_doc, ladder_doc_out=args.ladder_doc_out,
     )

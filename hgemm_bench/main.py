@@ -115,8 +115,8 @@ def matmul_mode(s: Settings, argv: list[str] | None) -> int:
     from .matmul_section import DOC_ROWS, failures, run_sections
 
     doc = run_sections(s.matmul, {"iters": s.iters, "warmup": s.warmup, "check_rows": s.check_rows,
-                                  "autotune": s.autotune, "seed": s.seed}, build_record(registry), command_line(argv),
-                       steady_protocol(s))
+                                  "autotune": s.autotune, "seed": s.seed, "only": s.only}, build_record(registry),
+                       command_line(argv), steady_protocol(s))
     if s.json:
         results.write_json(doc, s.json, DOC_ROWS)
         print(f"wrote {s.json}")

@@ -51,7 +51,7 @@ from hgemm_rt.timing import L2Flusher, time_fn
 from .analysis import geomean
 from .devinfo import ClockSampler, clocks, device_record, header_lines
 from .matmul_table import (GRAPH_CALLS, LT_ALGOS, SECTIONS, WALL_MIN_CALLS, WALL_REPEAT_S, WALL_REPEATS, HostCall,
-                           Section, Shape)
+                           Section, Shape, selected_shapes, shape_text)
 from .measure import ShapeInputs, checked_launch, timed_once
 from .results import MATMUL_SCHEMA
 from .steady import Contender, Protocol, interleave
@@ -94,6 +94,7 @@ class Run:
     sampler: ClockSampler | None = None
     skipped: list[dict] = field(default_factory=list)
     hbm: float | None = None  # measured HBM bandwidth, bytes/s (hbm_bytes_per_s)
+    only: str | None = None  # --only: the regular expression a shape's table text must match (None: every shape)
 
     def hbm_bytes_per_s(self) -> float:
         """HBM bandwidth as a 1 GiB fill measures it, once per run: the reference of memory-bound rows."""
@@ -777,12 +778,8 @@ def fmt_err(r: dict) -> str:
 
 
 def shape_cell(r: dict) -> str:
-    mnk = f"{r['M']}x{r['N']}x{r['K']}"
-    batch = r.get("batch", 1)
-    if r.get("routing"):  # the moe section: M tokens over `batch` experts
-        return f"{batch} experts {r['routing']}, {mnk} {r['dtype']}"
-    what = f"{r['epilogue']} " if r.get("epilogue") else ""
-    return f"{what}{mnk if batch == 1 else f'{batch}x({mnk})'} {r['dtype']} A {r['a_order']} B {r['b_order']}"
+    return shape_text(r["M"], r["N"], r["K"], r["dtype"], r.get("a_order", ""), r.get("b_order", ""),
+                      r.get("batch", 1), r.get("epilogue", ""), r.get("routing", ""))
 
 
 def tried_cell(r: dict) -> str:
@@ -924,8 +921,12 @@ def run_section(name: str, run: Run) -> tuple[list[dict], dict | None]:
     if kind.needs and framework(kind.needs)[0] is None:
         run.skip(name, "the section", framework(kind.needs)[1])
         return [], None
+    shapes = selected_shapes(section, run.only)
+    if not shapes:
+        print(f"  (no shape matches --only {run.only!r})", flush=True)
+        return [], None
     rows, failed = [], []
-    for shape in section.shapes:
+    for shape in shapes:
         try:
             rows += kind.measure(name, shape, run)
         except (hg.HgemmError, RuntimeError) as exc:
@@ -937,6 +938,9 @@ def run_section(name: str, run: Run) -> tuple[list[dict], dict | None]:
         print(kind.table(rows), flush=True)
         if section.judge == "geomean" and len(rows) > WORST_ROWS:
             print(worst_rows(rows), flush=True)
+    if len(shapes) < len(section.shapes):  # a subset says nothing about the section's target
+        print(f"  ({len(shapes)} of the section's {len(section.shapes)} shapes, by --only: its target is not judged)")
+        return rows + failed, None
     verdict = judge_target(name, section, [r.get("ratio") for r in rows])
     if verdict is not None:
         print(verdict_line(verdict))
@@ -945,7 +949,7 @@ def run_section(name: str, run: Run) -> tuple[list[dict], dict | None]:
 
 def run_sections(names: list[str], settings: dict, build: dict, command: str, steady: Protocol | None = None) -> dict:
     """The sections in order, under one device header: the results document (see make_doc).
-    settings: iters, warmup, check_rows, autotune, seed (None: fresh); `steady`: the steady-state
+    settings: iters, warmup, check_rows, autotune, seed (None: fresh), only (--only's pattern or None); `steady`: the steady-state
     protocol for the sections against cuBLAS."""
     dev = hg.get_device()
     device = device_record(dev)
@@ -955,7 +959,8 @@ def run_sections(names: list[str], settings: dict, build: dict, command: str, st
     print(", ".join(f"{name} {v}" if v else f"{name}: {framework(name)[1]}" for name, v in versions.items()))
     seed = settings["seed"] if settings["seed"] is not None else int(np.random.SeedSequence().entropy % (2**63))
     run = Run(settings["iters"], settings["warmup"], settings["check_rows"], settings["autotune"],
-              np.random.default_rng(seed), L2Flusher(), steady, ClockSampler(dev.info.ordinal) if steady else None)
+              np.random.default_rng(seed), L2Flusher(), steady, ClockSampler(dev.info.ordinal) if steady else None,
+              only=settings.get("only"))
     rows, verdicts = [], []
     try:
         for name in names:

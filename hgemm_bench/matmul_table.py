@@ -4,6 +4,7 @@ protocol. No GPU, no runtime import: cli reads the section names here, matmul_se
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 
@@ -23,12 +24,38 @@ class Shape:
     routing: str = ""  # the moe section: "uniform" or "skewed" tokens per expert (batch = experts, M = tokens)
 
     @property
+    def cell(self) -> str:
+        """The shape as the section tables print it (shape_text), which --only matches."""
+        return shape_text(self.M, self.N, self.K, self.dtype, self.a_order, self.b_order, self.batch, self.epilogue,
+                          self.routing)
+
+    @property
     def label(self) -> str:
         mnk = f"{self.M}x{self.N}x{self.K}"
         mnk = mnk if self.batch == 1 else f"{self.batch}x({mnk})"
         if self.routing:
             return f"{self.batch} experts {self.routing}, {self.M} tokens x {self.N} x {self.K}"
         return f"{self.epilogue} {mnk}" if self.epilogue else mnk
+
+
+def shape_text(M: int, N: int, K: int, dtype: str, a_order: str, b_order: str, batch: int = 1, epilogue: str = "",
+               routing: str = "") -> str:
+    """A row's shape as the section tables print it: "MxNxK dtype A order B order" (a batch as "Bx(MxNxK)", the
+    eager section's workload first; the moe section: experts, routing, M tokens x N x K)."""
+    mnk = f"{M}x{N}x{K}"
+    if routing:
+        return f"{batch} experts {routing}, {mnk} {dtype}"
+    what = f"{epilogue} " if epilogue else ""
+    return f"{what}{mnk if batch == 1 else f'{batch}x({mnk})'} {dtype} A {a_order} B {b_order}"
+
+
+def selected_shapes(section: "Section", only: str | None) -> tuple[Shape, ...]:
+    """The section's shapes whose table text (Shape.cell) matches the regular expression `only` (re.search);
+    every shape where it is None."""
+    if only is None:
+        return section.shapes
+    pattern = re.compile(only)
+    return tuple(s for s in section.shapes if pattern.search(s.cell))
 
 
 def cube(s: int, dtype: str = "f16", a_order: str = "row", b_order: str = "row") -> Shape:

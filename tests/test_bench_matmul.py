@@ -622,3 +622,45 @@ def test_batched_rows_on_the_gpu_time_cublas_strided_batched_beside_torch(monkey
         f"cublasGemmStridedBatchedEx acc {acc}" for acc in ms.baseline_accumulations(dtype)] + ["torch.matmul"]
     assert all(c["rel_error"] is not None and c["rel_error"] <= c["error_bound"] for c in row["baseline_calls"])
     print(ms.batched_table([row]))
+
+
+# -- --only: a subset of the sections' shapes ------------------------------------------------------
+
+
+def test_only_selects_shapes_by_their_table_text_and_needs_matmul(capsys):
+    from hgemm_bench.matmul_table import selected_shapes
+    s = cli.parse_args(["--matmul", "public", "--only", "^8192x8192x8192 f16"])
+    assert s.only == "^8192x8192x8192 f16"
+    picked = selected_shapes(SECTIONS["public"], s.only)
+    assert picked and all(p.cell.startswith("8192x8192x8192 f16 A ") for p in picked)
+    assert selected_shapes(SECTIONS["public"], None) == SECTIONS["public"].shapes
+    # the text is the tables' (shape_cell of a row of the same shape)
+    shape = SECTIONS["fused"].shapes[0]
+    row = {"M": shape.M, "N": shape.N, "K": shape.K, "dtype": shape.dtype, "a_order": shape.a_order,
+           "b_order": shape.b_order, "epilogue": shape.epilogue}
+    assert shape.cell == ms.shape_cell(row) and shape.cell.startswith("bias_gelu ")
+    for argv, says in ((["--only", "8192"], "--only applies to --matmul"),
+                       (["--matmul", "public", "--only", "("], "not a regular expression"),
+                       (["--matmul", "host", "--only", "^nothing like this$"], "matches no shape")):
+        with pytest.raises(SystemExit) as exc:
+            cli.parse_args(argv)
+        assert exc.value.code == 2 and says in capsys.readouterr().err
+
+
+def test_a_section_cut_by_only_runs_its_matching_shapes_and_is_not_judged(monkeypatch, capsys):
+    """run_section measures only the matching shapes, and a subset gets no verdict (its target is the section's)."""
+    seen = []
+
+    def measure(name, shape, run):
+        seen.append(shape)
+        return [{"section": name, "M": shape.M, "N": shape.N, "K": shape.K, "dtype": shape.dtype,
+                 "a_order": shape.a_order, "b_order": shape.b_order, "ratio": 2.0, "route": "r", "ok": True}]
+    monkeypatch.setitem(ms.KINDS, SECTIONS["public"].baseline, ms.Kind(measure, lambda rows: "table"))
+    run = ms.Run(1, 0, 0, False, np.random.default_rng(0), None, only="^16384x16384x16384 ")
+    rows, verdict = ms.run_section("public", run)
+    assert seen and all(s.M == s.N == s.K == 16384 for s in seen) and len(rows) == len(seen)
+    assert verdict is None and "not judged" in capsys.readouterr().out
+    run.only = None
+    seen.clear()
+    rows, verdict = ms.run_section("public", run)
+    assert len(seen) == len(SECTIONS["public"].shapes) and verdict is not None
