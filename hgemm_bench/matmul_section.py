@@ -949,8 +949,8 @@ def run_section(name: str, run: Run) -> tuple[list[dict], dict | None]:
 
 def run_sections(names: list[str], settings: dict, build: dict, command: str, steady: Protocol | None = None) -> dict:
     """The sections in order, under one device header: the results document (see make_doc).
-    settings: iters, warmup, check_rows, autotune, seed (None: fresh), only (--only's pattern or None); `steady`: the steady-state
-    protocol for the sections against cuBLAS."""
+    settings: iters, warmup, check_rows, autotune, seed (None: fresh), only (--only's pattern, or None);
+    `steady`: the steady-state protocol for the sections against cuBLAS."""
     dev = hg.get_device()
     device = device_record(dev)
     versions = framework_versions()
