@@ -560,16 +560,11 @@ STAGES, WHOLE_TILE_STAGES = "stages", 3
 LONG_LAUNCH_MACS = 2**39
 
 
-def single_k_block(spec: KernelSpec, prob: Problem) -> bool:
-    """Is `prob` one k-block of `spec`, whose `stages` variant then runs with whole-tile staging?"""
-    return WHOLE_TILE_STAGES in spec.variants.get(STAGES, ()) and prob.K <= spec.tile[2]
-
-
 def whole_tile_staging(spec: KernelSpec, prob: Problem) -> bool:
     """Does `spec` run `prob` with whole-tile staging (its `stages` variant at 3): a single k-block, or a launch of
     at least LONG_LAUNCH_MACS multiply-adds?"""
-    return single_k_block(spec, prob) or (WHOLE_TILE_STAGES in spec.variants.get(STAGES, ()) and
-                                          prob.M * prob.N * prob.K >= LONG_LAUNCH_MACS)
+    return WHOLE_TILE_STAGES in spec.variants.get(STAGES, ()) and (
+        prob.K <= spec.tile[2] or prob.M * prob.N * prob.K >= LONG_LAUNCH_MACS)
 
 
 def candidate_routes(prob: Problem, manifest: Manifest, cc: tuple[int, int], kernel: str | None = None,

@@ -408,7 +408,7 @@ def test_kxn_decode_takes_the_register_stream_kernel():
 @needs_manifest
 def test_one_k_block_takes_whole_tile_staging():
     """A catalogue TMA-store kernel runs stages=3 (one store pass) where the problem is a single k-block, and its
-    default 4 stages deeper (planner.single_k_block)."""
+    default 4 stages deeper (planner.whole_tile_staging)."""
     if not any(planner.WHOLE_TILE_STAGES in s.variants.get(planner.STAGES, ()) for s in MANIFEST.kernels.values()):
         pytest.skip("no kernel with a stages variant in this build")
     h = lambda K: planner.heuristic_recipe(_problem(8192, 8192, K, orders=("row", "col", "row")),  # noqa: E731
