@@ -240,9 +240,9 @@ def shapes_from(args: argparse.Namespace, error) -> list[tuple[int, int, int]]:
 def matmul_sections(args: argparse.Namespace, error) -> list[str]:
     """The --matmul sections in the order given, each once ([] without --matmul); --only checked against them."""
     if args.matmul is None:
-        for flag, dest in (("--autotune", "autotune"), ("--only", "only")):
+        for dest in ("autotune", "only"):  # (their flags are --dest, as KERNEL_BENCH_ONLY's below)
             if getattr(args, dest) not in (None, False):
-                error(f"{flag} applies to --matmul")
+                error(f"--{dest} applies to --matmul")
         return []
     names = list(dict.fromkeys(n.strip() for n in args.matmul.split(",") if n.strip()))
     unknown = [n for n in names if n not in SECTIONS]
