@@ -71,6 +71,15 @@ _I32 = 2**31 - 1
 # on: one cuGraphLaunch (~3 us of host time on an H100 host) instead of a cuLaunchKernelEx per kernel
 # (~4-6 us each); building the graph costs ~100 us once
 GRAPH_AFTER_REPEATS = 4
+# ... unless it is one kernel the cost model gives this many microseconds or more: there the GPU, not the host,
+# paces back-to-back calls, and a graph launch costs GPU time that a plain launch (programmatic dependent) does
+# not. H100, fp16, same buffers, GPU time with L2 flushed / wall time a call back to back, plain -> graph (us):
+# 2048^3 28.9 / 24.7 -> 29.7 / 25.6, 1024 x 1024 x 4096 23.0-23.6 / 18.7 -> 23.5 / 19.4, 16 x 4096^2 (B K x N)
+# 22.9-23.6 / 16.9-17.0 -> 23.5-23.7 / 19.2, 1 x 4096^2 19.2-19.7 / 14.5-15.4 -> 20.0 / 15.4-15.5; below it the
+# host paces them and the graph pays: 256 x 1024 x 4096 15.7 / 13.7-13.9 -> 16.3 / 12.2, 1024^3 10.4-11.0 /
+# 9.5-14.0 -> 11.0-11.2 / 7.6-7.8. Routes of several launches keep the graph (it runs independent copies side
+# by side, and saves a launch's host cost per kernel).
+GRAPH_BELOW_US = 16.0
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -498,7 +507,8 @@ class LastCall:
     """What the last run of a Bound launched: its (A, B, C addresses, stream), the execution, the packed
     parameters (kept alive for the bound launches; None where the launch went through the execution's
     reusable arrays, Execution.transient, which the next call may rewrite), (bound launch, KernelLaunch) per
-    step, and once the same call has repeated GRAPH_AFTER_REPEATS times, the CUDA graph of those launches."""
+    step, and once the same call has repeated GRAPH_AFTER_REPEATS times (where a graph pays: Bound.graph_worth_it),
+    the CUDA graph of those launches."""
 
     __slots__ = ("key", "execution", "packed", "launches", "repeats", "graph", "graph_launch")
 
@@ -514,7 +524,7 @@ class Bound:
     the stream, the result (if new), the parameter lookup and the launches."""
 
     __slots__ = ("call", "problem", "recipe", "dev", "device", "fixed_stream", "stream_fn", "executions",
-                 "result_like", "alpha", "beta", "waits", "extents", "last")
+                 "result_like", "alpha", "beta", "waits", "extents", "last", "graph_pays")
 
     def __init__(self, call: Call, problem: Problem, recipe: Recipe):
         self.call, self.problem, self.recipe = call, problem, recipe
@@ -534,8 +544,9 @@ class Bound:
         self.extents = tuple(byte_extent(0, op.shape, op.strides, op.itemsize) if op is not None else None
                              for op in (*call.operands, call.bias))
         # a loop on the same buffers launches without looking anything up, and after GRAPH_AFTER_REPEATS
-        # repeats through one CUDA graph
+        # repeats through one CUDA graph where that pays (graph_worth_it)
         self.last = LastCall((None,), None, None, ())
+        self.graph_pays: bool | None = None  # decided at the first repeat past GRAPH_AFTER_REPEATS
 
     def _describe(self, call: Call) -> None:
         self.call = call
@@ -585,7 +596,7 @@ class Bound:
         if last.key == key and last.packed is not None and not last.execution.closed:
             last.repeats += 1
             if not _may_capture(s):  # (a graph launch may not be captured)
-                if last.graph is None and last.repeats >= GRAPH_AFTER_REPEATS:
+                if last.graph is None and last.repeats >= GRAPH_AFTER_REPEATS and self.graph_worth_it(last):
                     with plans.lock:  # built once: a graph in use is never replaced (or destroyed)
                         if last.graph is None:
                             graph = LaunchGraph(list(zip(last.execution.launches, last.packed)),
@@ -616,6 +627,17 @@ class Bound:
             if code:
                 self._failed(code, kernel, launch)
         return out
+
+    def graph_worth_it(self, last: LastCall) -> bool:
+        """Whether repeats of this call launch through a CUDA graph: always for a route of several launches, for
+        one kernel where the cost model puts it under GRAPH_BELOW_US (decided once)."""
+        pays = self.graph_pays
+        if pays is None:
+            pays = len(last.launches) > 1 or planner.estimate_us(
+                self.recipe, self.problem, get_registry().manifest, self.dev.info.cc,
+                self.dev.info.sm_count) < GRAPH_BELOW_US
+            self.graph_pays = pays
+        return pays
 
     def _failed(self, code: int, kernel: Any, launch: Any) -> None:
         """A launch failed: where another context is current on this thread, make ours current and

@@ -712,6 +712,11 @@ def ranked_recipes(prob: Problem, manifest: Manifest, cc: tuple[int, int], sm_co
     return out
 
 
+def estimate_us(recipe: Recipe, prob: Problem, manifest: Manifest, cc: tuple[int, int], sm_count: int) -> float:
+    """The cost model's GPU microseconds for `recipe` on `prob` (L2 flushed, as ranked_recipes ranks them)."""
+    return CostModel.for_device(cc, sm_count, manifest).estimate_us(recipe, prob.dtype, prob.beta_zero)
+
+
 def heuristic_recipe(prob: Problem, manifest: Manifest, cc: tuple[int, int], sm_count: int,
                      kernel: str | None = None) -> Recipe | None:
     ranked = ranked_recipes(prob, manifest, cc, sm_count, kernel)

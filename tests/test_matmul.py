@@ -806,6 +806,36 @@ def test_repeats_on_the_same_buffers_go_through_a_cuda_graph_and_stay_correct(M,
     assert _rel(C.to_numpy().astype(np.float64), a.astype(np.float64) @ b) < 1e-3
 
 
+@pytest.mark.gpu
+def test_repeats_of_one_long_kernel_stay_plain_launches_and_correct(rng):
+    """One kernel the cost model puts at GRAPH_BELOW_US or more: the GPU paces its repeats, so they keep plain
+    launches (a graph launch costs GPU time), and every call reads the current A and B."""
+    from hgemm_rt import planner
+    from hgemm_rt.api import GRAPH_AFTER_REPEATS, GRAPH_BELOW_US
+    from hgemm_rt.device import get_device
+    from hgemm_rt.registry import get_registry
+
+    M = N = K = 2048
+    A, B, C = hg.empty((M, K), "f16"), hg.empty((K, N), "f16"), hg.empty((M, N), "f16")
+    with hg.Stream() as s:
+        for i in range(GRAPH_AFTER_REPEATS + 3):
+            a = rng.standard_normal((M, K)).astype(np.float16)
+            b = rng.standard_normal((K, N)).astype(np.float16)
+            A.copy_from_numpy(a)
+            B.copy_from_numpy(b)
+            C.fill_bytes(0xFF, s)
+            assert hg.matmul(A, B, C, stream=s) is C
+            s.synchronize()
+            assert _rel(C.to_numpy().astype(np.float64), a.astype(np.float64) @ b) < 1e-3, f"call {i}"
+        bound = hg.plans.calls[repeat_key(A, B, C, stream=s)]
+        dev = get_device(0)
+        est = planner.estimate_us(bound.recipe, bound.problem, get_registry().manifest, dev.info.cc,
+                                  dev.info.sm_count)
+        assert len(bound.last.launches) == 1 and est >= GRAPH_BELOW_US, \
+            f"the premise: one kernel estimated at {est:.1f} us >= {GRAPH_BELOW_US} ({bound.recipe})"
+        assert bound.graph_pays is False and bound.last.graph is None, "a long single kernel switched to a graph"
+
+
 @needs_manifest
 @pytest.mark.parametrize("name", ["util_gemm_decode_tn_f16", "util_gemm_mma_bf16_m64", "util_copy2d_f16"])
 def test_reusable_parameter_arrays_set_in_place_hold_what_pack_builds(name):
