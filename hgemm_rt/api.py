@@ -72,14 +72,17 @@ _I32 = 2**31 - 1
 # (~4-6 us each); building the graph costs ~100 us once
 GRAPH_AFTER_REPEATS = 4
 # ... unless it is one kernel the cost model gives this many microseconds or more: there the GPU, not the host,
-# paces back-to-back calls (a plain repeat launch costs ~8-14 us of host time, a graph launch ~7), and a graph
-# launch costs 0.5-1 us of GPU time that a plain (programmatic dependent) launch does not. H100, fp16, same
-# buffers, estimate, then GPU time with L2 flushed / wall time a call back to back, plain -> graph (us), two runs:
-# 2048^3 (25.8) 28.6-29.2 / 24.3-24.7 -> 29.1-29.8 / 25.0-25.6, 1024 x 1024 x 4096 (27.8) 22.6-23.6 / 18.7 ->
-# 23.0-23.5 / 19.3-19.4, 256 x 1024 x 4096 (14.9) 15.6-16.1 / 11.2-13.9 -> 16.2-16.3 / 12.1-12.2, 1 x 4096^2
-# (14.1) 19.0-19.7 / 14.1-15.4 -> 19.6-20.0 / 15.1-15.5; below it the host paces them and the graph keeps its
-# wall time: 1024^3 (9.0) 10.4-11.0 / 8.5-14.0 -> 11.0-11.2 / 7.6-7.8. Routes of several launches keep the graph
-# (it runs independent copies side by side, and saves a launch's host cost per kernel).
+# paces back-to-back calls (a plain repeat launch costs ~8-14 us of host time, a graph launch ~7), and behind
+# another kernel (a model's previous op) a graph launch costs 0.4-1 us of GPU time that a plain (programmatic
+# dependent) launch does not; behind a memset (the bench's L2 flush) the two tie. H100, fp16, same buffers, plain
+# -> graph (us). GPU time with L2 flushed by a kernel (triton do_bench), three interleaved rounds (estimate in
+# parentheses): 1024 x 1024 x 4096 (27.8) 22.9-23.2 -> 23.6-24.0, 16 x 4096^2 B K x N (16.3) 22.8-22.9 -> 23.5-23.7,
+# 1 x 4096^2 (14.1) 19.2 -> 19.8-20.1, 256 x 1024 x 4096 (14.9) 16.0-16.5 -> 16.4-16.5, 1024^3 (9.0) 10.5-10.8 ->
+# 11.1; with a memset flush (time_fn) the medians overlap (within 0.5). Wall time a call back to back, two runs: 2048^3
+# 24.3-24.7 -> 25.0-25.6, 1024 x 1024 x 4096 18.7 -> 19.3-19.4, 256 x 1024 x 4096 11.2-13.9 -> 12.1-12.2, 1 x 4096^2
+# 14.1-15.4 -> 15.1-15.5, and below the threshold, where the host paces the calls, 1024^3 8.5-14.0 -> 7.6-7.8.
+# Routes of several launches keep the graph (it runs independent copies side by side, and saves a launch's host
+# cost per kernel).
 GRAPH_BELOW_US = 12.0
 
 
