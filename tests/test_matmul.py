@@ -777,6 +777,24 @@ def test_cuda_graph_capture_replays_matmul(rng):
     assert _rel(C.to_numpy().astype(np.float64), a.astype(np.float64) @ b) < 1e-3
 
 
+def _repeated_on_the_same_buffers(M, N, K, rng, s):
+    """GRAPH_AFTER_REPEATS + 3 calls on the same A, B and C on stream s, fresh random contents each time, each
+    checked against float64. Returns (A, B, C, a, b, the call's Bound) after the last one."""
+    from hgemm_rt.api import GRAPH_AFTER_REPEATS
+
+    A, B, C = hg.empty((M, K), "f16"), hg.empty((K, N), "f16"), hg.empty((M, N), "f16")
+    for i in range(GRAPH_AFTER_REPEATS + 3):
+        a = rng.standard_normal((M, K)).astype(np.float16)
+        b = rng.standard_normal((K, N)).astype(np.float16)
+        A.copy_from_numpy(a)
+        B.copy_from_numpy(b)
+        C.fill_bytes(0xFF, s)
+        assert hg.matmul(A, B, C, stream=s) is C
+        s.synchronize()
+        assert _rel(C.to_numpy().astype(np.float64), a.astype(np.float64) @ b) < 1e-3, f"call {i}"
+    return A, B, C, a, b, hg.plans.calls[repeat_key(A, B, C, stream=s)]
+
+
 @pytest.mark.gpu
 # one kernel, copies, split-K, deferred K groups (the sum kernel a programmatic dependent of the GEMM: a graph edge,
 # and in the user's capture a launch attribute)
@@ -785,20 +803,8 @@ def test_repeats_on_the_same_buffers_go_through_a_cuda_graph_and_stay_correct(M,
     """A call repeated on the same buffers launches through one CUDA graph after GRAPH_AFTER_REPEATS
     repeats: every call still reads the current contents of A and B, and a user's capture on the same
     stream still works (it gets the kernel launches: a graph launch cannot be captured)."""
-    from hgemm_rt.api import GRAPH_AFTER_REPEATS
-
-    A, B, C = hg.empty((M, K), "f16"), hg.empty((K, N), "f16"), hg.empty((M, N), "f16")
     with hg.Stream() as s:
-        for i in range(GRAPH_AFTER_REPEATS + 3):
-            a = rng.standard_normal((M, K)).astype(np.float16)
-            b = rng.standard_normal((K, N)).astype(np.float16)
-            A.copy_from_numpy(a)
-            B.copy_from_numpy(b)
-            C.fill_bytes(0xFF, s)
-            assert hg.matmul(A, B, C, stream=s) is C
-            s.synchronize()
-            assert _rel(C.to_numpy().astype(np.float64), a.astype(np.float64) @ b) < 1e-3, f"call {i}"
-        bound = hg.plans.calls[repeat_key(A, B, C, stream=s)]
+        A, B, C, a, b, bound = _repeated_on_the_same_buffers(M, N, K, rng, s)
         assert bound.last.graph is not None, "the repeats did not switch to a CUDA graph"
         C.fill_bytes(0xFF, s)
         s.synchronize()
@@ -811,23 +817,12 @@ def test_repeats_of_one_long_kernel_stay_plain_launches_and_correct(rng):
     """One kernel the cost model puts at GRAPH_BELOW_US or more: the GPU paces its repeats, so they keep plain
     launches (a graph launch costs GPU time), and every call reads the current A and B."""
     from hgemm_rt import planner
-    from hgemm_rt.api import GRAPH_AFTER_REPEATS, GRAPH_BELOW_US
+    from hgemm_rt.api import GRAPH_BELOW_US
     from hgemm_rt.device import get_device
     from hgemm_rt.registry import get_registry
 
-    M = N = K = 2048
-    A, B, C = hg.empty((M, K), "f16"), hg.empty((K, N), "f16"), hg.empty((M, N), "f16")
     with hg.Stream() as s:
-        for i in range(GRAPH_AFTER_REPEATS + 3):
-            a = rng.standard_normal((M, K)).astype(np.float16)
-            b = rng.standard_normal((K, N)).astype(np.float16)
-            A.copy_from_numpy(a)
-            B.copy_from_numpy(b)
-            C.fill_bytes(0xFF, s)
-            assert hg.matmul(A, B, C, stream=s) is C
-            s.synchronize()
-            assert _rel(C.to_numpy().astype(np.float64), a.astype(np.float64) @ b) < 1e-3, f"call {i}"
-        bound = hg.plans.calls[repeat_key(A, B, C, stream=s)]
+        _A, _B, _C, _a, _b, bound = _repeated_on_the_same_buffers(2048, 2048, 2048, rng, s)
         dev = get_device(0)
         est = planner.estimate_us(bound.recipe, bound.problem, get_registry().manifest, dev.info.cc,
                                   dev.info.sm_count)
