@@ -818,14 +818,12 @@ def test_repeats_of_one_long_kernel_stay_plain_launches_and_correct(rng):
     launches (a graph launch costs GPU time), and every call reads the current A and B."""
     from hgemm_rt import planner
     from hgemm_rt.api import GRAPH_BELOW_US
-    from hgemm_rt.device import get_device
     from hgemm_rt.registry import get_registry
 
     with hg.Stream() as s:
         _A, _B, _C, _a, _b, bound = _repeated_on_the_same_buffers(2048, 2048, 2048, rng, s)
-        dev = get_device(0)
-        est = planner.estimate_us(bound.recipe, bound.problem, get_registry().manifest, dev.info.cc,
-                                  dev.info.sm_count)
+        est = planner.estimate_us(bound.recipe, bound.problem, get_registry().manifest, bound.dev.info.cc,
+                                  bound.dev.info.sm_count)
         assert len(bound.last.launches) == 1 and est >= GRAPH_BELOW_US, \
             f"the premise: one kernel estimated at {est:.1f} us >= {GRAPH_BELOW_US} ({bound.recipe})"
         assert bound.graph_pays is False and bound.last.graph is None, "a long single kernel switched to a graph"
