@@ -619,7 +619,9 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
     }
   } else {
     if constexpr (W::kConsumers > 1 && W::kOcc == 1) hg90::setmaxnreg_inc<kConsumerRegs>();
-    const int cw = wg - 1;  // rows [64 cw, 64 cw + 64) of the tile
+    // rows [64 cw, 64 cw + 64) of the tile; through a shuffle, provably warp-uniform (the k-loop's descriptors then
+    // stay in uniform registers)
+    const int cw = __shfl_sync(0xffffffffu, wg, 0) - 1;
     const int tid = threadIdx.x % 128;
     float d[W::kAcc];
 #pragma unroll
@@ -702,12 +704,14 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
       }
       if (nk > 0) retire();
     } else {
+      // stage 0's descriptors of this consumer's A rows and of B; a stage's are one add away
+      const uint64_t da0 = hg90::kblock_desc<false>(smem_u32(sA) + cw * 64 * 128);
+      const uint64_t db0 = hg90::kblock_desc<W::kNN>(smem_u32(sB));
       for (int kb = 0; kb < nk; ++kb) {
         hg90::mbar_wait(&full[stage], phase);
-        const uint32_t a_base = smem_u32(sA + stage * W::kABytes) + cw * 64 * 128;
-        const uint32_t b_base = smem_u32(sB + stage * W::kBBytes);
         hg90::wgmma_fence();
-        hg90::wgmma_kblock<T, false, W::kNN, W::BK>(d, a_base, b_base, true);
+        hg90::wgmma_kblock_desc<T, false, W::kNN, W::BK>(d, hg90::desc_advance(da0, stage * W::kABytes),
+                                                         hg90::desc_advance(db0, stage * W::kBBytes), true);
         hg90::wgmma_commit();
         hg90::wgmma_wait<1>();  // one k-block in flight; the one before it has finished reading its stage
         if (prev >= 0) release(prev);

@@ -426,45 +426,61 @@ __device__ __forceinline__ void wgmma_tf32(float (&d)[32], uint64_t desc_a, uint
 
 using hg::pack2;  // cu/common/pack.cuh
 
+// The descriptor of a k-block's first slice at smem_addr: K-major rows of 128 B (the leading byte offset is unused
+// under the 128-byte swizzle) or, for kMN, MN-major 64-wide panels 64 rows x 128 B apart.
+template <bool kMN>
+__device__ __forceinline__ uint64_t kblock_desc(uint32_t smem_addr) {
+  return kMN ? wgmma_desc(smem_addr, 64 * 128, 1024) : wgmma_desc(smem_addr, 16, 1024);
+}
+
+// desc moved `bytes` (a multiple of 16) further in shared memory: one add to the start-address field (address >> 4
+// in bits [0, 14); shared addresses stay below 2^18, so the sum never carries out of the field).
+// (bytes is signed so that a stage's offset, stage * stage bytes >> 4, folds into one multiply: no wrap to honour)
+__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, int bytes) {
+  return desc + static_cast<uint64_t>(bytes >> 4);
+}
+
 // One k-block of BK elements as BK/16 wgmma m64nNk16 (N = 2 * accumulators: 256, 192, 128 or 64) from
-// 128-byte-swizzled shared memory: A K-major (this warpgroup's 64 rows at a_base) or MN-major (kAT:
-// one 64-wide M panel of BK rows), B K-major (TN) or MN-major (kNN, 64-wide column panels). The k-th
-// 16-element slice of a K-major row starts 32 bytes further (the hardware applies the swizzle to the
-// full address); of an MN-major operand, 16 K rows further. With accumulate == false the first slice
-// overwrites d (scale-d 0), so d needs no zeroing.
-// T = float: BK fp32 elements (128 bytes: BK = 32) as BK/8 tf32 m64nNk8, both operands K-major.
+// 128-byte-swizzled shared memory, given the descriptors of its first slice (kblock_desc): A K-major (this
+// warpgroup's 64 rows) or MN-major (kAT: one 64-wide M panel of BK rows), B K-major (TN) or MN-major (kNN, 64-wide
+// column panels). The k-th 16-element slice of a K-major row starts 32 bytes further (the hardware applies the
+// swizzle to the full address); of an MN-major operand, 16 K rows further. Each slice's descriptors are one add
+// away from the first's, so a loop that keeps a stage's descriptors issues a k-block with no address arithmetic.
+// With accumulate == false the first slice overwrites d (scale-d 0), so d needs no zeroing.
+// T = float: BK fp32 elements (128 bytes: BK = 32) as BK/8 tf32 m64nNk8, both operands K-major (32 bytes a slice).
 template <typename T, bool kAT, bool kNN, int BK, int NACC>
-__device__ __forceinline__ void wgmma_kblock(float (&d)[NACC], uint32_t a_base, uint32_t b_base, bool accumulate) {
+__device__ __forceinline__ void wgmma_kblock_desc(float (&d)[NACC], uint64_t da, uint64_t db, bool accumulate) {
   static_assert(NACC == 128 || NACC == 96 || NACC == 64 || NACC == 32,
                 "m64n256, m64n192, m64n128 or m64n64 accumulators");
   static_assert(BK * sizeof(T) == 128, "a k-block is one 128-byte swizzle row");
+  constexpr int kStepA = kAT ? 16 * 128 : 32, kStepB = kNN ? 16 * 128 : 32;
   if constexpr (sizeof(T) == 4) {
     static_assert(!kAT && !kNN, "tf32 wgmma reads K-major operands only");
 #pragma unroll
     for (int k = 0; k < BK / 8; ++k)
-      wgmma_tf32(d, wgmma_desc(a_base + k * 32, 16, 1024), wgmma_desc(b_base + k * 32, 16, 1024),
-                 (accumulate || k > 0) ? 1 : 0);
+      wgmma_tf32(d, desc_advance(da, k * kStepA), desc_advance(db, k * kStepB), (accumulate || k > 0) ? 1 : 0);
   } else {
     constexpr int kTA = kAT ? 1 : 0, kTB = kNN ? 1 : 0;
 #pragma unroll
     for (int k = 0; k < BK / 16; ++k) {
-      // an m64 MN-major A is exactly one 64-wide panel: its leading byte offset is never used
-      const uint64_t da =
-          kAT ? wgmma_desc(a_base + k * 16 * 128, 64 * 128, 1024) : wgmma_desc(a_base + k * 32, 16, 1024);
-      const uint64_t db =
-          kNN ? wgmma_desc(b_base + k * 16 * 128, 64 * 128, 1024) : wgmma_desc(b_base + k * 32, 16, 1024);
+      const uint64_t dak = desc_advance(da, k * kStepA), dbk = desc_advance(db, k * kStepB);
       const int scale_d = (accumulate || k > 0) ? 1 : 0;
       if constexpr (NACC == 128)
-        wgmma_m64n256k16<T, kTA, kTB>(d, da, db, scale_d);
+        wgmma_m64n256k16<T, kTA, kTB>(d, dak, dbk, scale_d);
       else if constexpr (NACC == 96)
-        wgmma_m64n192k16<T, kTA, kTB>(d, da, db, scale_d);
+        wgmma_m64n192k16<T, kTA, kTB>(d, dak, dbk, scale_d);
       else if constexpr (NACC == 64)
-        wgmma_m64n128k16<T, kTA, kTB>(d, da, db, scale_d);
+        wgmma_m64n128k16<T, kTA, kTB>(d, dak, dbk, scale_d);
       else
-        wgmma_m64n64k16<T, kTA, kTB>(d, da, db, scale_d);
+        wgmma_m64n64k16<T, kTA, kTB>(d, dak, dbk, scale_d);
     }
   }
 }
 
+// The same from the shared addresses of the k-block's A rows and B tile.
+template <typename T, bool kAT, bool kNN, int BK, int NACC>
+__device__ __forceinline__ void wgmma_kblock(float (&d)[NACC], uint32_t a_base, uint32_t b_base, bool accumulate) {
+  wgmma_kblock_desc<T, kAT, kNN, BK>(d, kblock_desc<kAT>(a_base), kblock_desc<kNN>(b_base), accumulate);
+}
 
 }  // namespace hg90

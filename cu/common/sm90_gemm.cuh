@@ -1395,7 +1395,14 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
   } else {
     // ---------------- consumers ----------------
     hg90::setmaxnreg_inc<kConsumerRegs>();
-    const int cw = wg - 1;  // consumer index: rows [64 cw, 64 cw + 64) of the tile
+    // consumer index: rows [64 cw, 64 cw + 64) of the tile. Through a shuffle it is provably warp-uniform, so the
+    // k-loop's descriptors stay in uniform registers; the fused kernels keep wg - 1 and rebuild their descriptors each
+    // k-block (there the descriptors kept across the loop made them spill).
+    const int cw = K::kFused ? wg - 1 : __shfl_sync(0xffffffffu, wg, 0) - 1;
+    // stage 0's descriptors of this consumer's A rows (MN-major, kAT: its 64-column panel, the same offset) and of
+    // B; a stage's are one add away
+    [[maybe_unused]] const uint64_t da0 = hg90::kblock_desc<K::kAT>(smem_u32(sA) + cw * kWgRows * 128);
+    [[maybe_unused]] const uint64_t db0 = hg90::kblock_desc<K::kNN>(smem_u32(sB));
     const int tid = threadIdx.x % 128;
     float d[K::kBN / 2];
     int stage = 0;
@@ -1441,11 +1448,14 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
       int prev = -1;
       for (int kb = kb0; kb < kb1; ++kb) {
         hg90::mbar_wait(&full[stage], phase);
-        // K-major: this consumer's 64 rows of 128 B; MN-major (kAT): its 64-column panel, the same offset
-        const uint32_t a_base = smem_u32(sA + stage * K::kABytes) + cw * kWgRows * 128;
-        const uint32_t b_base = smem_u32(sB + stage * K::kBBytes);
         hg90::wgmma_fence();
-        hg90::wgmma_kblock<T, K::kAT, K::kNN, BK>(d, a_base, b_base, kb > kb0);
+        if constexpr (K::kFused) {
+          hg90::wgmma_kblock<T, K::kAT, K::kNN, BK>(d, smem_u32(sA + stage * K::kABytes) + cw * kWgRows * 128,
+                                                    smem_u32(sB + stage * K::kBBytes), kb > kb0);
+        } else {
+          hg90::wgmma_kblock_desc<T, K::kAT, K::kNN, BK>(d, hg90::desc_advance(da0, stage * K::kABytes),
+                                                         hg90::desc_advance(db0, stage * K::kBBytes), kb > kb0);
+        }
         hg90::wgmma_commit();
         // Keep one k-block of MMAs in flight; the one before it is done, so its stage is free.
         hg90::wgmma_wait<1>();
