@@ -503,7 +503,8 @@ class CostModel:
         nb = math.prod(kernel_batch(g.batch))
         tiles = self._tiles(spec, g)
         eff = tiles / (math.ceil(tiles / self.cta_slots(spec, g.splits)) * self.sm_count)  # how evenly the CTAs spread
-        Mt, Nt = self.tile_rows(g, BM) * BM, math.ceil(g.N / BN) * BN  # what the tiles compute, wasted or not
+        # what the tiles compute, wasted or not (a half_tiles kernel's last narrow tile computes BN/2 columns)
+        Mt, Nt = self.tile_rows(g, BM) * BM, spec.computed_cols(g.N, g.epi is not None and g.epi.swiglu)
         rate = self.kernel_tflops(spec)
         if spec.role == "gemm" and "ptr:C" in spec.params and g.N % 2:
             rate *= ODD_N_DIRECT_STORE

@@ -129,6 +129,8 @@ class KernelSpec:
     # every CTA calls griddepcontrol.wait before it touches global memory (sm_90+), so that the launcher may start
     # it as the programmatic dependent of the kernel before it (launcher.prepare)
     dependent_launch: bool = False
+    # a last column tile of at most BN/2 columns computes BN/2 (cu/CONTRACT.md); SwiGLU tiles always compute BN
+    half_tiles: bool = False
     builds: Mapping[str, ArchBuild] = field(default_factory=dict)
     ptx: PtxBuild | None = None
 
@@ -149,6 +151,16 @@ class KernelSpec:
         columns (its B stage holds BN/2 of each)."""
         BM, BN, _ = self.tile
         return -(-M // BM) * -(-N // (BN // 2 if swiglu else BN))
+
+    def computed_cols(self, N: int, swiglu: bool = False) -> int:
+        """Columns of an N-wide output that the tiles compute, wasted or not: whole BN tiles, but for a
+        half_tiles kernel's last tile of at most BN/2 columns, which computes BN/2 (SwiGLU tiles always compute
+        BN)."""
+        BN = self.tile[1]
+        cols = -(-N // BN) * BN
+        if self.half_tiles and not swiglu and 0 < N % BN <= BN // 2:
+            cols -= BN // 2
+        return cols
 
     def resolve_variant(self, given: Mapping[str, Any]) -> dict[str, Any]:
         """Fill defaults (`default`, else the first value of each axis) and check the given values."""
@@ -206,7 +218,7 @@ def _choice(v: Any, allowed: tuple, what: str, name: str) -> str:
 # every field a kernel declaration may have (cu/*.toml), and what the manifest adds to it
 DECLARED_FIELDS = ("name", "family", "ladder", "step", "layout", "dtype", "acc", "out", "block", "tile", "grid",
                    "dsmem", "require", "align", "variants", "aliases", "archs", "params", "cluster", "technique",
-                   "sass", "tma", "default", "a_order", "role", "swiglu", "dependent_launch")
+                   "sass", "tma", "default", "a_order", "role", "swiglu", "dependent_launch", "half_tiles")
 MANIFEST_FIELDS = ("builds", "ptx")
 TOP_FIELDS = ("schema", "nvcc", "build_hash", "created", "kernels")  # a manifest's top-level table
 SYMBOL_FIELDS = tuple(f.name for f in fields(SymbolInfo))
@@ -366,6 +378,7 @@ def kernel_spec_from_dict(d: Mapping[str, Any], with_builds: bool = True, comple
         role=_choice(d.get("role", "gemm"), ROLES, "role", name),
         swiglu=_typed(d, "swiglu", (bool,), "true or false", name, False),
         dependent_launch=_typed(d, "dependent_launch", (bool,), "true or false", name, False),
+        half_tiles=_typed(d, "half_tiles", (bool,), "true or false", name, False),
     )
     if (spec.ladder == "util") != (spec.role != "gemm"):
         raise ManifestError(f"{name}: a util kernel declares one of the helper roles {list(ROLES[1:])}, a catalogue "

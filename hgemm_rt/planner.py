@@ -658,12 +658,15 @@ def _splits(recipe: Recipe) -> int:
 
 
 def tile_fill(recipe: Recipe, manifest: Manifest) -> float:
-    """The least share of its tiles' area that any GEMM step of the recipe fills with C (1: no waste)."""
+    """The least share of its tiles' area that any GEMM step of the recipe fills with C (1: no waste; a half_tiles
+    kernel's last narrow tile counts BN/2 columns)."""
     fill = 1.0
     for s in recipe.steps:
         if isinstance(s, Gemm):
-            BM, BN, _ = manifest.kernels[s.kernel].tile
-            fill = min(fill, s.M * s.N / (math.ceil(s.M / BM) * BM * math.ceil(s.N / BN) * BN))
+            spec = manifest.kernels[s.kernel]
+            BM = spec.tile[0]
+            cols = spec.computed_cols(s.N, s.epi is not None and s.epi.swiglu)
+            fill = min(fill, s.M * s.N / (math.ceil(s.M / BM) * BM * cols))
     return fill
 
 

@@ -56,9 +56,11 @@ def test_cubins_match_their_sha256(manifest):
 #   219.6-222.1 after; stream-K at 1024 x 14336 x 4096 164.0-165.0 and 164.5-166.5);
 # - their tile-queue variant also keeps the schedule's row end (loaded once per warpgroup start and where a tile's row
 #   end is written back, once a tile) and the column offset of the bias L1 prefetch (loaded once a tile where a column
-#   bias is prefetched): 24 bytes stored, 28 loaded.
+#   bias is prefetched): 24 bytes stored, 28 loaded; since half tiles (the `half_tiles` test made once a tile before
+#   the k-loop and again after it) one more word of the tile's state, loaded once a tile outside the k-loop: 28-32
+#   stored, 32 loaded (H100, fp16, 256 x (512 x 512 x 64) through the queue 67.8-68.7 us before, 68.1-68.9 after).
 JUSTIFIED_SPILL_BYTES = {r"util_gemm_wgmma_streamk_.*": 36, r"util_gemm_wgmma_fused_.*__queue0": 40,
-                         r"util_gemm_wgmma_fused_.*__queue1": 28}
+                         r"util_gemm_wgmma_fused_.*__queue1": 32}
 
 
 def test_no_local_memory_spills(manifest):
@@ -131,6 +133,7 @@ def _declaration(**change):
     ({"dsmem": 1.5}, "dsmem must be bytes or an expression"),
     ({"aliases": ["not an identifier"]}, "aliases must be identifiers"),
     ({"tma": "A"}, "tma must be a table"),
+    ({"half_tiles": "yes"}, "half_tiles"),
 ])
 def test_a_bad_declaration_is_refused_naming_the_field(change, match):
     from hgemm_rt.manifest import kernel_spec_from_dict

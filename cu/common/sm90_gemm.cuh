@@ -777,7 +777,7 @@ struct NoPassHook {
 };
 template <typename T, int kCols, class Store, class Hook = NoPassHook, int NACC>
 __device__ __forceinline__ void epilogue_tma(float (&d)[NACC], const Store& store, uint8_t* sCw, int wg, int row0,
-                                             int n0, const Hook& before_pass = Hook{}) {
+                                             int n0, const Hook& before_pass = Hook{}, int passes = 2 * NACC / kCols) {
   constexpr bool kBulk = !ThreadStore<Store>::value;
   constexpr int kTileCols = 2 * NACC;  // (64 rows of the tile per consumer warpgroup: 2 accumulators a column)
   static_assert(kTileCols % kCols == 0 && kCols % 64 == 0, "passes of whole 64-column boxes");
@@ -787,6 +787,7 @@ __device__ __forceinline__ void epilogue_tma(float (&d)[NACC], const Store& stor
   const uint32_t base = smem_u32(sCw);
 #pragma unroll
   for (int pass = 0; pass < kTileCols / kCols; ++pass) {
+    if (pass >= passes) break;  // (a half tile's second half: nothing of it to store)
     before_pass(d, pass);
     if (kBulk && tid == 0) hg90::tma_store_wait_read<0>();
     hg90::named_bar_sync(1 + wg, 128);  // (threads' store: every thread has read the previous pass)
@@ -843,6 +844,13 @@ struct CMapAt {
       hg90::tma_prefetch_2d(map, col, row);
   }
 };
+
+// A tile whose columns all lie in the first half of its BN (not SwiGLU, whose halves are gate and up): its B
+// stage holds BN / 2 rows, its wgmma are m64n(BN/2)k16 on d[0 .. BN/4) and its epilogue stores one pass.
+template <typename T>
+__device__ __forceinline__ bool half_tile(const FusedArgs<T>& x, int n0, int N) {
+  return (x.epi & hge::kSwiGLU) == 0 && n0 + BN / 2 >= N;
+}
 
 // An ungrouped launch with alpha 1, beta 0 and scale 1: what the plain and bias-only epilogues below need.
 template <typename T>
@@ -1018,10 +1026,12 @@ struct BiasPass {
 // the TMA store as above; none (or, without groups, none before M): nothing to do; some: the rows before
 // row_end stored straight from the registers through x.C (guarded pairs, as epilogue_direct), since a bulk
 // store would write them all, and beta * C_old read through x.C, those rows only. kCNoMap: every tile that way.
+// half (half_tile; the k-loop ran m64n(BN/2)k16 into d[0..63]): one pass, d[64..127] hold nothing of the tile.
 template <typename T>
 __device__ __forceinline__ void epilogue_fused(float (&d)[128], const CMapAt& cm, uint8_t* sCw, uint64_t* cbar,
                                                uint32_t& cphase, bool cold, int wg, int row0, int n0, int M, int N,
-                                               int row_end, int outer, int inner, const FusedArgs<T>& x) {
+                                               int row_end, int outer, int inner, const FusedArgs<T>& x,
+                                               bool half) {
   constexpr int kBlocks = kFusedCols / 8;  // per pass: 16 blocks of 8 columns
   // (Both the same in every thread of the warpgroup. Decided by warp votes, since ptxas cannot tell that
   // row_end, loaded from memory, is warp-uniform: a branch on it otherwise takes the tile loop's stage
@@ -1040,7 +1050,7 @@ __device__ __forceinline__ void epilogue_fused(float (&d)[128], const CMapAt& cm
   const float brow[2] = {bias_row ? e.bias_at(rr[0], 0) : 0.f, bias_row ? e.bias_at(rr[1], 0) : 0.f};
   T* cb = x.C + outer * x.bsc_o + inner * x.bsc_i;  // C (partial tiles: C_old and the stores)
   const uint32_t sbase = smem_u32(sCw);
-  const int passes = swiglu ? 1 : BN / kFusedCols;
+  const int passes = swiglu || half ? 1 : BN / kFusedCols;
 #pragma unroll 1
   for (int pass = 0; pass < passes; ++pass) {
     const int cp = n0 + pass * kFusedCols;  // the pass's first column
@@ -1309,7 +1319,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
         // kFused: the tile's batch coordinates in each map, and where B's second half starts: the
         // up rows/columns of the tile's output columns (SwiGLU, B has 2N rows/columns) or n0 + BN/2.
         [[maybe_unused]] int ai = 0, ao = 0, bi = 0, bo = 0, nb1 = 0;
-        [[maybe_unused]] bool rank4 = false;
+        [[maybe_unused]] bool rank4 = false, half = false;
         if constexpr (K::kFused) {
           rank4 = (x.tma_levels & kRank4Maps) != 0;
           ai = (x.tma_levels & kLevelAInner) ? inner : 0;
@@ -1317,6 +1327,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
           bi = (x.tma_levels & kLevelBInner) ? inner : 0;
           bo = (x.tma_levels & kLevelBOuter) ? outer : 0;
           nb1 = (x.epi & hge::kSwiGLU) ? N + n0 : n0 + BN / 2;
+          half = !K::kStreamK && half_tile(x, n0, N);
           // The tile's C_old into L2 for its epilogue (stream-K: the owner's, the piece of k-block 0), from here
           // rather than by a consumer thread: that branch at the start of the tile took the consumers' main loop
           // stage and phase out of the uniform datapath (62 vector instructions a k-block instead of 30).
@@ -1331,7 +1342,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
           // over the ring does not block.
           hg90::mbar_wait(&empty[stage], phase ^ 1);
           if (kQueue && kb == kb0) stage_tile[stage] = tile;
-          hg90::mbar_arrive_expect_tx(&full[stage], K::kStageBytes);
+          hg90::mbar_arrive_expect_tx(&full[stage], K::kStageBytes - (half ? K::kBBytes / 2 : 0));
           const int k0 = kb * BK;
           if constexpr (K::kFused) {
             auto load = [&](uint8_t* dst, const CUtensorMap* map, int c0, int c1, int c2, int c3) {
@@ -1344,11 +1355,12 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
             uint8_t* b = sB + stage * K::kBBytes;
             if (!K::kNN) {  // TN: two boxes of BN/2 rows (n0, nb1) of 64 K
               load(b, &tmB, k0, n0, bi, bo);
-              load(b + (BN / 2) * 128, &tmB, k0, nb1, bi, bo);
+              if (!half) load(b + (BN / 2) * 128, &tmB, k0, nb1, bi, bo);
             } else {  // NN: 64-column chunks, the first BN/128 from n0, the rest from nb1
 #pragma unroll
               for (int c = 0; c < BN / 64; ++c)
-                load(b + c * (64 * 128), &tmB, (c < BN / 128 ? n0 : nb1) + 64 * (c % (BN / 128)), k0, bi, bo);
+                if (c < BN / 128 || !half)
+                  load(b + c * (64 * 128), &tmB, (c < BN / 128 ? n0 : nb1) + 64 * (c % (BN / 128)), k0, bi, bo);
             }
           } else if (!K::kAT) {
             hg90::tma_load_2d(sA + stage * K::kABytes, &tmA, &full[stage], k0, m0);
@@ -1446,26 +1458,41 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
         if (owner && tid < 8) bias_prefetch(x, n0, N, m0, M, tid);
       }
       int prev = -1;
-      for (int kb = kb0; kb < kb1; ++kb) {
-        hg90::mbar_wait(&full[stage], phase);
-        hg90::wgmma_fence();
-        if constexpr (K::kFused) {
-          hg90::wgmma_kblock<T, K::kAT, K::kNN, BK>(d, smem_u32(sA + stage * K::kABytes) + cw * kWgRows * 128,
-                                                    smem_u32(sB + stage * K::kBBytes), kb > kb0);
-        } else {
-          hg90::wgmma_kblock_desc<T, K::kAT, K::kNN, BK>(d, hg90::desc_advance(da0, stage * K::kABytes),
-                                                         hg90::desc_advance(db0, stage * K::kBBytes), kb > kb0);
+      // The half_tile test, warp-uniform by the vote (stream-K pieces compute whole tiles); made again after the
+      // k-loop rather than held across it (held, the queue variant spilled one more word)
+      [[maybe_unused]] auto half_now = [&]() -> bool {
+        if constexpr (K::kFused && !K::kStreamK)
+          return __all_sync(0xffffffffu, half_tile(x, n0, N));
+        else
+          return false;
+      };
+      // The k-blocks into acc (d, or its first BN / 4 for a half tile: m64n(BN/2)k16)
+      auto kloop = [&](auto& acc) {
+        for (int kb = kb0; kb < kb1; ++kb) {
+          hg90::mbar_wait(&full[stage], phase);
+          hg90::wgmma_fence();
+          if constexpr (K::kFused) {
+            hg90::wgmma_kblock<T, K::kAT, K::kNN, BK>(acc, smem_u32(sA + stage * K::kABytes) + cw * kWgRows * 128,
+                                                      smem_u32(sB + stage * K::kBBytes), kb > kb0);
+          } else {
+            hg90::wgmma_kblock_desc<T, K::kAT, K::kNN, BK>(acc, hg90::desc_advance(da0, stage * K::kABytes),
+                                                           hg90::desc_advance(db0, stage * K::kBBytes), kb > kb0);
+          }
+          hg90::wgmma_commit();
+          // Keep one k-block of MMAs in flight; the one before it is done, so its stage is free.
+          hg90::wgmma_wait<1>();
+          if (prev >= 0) release(prev);
+          prev = stage;
+          if (++stage == kStages) {
+            stage = 0;
+            phase ^= 1;
+          }
         }
-        hg90::wgmma_commit();
-        // Keep one k-block of MMAs in flight; the one before it is done, so its stage is free.
-        hg90::wgmma_wait<1>();
-        if (prev >= 0) release(prev);
-        prev = stage;
-        if (++stage == kStages) {
-          stage = 0;
-          phase ^= 1;
-        }
-      }
+      };
+      if (half_now())
+        kloop(*reinterpret_cast<float(*)[BN / 4]>(&d[0]));
+      else
+        kloop(d);
       // (stream-K: a piece of a tile cut in more than kSkSerialPieces, which stores its share of C itself)
       [[maybe_unused]] bool sk_shared = false;
       if constexpr (K::kStreamK) sk_shared = (!owner || kb1 < nk) && sk_cfg()->splits > kSkSerialPieces;
@@ -1503,14 +1530,17 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
         // the catalogue's epilogue (no math, the passes unrolled), or the same adding a bias to each pass; without
         // C's map (kCNoMap) the threads store the staged passes
         const bool bias_only = bias_pass_fits(x, n0, N);
+        const bool half = half_now();
+        const int passes = half ? 1 : BN / kFusedCols;
         if ((bias_only || plain_epilogue(x)) && (x.tma_levels & kCNoMap)) {
           const StagedStore<T> direct{x.C + outer * x.bsc_o + inner * x.bsc_i + static_cast<long long>(row0) * x.ldc_r + n0,
                                       x.ldc_r, min(kWgRows, M - row0), N - n0};
-          epilogue_tma<T, K::kCStageCols>(d, direct, sCw, cw, row0, n0, BiasPass<T>{x, bias_only, row0, n0, M});
+          epilogue_tma<T, K::kCStageCols>(d, direct, sCw, cw, row0, n0, BiasPass<T>{x, bias_only, row0, n0, M}, passes);
         } else if (bias_only || plain_epilogue(x)) {
-          epilogue_tma<T, K::kCStageCols>(d, store, sCw, cw, row0, n0, BiasPass<T>{x, bias_only, row0, n0, M});
+          epilogue_tma<T, K::kCStageCols>(d, store, sCw, cw, row0, n0, BiasPass<T>{x, bias_only, row0, n0, M}, passes);
         } else {
-          epilogue_fused<T>(d, cm, sCw, &cbar[cw], cphase, cold, cw, row0, n0, M, N, sched.row_end, outer, inner, x);
+          epilogue_fused<T>(d, cm, sCw, &cbar[cw], cphase, cold, cw, row0, n0, M, N, sched.row_end, outer, inner, x,
+                            half);
         }
       } else if constexpr (K::kTmaStore) {
         const CUtensorMap* tmC = &cArg;
