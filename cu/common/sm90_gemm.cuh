@@ -846,7 +846,8 @@ struct CMapAt {
 };
 
 // A tile whose columns all lie in the first half of its BN (not SwiGLU, whose halves are gate and up): its B
-// stage holds BN / 2 rows, its wgmma are m64n(BN/2)k16 on d[0 .. BN/4) and its epilogue stores one pass.
+// stage holds BN / 2 rows, its wgmma are m64n(BN/2)k16 on d[0 .. BN/4) and its epilogue stores one pass (stream-K
+// pieces compute such a tile whole: its partials are summed over all BN columns).
 template <typename T>
 __device__ __forceinline__ bool half_tile(const FusedArgs<T>& x, int n0, int N) {
   return (x.epi & hge::kSwiGLU) == 0 && n0 + BN / 2 >= N;
