@@ -111,17 +111,20 @@ C_STORE_SHARE = {"tma": 1.0, "staged": 0.8, "direct": 0.4}
 # as 4 launches of 64), and the queue ran 1016 -> 878 us (torch 892), 64 x (...) 243 -> 228 (torch 229), 256 x (512 x
 # 512 x 64) 68.2 -> 67.9; unbatched, 32768 x 8192 x 128 225 -> 213, the catalogue kernel's time, which plain GEMMs
 # run on (only batched launches are priced as gaining). Elsewhere it lost 1-3% (64 x (512 x 512 x 64) 19.5 -> 21.2,
-# 32 x 1024^3 118 -> 121, 16384 x 4096 x 4096 863 -> 871), each claim's round trip waiting on the one before it.
-# Priced as QUEUE_SCALE of the static launch.
+# 32 x 1024^3 118 -> 121, 16384 x 4096 x 4096 863 -> 871), each claim's round trip waiting on the one before it,
+# and so did many tiles whose output L2 holds (at least DYNAMIC_MIN_OUT_BYTES of C: 1024 x (128 x 128 x 64), 32 MiB,
+# 29.5 -> 31.6 us). Priced as QUEUE_SCALE of the static launch.
 QUEUE = "queue"  # the variant axis (1: the tile queue)
 DYNAMIC_MIN_TILES = 1024
 DYNAMIC_MAX_K = 128
+DYNAMIC_MIN_OUT_BYTES = 128 << 20
 QUEUE_SCALE = {True: 0.94, False: 1.02}  # (where it pays, elsewhere)
 
 
-def dynamic_order_pays(tiles: int, K: int, batched: bool) -> bool:
-    """Whether a fused-kernel launch of `tiles` tiles (over its batch) and this K runs faster from the tile queue."""
-    return batched and tiles >= DYNAMIC_MIN_TILES and K <= DYNAMIC_MAX_K
+def dynamic_order_pays(tiles: int, K: int, batched: bool, out_bytes: int) -> bool:
+    """Whether a fused-kernel launch of `tiles` tiles (over its batch), this K and `out_bytes` of C (over its batch)
+    runs faster from the tile queue."""
+    return batched and tiles >= DYNAMIC_MIN_TILES and K <= DYNAMIC_MAX_K and out_bytes >= DYNAMIC_MIN_OUT_BYTES
 
 
 # The m128n64 util kernels' `occ` variant: two CTAs an SM, each with half the ring (cu/util_sm90.cu). H100, fp16,
@@ -463,7 +466,8 @@ class CostModel:
         if g.ctas:  # stream-K: the pieces' partial tiles published, waited for and added by the owners
             epilogue += self._streamk_fixup_us(spec, g) * 1e-6
         variant = dict(g.variant)
-        scale = QUEUE_SCALE[dynamic_order_pays(tiles, g.K, nb > 1)] if variant.get(QUEUE) == 1 else 1.0
+        out_bytes = g.M * g.N * nb * isz
+        scale = QUEUE_SCALE[dynamic_order_pays(tiles, g.K, nb > 1, out_bytes)] if variant.get(QUEUE) == 1 else 1.0
         scale *= OCC2_SCALE[two_ctas_pay(g.K, nb > 1)] if variant.get(OCC) == 2 else 1.0
         compute, memory, panel, epilogue = (x * scale for x in (compute, memory, panel, epilogue))
         # a problem too small to keep the GPU busy costs the launch's latency instead

@@ -354,7 +354,7 @@ def test_attention_shapes_plan_one_launch_without_copies():
 @needs_manifest
 def test_long_batched_fused_launches_take_the_dynamic_tile_order():
     """The fused kernel's best route where the tile queue pays (costmodel.dynamic_order_pays: many tiles, a short
-    K) is its `queue` variant, its tiles claimed from a counter (an int32 temporary its `ptr:work` gets); elsewhere
+    K, an output L2 does not hold) is its `queue` variant, its tiles claimed from a counter (an int32 temporary its `ptr:work` gets); elsewhere
     the plain variant, in the static order (a null pointer), the queue ranked after it."""
     fused = next(n for n, s in MANIFEST.kernels.items() if s.role == "gemm_fused_wgmma" and not planner.streamk(s)
                  and s.dtype == "f16" and s.layout == "NN")  # (B as K x N, row-major)
@@ -364,7 +364,7 @@ def test_long_batched_fused_launches_take_the_dynamic_tile_order():
         q, k = _fake((batch, 2048, 128)), _fake((batch, 128, 2048), slot=1)
         prob = api.problem_of(_call(q, k))
         tiles = spec.output_tiles(2048, 2048, False) * batch
-        assert costmodel.dynamic_order_pays(tiles, 128, True) == dynamic
+        assert costmodel.dynamic_order_pays(tiles, 128, True, batch * 2048 * 2048 * 2) == dynamic
         ranked = [r for _est, r in planner.ranked_recipes(prob, MANIFEST, (9, 0), 132, kernel=fused)
                   if not r.route.transpose]
         recipe = ranked[0]
@@ -616,6 +616,7 @@ def test_dynamic_tile_order_at_any_tile_count(batch, M, N, K, rng, monkeypatch):
     twice each, against float64."""
     monkeypatch.setattr(costmodel, "DYNAMIC_MIN_TILES", 1)
     monkeypatch.setattr(costmodel, "DYNAMIC_MAX_K", 1 << 30)
+    monkeypatch.setattr(costmodel, "DYNAMIC_MIN_OUT_BYTES", 0)
     hg.plans.clear()
     try:
         for dtype in ("f16", "bf16"):
@@ -939,3 +940,14 @@ def test_every_batched_recipe_computes_the_product_in_a_host_model(cc, rng):
                 outside[snapshot.size:] = False
                 assert np.array_equal(heap.mem[:snapshot.size][outside[:snapshot.size]],
                                       snapshot[outside[:snapshot.size]], equal_nan=True), where
+
+
+@needs_manifest
+def test_many_small_outputs_keep_the_static_tile_order():
+    """1024 x (128 x 128 x 64): 1024 tiles of K = 64, but 32 MiB of C, which L2 holds (H100, fp16, time_routes
+    medians: static 29.5 us, the queue 31.6); 256 x (512 x 512 x 64), 128 MiB, the queue (68.2 -> 67.9 us)."""
+    for batch, M, N, queued in ((1024, 128, 128, False), (256, 512, 512, True)):
+        q, k = _fake((batch, M, 64)), _fake((batch, 64, N), slot=1)
+        recipe = planner.ranked_recipes(api.problem_of(_call(q, k)), MANIFEST, (9, 0), 132)[0][1]
+        assert "util_gemm_wgmma_fused" in planner.describe(recipe)
+        assert ("dynamic tile order" in planner.describe(recipe)) == queued, planner.describe(recipe)
