@@ -111,6 +111,9 @@ struct Config : Rung {
   // The slack for aligning the dynamic shared memory up to 1024 bytes: it is 16-byte aligned (PTX
   // `.extern .shared .align 16`), so 1008 bytes do; kFused counts on that (its two barriers take the other 16).
   static constexpr int kSlack = Rung::kFused ? 1008 : 1024;
+  // The fused kernels' half tiles (half_tile; toml half_tiles), not in stream-K pieces, which compute a tile whole
+  // (its partials are summed over all BN columns)
+  static constexpr bool kHalfTiles = Rung::kFused && !Rung::kStreamK;
   // kFused: the tile index of each stage (kQueue)
   static constexpr int kStageTileOffset = kGroupOffset + kGroupBytes;
   static constexpr int kStageTileBytes = Rung::kFused ? kStages * 4 : 0;
@@ -846,8 +849,9 @@ struct CMapAt {
 };
 
 // A tile whose columns all lie in the first half of its BN (not SwiGLU, whose halves are gate and up): its B
-// stage holds BN / 2 rows, its wgmma are m64n(BN/2)k16 on d[0 .. BN/4) and its epilogue stores one pass (stream-K
-// pieces compute such a tile whole: its partials are summed over all BN columns).
+// stage holds BN / 2 rows, its wgmma are m64n(BN/2)k16 on d[0 .. BN/4) and its epilogue stores one pass; only in
+// kernels with kHalfTiles (Config). The producer and the consumers both ask here: the bytes one expects are those
+// the other reads.
 template <typename T>
 __device__ __forceinline__ bool half_tile(const FusedArgs<T>& x, int n0, int N) {
   return (x.epi & hge::kSwiGLU) == 0 && n0 + BN / 2 >= N;
@@ -1328,7 +1332,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
           bi = (x.tma_levels & kLevelBInner) ? inner : 0;
           bo = (x.tma_levels & kLevelBOuter) ? outer : 0;
           nb1 = (x.epi & hge::kSwiGLU) ? N + n0 : n0 + BN / 2;
-          half = !K::kStreamK && half_tile(x, n0, N);
+          half = K::kHalfTiles && half_tile(x, n0, N);
           // The tile's C_old into L2 for its epilogue (stream-K: the owner's, the piece of k-block 0), from here
           // rather than by a consumer thread: that branch at the start of the tile took the consumers' main loop
           // stage and phase out of the uniform datapath (62 vector instructions a k-block instead of 30).
@@ -1459,10 +1463,10 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
         if (owner && tid < 8) bias_prefetch(x, n0, N, m0, M, tid);
       }
       int prev = -1;
-      // The half_tile test, warp-uniform by the vote (stream-K pieces compute whole tiles); made again after the
-      // k-loop rather than held across it (held, the queue variant spilled one more word)
+      // The half_tile test, warp-uniform by the vote; made again after the k-loop rather than held across it (held,
+      // the queue variant spilled one more word)
       [[maybe_unused]] auto half_now = [&]() -> bool {
-        if constexpr (K::kFused && !K::kStreamK)
+        if constexpr (K::kHalfTiles)
           return __all_sync(0xffffffffu, half_tile(x, n0, N));
         else
           return false;
