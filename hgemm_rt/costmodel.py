@@ -410,6 +410,7 @@ class CostModel:
         BM, BN, _ = spec.tile
         outer, inner = kernel_batch(g.batch)
         nb = outer * inner
+        c_bytes = g.M * g.N * nb * isz  # C over the batch
         tiles = self._tiles(spec, g)
         if spec.role == "gemm_strided_stream":
             return self._stream_us(g, BM, BN, isz, math.ceil(tiles / self.sm_count),
@@ -454,7 +455,7 @@ class CostModel:
             if smem_split(spec) and g.splits > 2:
                 epilogue += load * SMEM_SPLIT_SUM_US * 1e-6 * (g.splits - 2) * BM * BN / (128 * 128)
             if g.c.cs != 1 and g.c.rows > 1 and r.strided_c_column_bytes_per_s:  # one element a store, row by row
-                epilogue += g.M * g.N * nb * isz / r.strided_c_column_bytes_per_s
+                epilogue += c_bytes / r.strided_c_column_bytes_per_s
         if g.k_deferred:  # each CTA writes its sums to its group's plane; a GroupSum step adds them (group_sum_us)
             epilogue += r.k_sum_publish_us * 1e-6
         elif g.k_groups > 1:  # every CTA publishes its rows of the tile; the last group's sums them all from L2,
@@ -462,12 +463,11 @@ class CostModel:
             rounds = g.k_groups * math.ceil(BN / (8 * g.splits)) / KG_SUM_LOADS
             epilogue += (r.k_groups_fixup_us + rounds * r.k_groups_sum_round_us) * 1e-6
         if spec.role == "gemm_fused_wgmma" and g.epilogue and not beta_zero:
-            epilogue = g.M * g.N * nb * isz / r.fused_c_read_bytes_per_s
+            epilogue = c_bytes / r.fused_c_read_bytes_per_s
         if g.ctas:  # stream-K: the pieces' partial tiles published, waited for and added by the owners
             epilogue += self._streamk_fixup_us(spec, g) * 1e-6
         variant = dict(g.variant)
-        out_bytes = g.M * g.N * nb * isz
-        scale = QUEUE_SCALE[dynamic_order_pays(tiles, g.K, nb > 1, out_bytes)] if variant.get(QUEUE) == 1 else 1.0
+        scale = QUEUE_SCALE[dynamic_order_pays(tiles, g.K, nb > 1, c_bytes)] if variant.get(QUEUE) == 1 else 1.0
         scale *= OCC2_SCALE[two_ctas_pay(g.K, nb > 1)] if variant.get(OCC) == 2 else 1.0
         compute, memory, panel, epilogue = (x * scale for x in (compute, memory, panel, epilogue))
         # a problem too small to keep the GPU busy costs the launch's latency instead
@@ -476,8 +476,7 @@ class CostModel:
     @staticmethod
     def _streamk_tiles(spec: KernelSpec, g: Gemm) -> tuple[int, int]:
         """(tiles, k-blocks per tile) of a stream-K launch."""
-        swiglu = g.epi is not None and g.epi.swiglu
-        return spec.output_tiles(g.M, g.N, swiglu) * math.prod(kernel_batch(g.batch)), math.ceil(g.K / spec.tile[2])
+        return spec.output_tiles(g.M, g.N, g.swiglu) * math.prod(kernel_batch(g.batch)), math.ceil(g.K / spec.tile[2])
 
     def _streamk_blocks(self, spec: KernelSpec, g: Gemm) -> int:
         """The k-blocks of a stream-K launch's busiest CTA: its whole tiles, then its piece."""
@@ -508,7 +507,7 @@ class CostModel:
         tiles = self._tiles(spec, g)
         eff = tiles / (math.ceil(tiles / self.cta_slots(spec, g.splits)) * self.sm_count)  # how evenly the CTAs spread
         # what the tiles compute, wasted or not (a half_tiles kernel's last narrow tile computes BN/2 columns)
-        Mt, Nt = self.tile_rows(g, BM) * BM, spec.computed_cols(g.N, g.epi is not None and g.epi.swiglu)
+        Mt, Nt = self.tile_rows(g, BM) * BM, spec.computed_cols(g.N, g.swiglu)
         rate = self.kernel_tflops(spec)
         if spec.role == "gemm" and "ptr:C" in spec.params and g.N % 2:
             rate *= ODD_N_DIRECT_STORE

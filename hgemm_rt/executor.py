@@ -208,8 +208,7 @@ class _Step:
         else:
             variant = spec.resolve_variant(dict(step.variant))  # declared axis order: the symbol name
             # SwiGLU: the kernel's N is C's width, its tiles span as many of B's 2N columns
-            swiglu = step.epi is not None and step.epi.swiglu
-            n_tiles = 2 * step.N if swiglu else step.N
+            n_tiles = 2 * step.N if step.swiglu else step.N
             fn, cfg = prepare(manifest, spec, dev, GemmShape(step.M, n_tiles, step.K), variant, step.swizzle,
                               step.swizzle_stride)
             splits = step.splits
@@ -221,7 +220,7 @@ class _Step:
                 cm = step.cluster_m
                 cfg = replace(cfg, cluster=(1, cm, 1), grid=(cfg.grid[0], -(-cfg.grid[1] // cm) * cm, cfg.grid[2]))
             if spec.role == "gemm_fused_wgmma":  # persistent over every matrix's tiles: one CTA per SM at most
-                tiles = spec.output_tiles(step.M, step.N, swiglu) * outer * inner
+                tiles = spec.output_tiles(step.M, step.N, step.swiglu) * outer * inner
                 ctas = step.ctas or min(tiles, dev.info.sm_count)  # (stream-K: the recipe's grid)
                 if ctas > dev.info.sm_count:
                     raise ValueError(f"{spec.name}: a stream-K grid of {ctas} CTAs on {dev.info.sm_count} SMs: its CTAs "

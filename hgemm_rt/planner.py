@@ -665,7 +665,7 @@ def tile_fill(recipe: Recipe, manifest: Manifest) -> float:
         if isinstance(s, Gemm):
             spec = manifest.kernels[s.kernel]
             BM = spec.tile[0]
-            cols = spec.computed_cols(s.N, s.epi is not None and s.epi.swiglu)
+            cols = spec.computed_cols(s.N, s.swiglu)
             fill = min(fill, s.M * s.N / (math.ceil(s.M / BM) * BM * cols))
     return fill
 

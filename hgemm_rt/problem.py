@@ -307,6 +307,11 @@ class Gemm:
         variant (cu/util_sm90.cu), 1 for every other launch."""
         return int(dict(self.variant).get("mc", 1))
 
+    @property
+    def swiglu(self) -> bool:
+        """The step pairs gate and up columns (its epilogue's SwiGLU): C's width N, B's 2N."""
+        return self.epi is not None and self.epi.swiglu
+
 
 @dataclass(frozen=True)
 class GroupSum:

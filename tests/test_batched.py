@@ -354,8 +354,8 @@ def test_attention_shapes_plan_one_launch_without_copies():
 @needs_manifest
 def test_long_batched_fused_launches_take_the_dynamic_tile_order():
     """The fused kernel's best route where the tile queue pays (costmodel.dynamic_order_pays: many tiles, a short
-    K, an output L2 does not hold) is its `queue` variant, its tiles claimed from a counter (an int32 temporary its `ptr:work` gets); elsewhere
-    the plain variant, in the static order (a null pointer), the queue ranked after it."""
+    K, an output L2 does not hold) is its `queue` variant, its tiles claimed from a counter (an int32 temporary its
+    `ptr:work` gets); elsewhere the plain variant, in the static order (a null pointer), the queue ranked after it."""
     fused = next(n for n, s in MANIFEST.kernels.items() if s.role == "gemm_fused_wgmma" and not planner.streamk(s)
                  and s.dtype == "f16" and s.layout == "NN")  # (B as K x N, row-major)
     spec = MANIFEST.kernels[fused]
