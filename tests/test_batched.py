@@ -594,19 +594,26 @@ def test_numpy_batched_in_and_out(rng):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype,b_order", [("f16", "col"), ("bf16", "row")])
-def test_dynamic_tile_order_is_correct_launch_after_launch(dtype, b_order, rng):
-    """A batched launch long enough for the dynamic tile order (100 x (300 x 1000 x 72): 1200 ragged tiles),
-    fresh inputs each call, against float64: the counter the CTAs claim tiles from is back at zero after every
-    launch (a tile claimed twice or never would leave NaN or a wrong sum), with beta * C_old too."""
+def test_dynamic_tile_order_is_correct_launch_after_launch(dtype, b_order, rng, monkeypatch):
+    """A batched launch with many tiles in the dynamic tile order (100 x (300 x 1000 x 72): 1200 ragged tiles; its
+    60 MB of C is under the cost model's output-size condition, lowered here), fresh inputs each call, against
+    float64: the counter the CTAs claim tiles from is back at zero after every launch (a tile claimed twice or never
+    would leave NaN or a wrong sum), with beta * C_old too."""
+    monkeypatch.setattr(costmodel, "DYNAMIC_MIN_OUT_BYTES", 0)
+    hg.plans.clear()
     kernel = f"util_gemm_wgmma_fused_{dtype}_{'tn' if b_order == 'col' else 'nn'}"
-    for call, beta in enumerate((0.0, 0.0, 0.5)):  # (the same execution each time: its counter)
-        a = GuardedArray(rng.standard_normal((100, 300, 72)), dtype)
-        b = GuardedArray(rng.standard_normal((100, 72, 1000)), dtype, b_order)
-        c = GuardedArray(rng.standard_normal((100, 300, 1000)) if beta else np.full((100, 300, 1000), np.nan), dtype)
-        plan = hg.explain(a.view, b.view, c.view, beta=beta, kernel=kernel)
-        assert "dynamic tile order" in plan, plan
-        err, bound, _ = _run(a, b, c, 1.0, beta, kernel=kernel)
-        assert err <= bound, f"call {call}: rel err {err:.2e} > {bound:.2e}: {plan}"
+    try:
+        for call, beta in enumerate((0.0, 0.0, 0.5)):  # (the same execution each time: its counter)
+            a = GuardedArray(rng.standard_normal((100, 300, 72)), dtype)
+            b = GuardedArray(rng.standard_normal((100, 72, 1000)), dtype, b_order)
+            c = GuardedArray(rng.standard_normal((100, 300, 1000)) if beta else np.full((100, 300, 1000), np.nan),
+                             dtype)
+            plan = hg.explain(a.view, b.view, c.view, beta=beta, kernel=kernel)
+            assert "dynamic tile order" in plan, plan
+            err, bound, _ = _run(a, b, c, 1.0, beta, kernel=kernel)
+            assert err <= bound, f"call {call}: rel err {err:.2e} > {bound:.2e}: {plan}"
+    finally:
+        hg.plans.clear()
 
 
 @pytest.mark.gpu
