@@ -2,7 +2,8 @@
 not the product bench (`bench.py --matmul decode` is).
 
     reads   pure-read rates of a K x N fp16 matrix in the access patterns a decode kernel can take (CuPy kernels of
-            16-byte loads into registers, best of four grids), beside a linear read of the same bytes
+            16-byte loads into registers, best of four grids), beside a linear read of the same bytes and its share
+            of the bandwidth a 1 GiB fill reaches (the bench's HBM figure): the ceiling of a kernel that reads B once
     routes  every ranked decode route of each shape, back to back over 8 weights in turn (no L2 flush: as a
             model's layers), device launches only, beside torch.matmul on the same buffers
 
@@ -65,6 +66,11 @@ def reads(shapes: list[str]) -> None:
     names = [f"read_pattern<{a},{b},{c},{d}>" for a, b, c, d in PATTERNS]
     mod = cp.RawModule(code=READ_SRC, options=("-std=c++17",), name_expressions=names + ["read_linear"])
     out = cp.zeros(4, cp.uint32)
+    fill = cp.empty(1 << 30, cp.uint8)  # the bench's HBM figure: a 1 GiB fill (cuMemsetD8 there)
+    fill_ms = do_bench(lambda: cp.cuda.runtime.memsetAsync(fill.data.ptr, 0, fill.nbytes, 0), warmup=5, rep=100)
+    hbm = fill.nbytes / (fill_ms * 1e-3)
+    del fill
+    print(f"HBM: a 1 GiB fill, {hbm / 1e9:.0f} GB/s", flush=True)
     for shape in shapes:
         K, N = map(int, shape.lower().split("x"))
         B = cp.zeros((K, N), cp.float16)
@@ -72,7 +78,8 @@ def reads(shapes: list[str]) -> None:
         lin = mod.get_function("read_linear")
         best = min(do_bench(lambda: lin((g,), (256,), (B, cp.int64(nbytes // 16), out)), warmup=5, rep=30)
                    for g in (264, 528, 1056, 2112))
-        print(f"K x N = {K} x {N} ({nbytes / 1e6:.1f} MB): linear read {best * 1e3:.1f} us", flush=True)
+        print(f"K x N = {K} x {N} ({nbytes / 1e6:.1f} MB): linear read {best * 1e3:.1f} us = "
+              f"{nbytes / (best * 1e-3) / hbm:.2f} of the fill's bandwidth", flush=True)
         for (lpr, wn, wk, u), name in zip(PATTERNS, names):
             f, gx = mod.get_function(name), N // (wn * lpr * 8)
             runs = []
