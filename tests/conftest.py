@@ -53,6 +53,17 @@ def manifest():
 
 
 @pytest.fixture
+def fresh_plans():
+    """matmul's plan cache empty before the test and after it: for a test that changes what the planner picks
+    (a patched cost-model constant, an autotune cache), so that no plan crosses into or out of it."""
+    import hgemm_rt as hg
+
+    hg.plans.clear()
+    yield
+    hg.plans.clear()
+
+
+@pytest.fixture
 def rng(request: pytest.FixtureRequest) -> np.random.Generator:
     """Fresh inputs every run; HGEMM_TEST_SEED replays one. The seed is printed when the test fails."""
     seed = int(os.environ.get("HGEMM_TEST_SEED") or np.random.SeedSequence().entropy % 2**63)

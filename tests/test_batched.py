@@ -594,51 +594,42 @@ def test_numpy_batched_in_and_out(rng):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype,b_order", [("f16", "col"), ("bf16", "row")])
-def test_dynamic_tile_order_is_correct_launch_after_launch(dtype, b_order, rng, monkeypatch):
+def test_dynamic_tile_order_is_correct_launch_after_launch(dtype, b_order, rng, monkeypatch, fresh_plans):
     """A batched launch with many tiles in the dynamic tile order (100 x (300 x 1000 x 72): 1200 ragged tiles; its
     60 MB of C is under the cost model's output-size condition, lowered here), fresh inputs each call, against
     float64: the counter the CTAs claim tiles from is back at zero after every launch (a tile claimed twice or never
     would leave NaN or a wrong sum), with beta * C_old too."""
     monkeypatch.setattr(costmodel, "DYNAMIC_MIN_OUT_BYTES", 0)
-    hg.plans.clear()
     kernel = f"util_gemm_wgmma_fused_{dtype}_{'tn' if b_order == 'col' else 'nn'}"
-    try:
-        for call, beta in enumerate((0.0, 0.0, 0.5)):  # (the same execution each time: its counter)
-            a = GuardedArray(rng.standard_normal((100, 300, 72)), dtype)
-            b = GuardedArray(rng.standard_normal((100, 72, 1000)), dtype, b_order)
-            c = GuardedArray(rng.standard_normal((100, 300, 1000)) if beta else np.full((100, 300, 1000), np.nan),
-                             dtype)
-            plan = hg.explain(a.view, b.view, c.view, beta=beta, kernel=kernel)
-            assert "dynamic tile order" in plan, plan
-            err, bound, _ = _run(a, b, c, 1.0, beta, kernel=kernel)
-            assert err <= bound, f"call {call}: rel err {err:.2e} > {bound:.2e}: {plan}"
-    finally:
-        hg.plans.clear()
+    for call, beta in enumerate((0.0, 0.0, 0.5)):  # (the same execution each time: its counter)
+        a = GuardedArray(rng.standard_normal((100, 300, 72)), dtype)
+        b = GuardedArray(rng.standard_normal((100, 72, 1000)), dtype, b_order)
+        c = GuardedArray(rng.standard_normal((100, 300, 1000)) if beta else np.full((100, 300, 1000), np.nan), dtype)
+        plan = hg.explain(a.view, b.view, c.view, beta=beta, kernel=kernel)
+        assert "dynamic tile order" in plan, plan
+        err, bound, _ = _run(a, b, c, 1.0, beta, kernel=kernel)
+        assert err <= bound, f"call {call}: rel err {err:.2e} > {bound:.2e}: {plan}"
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("batch,M,N,K", [(3, 1, 1, 1), (3, 17, 33, 9), (64, 131, 77, 261), (7, 128, 256, 64)])
-def test_dynamic_tile_order_at_any_tile_count(batch, M, N, K, rng, monkeypatch):
+def test_dynamic_tile_order_at_any_tile_count(batch, M, N, K, rng, monkeypatch, fresh_plans):
     """The dynamic tile order forced on short launches (fewer tiles than SMs: every CTA's first claim fails),
     twice each, against float64."""
     monkeypatch.setattr(costmodel, "DYNAMIC_MIN_TILES", 1)
     monkeypatch.setattr(costmodel, "DYNAMIC_MAX_K", 1 << 30)
     monkeypatch.setattr(costmodel, "DYNAMIC_MIN_OUT_BYTES", 0)
-    hg.plans.clear()
-    try:
-        for dtype in ("f16", "bf16"):
-            a = GuardedArray(rng.standard_normal((batch, M, K)), dtype)
-            b = GuardedArray(rng.standard_normal((batch, K, N)), dtype)
-            c = GuardedArray(np.full((batch, M, N), np.nan), dtype)
-            plan = hg.explain(a.view, b.view, c.view)
-            if "util_gemm_wgmma_fused" not in plan:
-                continue  # (another kernel's route: nothing to test here)
-            assert "dynamic tile order" in plan
-            for call in range(2):
-                err, bound, _ = _run(a, b, c)
-                assert err <= bound, f"{dtype} call {call}: rel err {err:.2e} > {bound:.2e}: {plan}"
-    finally:
-        hg.plans.clear()
+    for dtype in ("f16", "bf16"):
+        a = GuardedArray(rng.standard_normal((batch, M, K)), dtype)
+        b = GuardedArray(rng.standard_normal((batch, K, N)), dtype)
+        c = GuardedArray(np.full((batch, M, N), np.nan), dtype)
+        plan = hg.explain(a.view, b.view, c.view)
+        if "util_gemm_wgmma_fused" not in plan:
+            continue  # (another kernel's route: nothing to test here)
+        assert "dynamic tile order" in plan
+        for call in range(2):
+            err, bound, _ = _run(a, b, c)
+            assert err <= bound, f"{dtype} call {call}: rel err {err:.2e} > {bound:.2e}: {plan}"
 
 
 @pytest.mark.gpu

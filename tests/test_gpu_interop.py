@@ -176,7 +176,7 @@ def test_cupy_producer_stream_is_ordered_before_matmul(explicit, rng):
 # ---------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("explicit", [False, True], ids=["current-stream", "explicit-stream"])
-def test_negative_control_without_ordering_the_race_is_observed(explicit, rng, monkeypatch):
+def test_negative_control_without_ordering_the_race_is_observed(explicit, rng, monkeypatch, fresh_plans):
     """With torch's stream taken to be the legacy default stream (which does not wait for torch's
     non-blocking streams) and the producer waits removed, the scenario of the ordering test must
     give a wrong result: this proves that test can fail."""
@@ -187,33 +187,29 @@ def test_negative_control_without_ordering_the_race_is_observed(explicit, rng, m
     src = _trand(torch, rng, (M, K))
     s, s2 = torch.cuda.Stream(), torch.cuda.Stream()
     kw = {"stream": s2} if explicit else {}
-    hg.plans.clear()
-    try:
-        with monkeypatch.context() as mp:
-            mp.setattr(ops, "FRAMEWORK_STREAM", dict(ops.FRAMEWORK_STREAM, torch=lambda device: 0))
-            mp.setattr(ops, "order_after_producers", lambda *args, **kwargs: None)
-            # a first call with valid inputs, outside the race: the plan and its execution exist, so
-            # the call in the race is the repeat path (nothing in it synchronizes)
-            a.copy_(src)
-            torch.cuda.synchronize()
+    with monkeypatch.context() as mp:
+        mp.setattr(ops, "FRAMEWORK_STREAM", dict(ops.FRAMEWORK_STREAM, torch=lambda device: 0))
+        mp.setattr(ops, "order_after_producers", lambda *args, **kwargs: None)
+        # a first call with valid inputs, outside the race: the plan and its execution exist, so
+        # the call in the race is the repeat path (nothing in it synchronizes)
+        a.copy_(src)
+        torch.cuda.synchronize()
+        hg.matmul(a, b, out, **kw)
+        torch.cuda.synchronize()
+        warm = _rel(_t64(out), _t64(src) @ _t64(b))
+        assert warm < BOUND["f16"], f"the warm-up call itself is wrong ({warm:.2e})"
+        src2 = _trand(torch, rng, (M, K))
+        ref = _t64(src2) @ _t64(b)
+        a.fill_(float("nan"))
+        out.fill_(float("nan"))
+        torch.cuda.synchronize()
+        with torch.cuda.stream(s):
+            torch.cuda._sleep(_delay_cycles(LONG_DELAY))
+            a.copy_(src2)
             hg.matmul(a, b, out, **kw)
-            torch.cuda.synchronize()
-            warm = _rel(_t64(out), _t64(src) @ _t64(b))
-            assert warm < BOUND["f16"], f"the warm-up call itself is wrong ({warm:.2e})"
-            src2 = _trand(torch, rng, (M, K))
-            ref = _t64(src2) @ _t64(b)
-            a.fill_(float("nan"))
-            out.fill_(float("nan"))
-            torch.cuda.synchronize()
-            with torch.cuda.stream(s):
-                torch.cuda._sleep(_delay_cycles(LONG_DELAY))
-                a.copy_(src2)
-                hg.matmul(a, b, out, **kw)
-                busy = not s.query()
-            torch.cuda.synchronize()
-            err = _rel(_t64(out), ref)
-    finally:
-        hg.plans.clear()
+            busy = not s.query()
+        torch.cuda.synchronize()
+        err = _rel(_t64(out), ref)
     assert busy, "the delay had already ended when matmul returned: no race to observe"
     assert not err < BOUND["f16"], (f"rel err {err:.2e}: the unordered call still saw the producer's write, "
                                     "so the ordering tests cannot tell a missing wait")

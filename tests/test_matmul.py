@@ -893,10 +893,9 @@ def test_calls_on_new_addresses_in_any_order_and_from_two_threads_stay_correct(M
 
 
 @pytest.mark.gpu
-def test_autotune_writes_a_cache_that_matmul_then_uses(tmp_path, monkeypatch, rng):
+def test_autotune_writes_a_cache_that_matmul_then_uses(tmp_path, monkeypatch, rng, fresh_plans):
     monkeypatch.setenv("HGEMM_CACHE_DIR", str(tmp_path))
     tuning.forget()
-    hg.plans.clear()
     a = rng.standard_normal((96, 513)).astype(np.float16)
     b = rng.standard_normal((513, 200)).astype(np.float16)
     A, B, C = hg.to_device(a), hg.to_device(b), hg.empty((96, 200), "f16")
@@ -912,7 +911,6 @@ def test_autotune_writes_a_cache_that_matmul_then_uses(tmp_path, monkeypatch, rn
         assert _rel(C.to_numpy().astype(np.float64), a.astype(np.float64) @ b) < 1e-3
     finally:
         tuning.forget()
-        hg.plans.clear()
 
 
 @pytest.mark.gpu
@@ -923,10 +921,9 @@ def test_autotune_writes_a_cache_that_matmul_then_uses(tmp_path, monkeypatch, rn
     ((2, 3, 40, 64), (64, 56), False),         # a 2-D B: the batch folds into rows; out made by matmul
 ])
 def test_autotune_of_a_batched_call_caches_a_route_that_matmul_then_uses(tmp_path, monkeypatch, rng, a_shape,
-                                                                         b_shape, with_out):
+                                                                         b_shape, with_out, fresh_plans):
     monkeypatch.setenv("HGEMM_CACHE_DIR", str(tmp_path))
     tuning.forget()
-    hg.plans.clear()
     a = rng.standard_normal(a_shape).astype(np.float16)
     b = rng.standard_normal(b_shape).astype(np.float16)
     ref = np.matmul(a.astype(np.float64), b.astype(np.float64))
@@ -942,7 +939,6 @@ def test_autotune_of_a_batched_call_caches_a_route_that_matmul_then_uses(tmp_pat
         assert _rel(out.to_numpy().astype(np.float64), ref) <= _bound("f16", "f32", b_shape[-2])
     finally:
         tuning.forget()
-        hg.plans.clear()
 
 
 @pytest.mark.gpu
