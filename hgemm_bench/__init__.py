@@ -29,7 +29,7 @@ docs/ladder.md from its JSON and docs/ladder_notes.toml (no GPU):
 
 `python scripts/sanitize.py` runs compute-sanitizer over every kernel:
     sanitize        the driver: one sanitizer process per tool and part, the child that launches and
-                    checks (through hgemm_rt.testing, the tests' harness), the summary of each log
+                    checks (through kernel_checks and util_checks, which the GPU tests share), the summary of each log
 
 Everything after `measure` works on plain dicts loaded from JSON, so it is tested on the CPU with a
 recorded GPU run (tests/data/).

@@ -20,7 +20,7 @@ Sections (matmul_table declares their rows, baseline and target):
           its parts
 
 Protocol: random N(0, 1) data; every result is verified before it is timed (NaN-filled
-output, float64 reference; the error bound is hgemm_rt.testing.error_bound over the cuBLAS/torch error
+output, float64 reference; the error bound is hgemm_rt.numerics.error_bound over the cuBLAS/torch error
 on the same inputs); GPU time = CUDA events, L2 flushed before every run, the timed launches queued
 behind a busy GPU (time_fn queue_ahead) so that no host cost leaks in, the median; wall time = n calls
 back to back with one synchronisation at the end, the best of WALL_REPEATS repetitions.
@@ -45,7 +45,9 @@ import hgemm_rt as hg
 from hgemm_rt import cublas, cublaslt
 from hgemm_rt.api import call_identity
 from hgemm_rt.problem import ACCUMULATE, ITEMSIZE
-from hgemm_rt.testing import baseline_acc, error_bound, random_operands, reference, rel_error
+from hgemm_rt.numerics import error_bound, reference, rel_error
+
+from .kernel_checks import baseline_acc, random_operands
 from hgemm_rt.timing import L2Flusher, time_fn
 
 from .analysis import geomean

@@ -7,7 +7,7 @@ the driver behind `python scripts/sanitize.py`.
 
 Each tool runs two child processes (`--child gemm|util`; all side by side, `--jobs`) that launch
 every selected kernel at an aligned and a ragged shape on random inputs, check each result against
-float64 (hgemm_rt.testing, the harness the tests use), and print which kernels they launched:
+float64 (kernel_checks.py, util_checks.py: the checks the GPU tests use), and print which kernels they launched:
 
 - catalogue GEMMs: every variant, the test suite's aligned and ragged shapes, into a NaN-poisoned C;
 - the "util" kernels (util_copy2d_*, util_gemm_{mma,wgmma,simt}_*), which only hgemm_rt.matmul
@@ -35,7 +35,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from hgemm_rt.testing import missing, run_util, selected_specs, shapes_for, util_names
+from .kernel_checks import selected_specs, shapes_for
+from .util_checks import missing, run_util, util_names
 
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
 PACKAGE_DIR = Path(__file__).resolve().parent.parent  # where `python -m hgemm_bench.sanitize` finds the package
@@ -51,7 +52,7 @@ def child_gemm(pattern: str | None) -> tuple[int, int, set, list[str]]:
     import numpy as np
 
     import hgemm_rt as hg
-    from hgemm_rt.testing import run_checked
+    from .kernel_checks import run_checked
 
     rng = np.random.default_rng()
     cc = hg.get_device().info.cc

@@ -223,7 +223,7 @@ def time_routes(chosen: list, refs: tuple[ArrayRef, ArrayRef, ArrayRef], dtype: 
     look-alike scratch buffer takes its place. Each candidate is checked against a float64 reference on
     sampled rows (of sampled matrices) first: a wrong one gets us = inf and never wins.
     Returns [{"route", "recipe", "us", "error", "estimate_us"}], fastest first."""
-    from .testing import error_floor
+    from .numerics import error_floor
     from .timing import L2Flusher, time_fn
 
     A, B, C = refs
