@@ -245,7 +245,7 @@ struct RowB {
   static constexpr int kRedStride = kBN + 4;
   static constexpr int kRedBytes = kWarps * kBM * kRedStride * 4;  // the warps' partial tiles
   // chunks of each warp prefetched into L2 before griddep_wait (H100, fp16, 8 weights back to back: 1 x 4096^2
-  // 17.7 us with none, 17.4 with 1, 16.2 with 2, 17.8 with 4; with the L2 flushed 2 cost 0.2-1 us: docs/tuning_log.md)
+  // 17.7 us with none, 17.4 with 1, 16.2 with 2, 17.8 with 4; with the L2 flushed 2 cost 0.2-1 us: docs/dev/tuning_log.md)
   static constexpr int kPrefetchChunks = 2;
 };
 
@@ -377,7 +377,7 @@ __device__ __forceinline__ void gemm_decode_rowb(const T* __restrict__ A, const 
 #else
 #define HG_DECODE_BOUNDS __launch_bounds__(kThreads)
 #endif
-// 4 ring stages: 2 to 8 stream alike once two CTAs (16 warps) share an SM (docs/tuning_log.md, util_decode).
+// 4 ring stages: 2 to 8 stream alike once two CTAs (16 warps) share an SM (docs/dev/tuning_log.md, util_decode).
 #define UTIL_DECODE(NAME, T)                                                                            \
   extern "C" __global__ void HG_DECODE_BOUNDS                                                          \
       NAME##__bcol(const T* A, const T* B, T* C, int M, int N, int K, int lda, int ldb, int ldc_r,       \

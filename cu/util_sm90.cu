@@ -143,7 +143,7 @@ struct WCfg {
   // 3xTF32 (the gemm_tf32x3 kernels, T = float) and 3xFP16 (gemm_f16x3, T = __half): A and B as hi/lo planes
   // (produce), and each k-block's products summed in the tensor cores from zero, then added to the accumulators
   // with FADD (consumer): the tensor cores' accumulation rounds toward zero, so a sum kept there over K =
-  // 2048-8192 lost 6-12x cuBLAS SGEMM's accuracy (H100; docs/tuning_log.md). 3xFP16's planes are scaled by a
+  // 2048-8192 lost 6-12x cuBLAS SGEMM's accuracy (H100; docs/dev/tuning_log.md). 3xFP16's planes are scaled by a
   // power of two per row of A and of B^T (util_split_f16x3), which the consumers take back off before the epilogue.
   static constexpr bool kX3 = X3 > 0;
   static constexpr bool kX3Scaled = kX3 && sizeof(T) == 2;  // 3xFP16: rows scaled by powers of two (unscale_x3)
@@ -324,7 +324,7 @@ __device__ __noinline__ bool kgroups_fixup(uint8_t* tile, int row0, int total, i
 // kGroup quads, all peers' DSMEM loads for them issued two peers at a time, written back in place
 // into this CTA's own rows (no peer reads those), then (2) the stores to C. A DSMEM round trip is
 // ~1 us under load, and hgu::reduce_store's one-quad-at-a-time loop made the reduction the largest
-// cost of the short split-K launches (M = 128, 1024^3; docs/tuning_log.md, util_sm90); the split keeps the stores' 64-bit
+// cost of the short split-K launches (M = 128, 1024^3; docs/dev/tuning_log.md, util_sm90); the split keeps the stores' 64-bit
 // addressing out of the loads' register peak (the 384-thread kernels run under a 168-register cap).
 template <class W>
 __device__ __forceinline__ void reduce_store_wide(uint8_t* tile, int splits, uint32_t rank, int t,

@@ -48,7 +48,7 @@ constexpr int kMaxGroups = 492;
 // warpgroup and k16), which matters because the chip runs at its power cap from 4096^3 up.
 // Not ping-pong (each consumer owning whole 64 x 256 tiles): that needs 1.7x the smem fill per flop and
 // ran slower. Nor consumers staggered by 1-2 k-blocks so that each one's epilogue overlaps the other's
-// wgmma: the tile-boundary bubble is not where the time goes (docs/tuning_log.md, "hgemm_sm90").
+// wgmma: the tile-boundary bubble is not where the time goes (docs/dev/tuning_log.md, "hgemm_sm90").
 //
 // A kernel's knobs, with the values of the plainest one (hgemm_sm90_wgmma_tma_ws_tn). A kernel is a
 // struct deriving from the one it extends and naming the knobs it changes; Nn<>, Bf16<> and Stages<>
@@ -297,7 +297,7 @@ struct TileSched {
           // Grouped: the group b of tile t is the first whose tiles end past t (tab[b] * tiles_n > t), and its
           // strips stay inside it. Strips across group ends (over all groups' m-tiles laid end to end) had a
           // wave's tiles split each 16-m-tile strip of small groups, reading its A rows twice: H100, 256 experts
-          // x 65536 x 2048 x 7168, 10.3 GB from DRAM for 8.5 GB of operands (docs/tuning_log.md, session 14).
+          // x 65536 x 2048 x 7168, 10.3 GB from DRAM for 8.5 GB of operands (docs/dev/tuning_log.md, session 14).
           const int vt = t / tiles_n;
           int lo = 0, hi = groups - 1;
           while (lo < hi) {
