@@ -949,10 +949,12 @@ def run_section(name: str, run: Run) -> tuple[list[dict], dict | None]:
     return rows + failed, verdict
 
 
-def run_sections(names: list[str], settings: dict, build: dict, command: str, steady: Protocol | None = None) -> dict:
+def run_sections(names: list[str], settings: dict, build: dict, command: str, steady: Protocol | None = None,
+                 on_section: Callable[[dict], None] | None = None) -> dict:
     """The sections in order, under one device header: the results document (see make_doc).
     settings: iters, warmup, check_rows, autotune, seed (None: fresh), only (--only's pattern, or None);
-    `steady`: the steady-state protocol for the sections against cuBLAS."""
+    `steady`: the steady-state protocol for the sections against cuBLAS; `on_section`: given the document
+    of the sections finished so far after each one (to write it as the run goes)."""
     dev = hg.get_device()
     device = device_record(dev)
     versions = framework_versions()
@@ -964,19 +966,25 @@ def run_sections(names: list[str], settings: dict, build: dict, command: str, st
               np.random.default_rng(seed), L2Flusher(), steady, ClockSampler(dev.info.ordinal) if steady else None,
               only=settings.get("only"))
     rows, verdicts = [], []
+
+    def doc() -> dict:
+        return make_doc(device=device, build=build, frameworks=versions,
+                        settings={**settings, "seed": seed, "sections": names, "wall_repeat_s": WALL_REPEAT_S,
+                                  "wall_min_calls": WALL_MIN_CALLS, "wall_repeats": WALL_REPEATS,
+                                  **(steady.record() if steady else {})},
+                        command=command, rows=rows, verdicts=verdicts, skipped=run.skipped)
+
     try:
         for name in names:
             got, verdict = run_section(name, run)
             rows += got
             verdicts += [verdict] if verdict else []
+            if on_section is not None:
+                on_section(doc())
     finally:
         run.flusher.close()
     device["clocks_at_end"] = clocks(dev.info.ordinal)
-    return make_doc(device=device, build=build, frameworks=versions,
-                    settings={**settings, "seed": seed, "sections": names, "wall_repeat_s": WALL_REPEAT_S,
-                              "wall_min_calls": WALL_MIN_CALLS, "wall_repeats": WALL_REPEATS,
-                              **(steady.record() if steady else {})},
-                    command=command, rows=rows, verdicts=verdicts, skipped=run.skipped)
+    return doc()
 
 
 DOC_ROWS = ("targets", "skipped", "rows")  # the lists of the document written one record per line

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .kernel_checks import selected_specs, shapes_for
+from .outputs import OutputError, prepare
 from .util_checks import missing, run_util, util_names
 
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
@@ -181,12 +182,19 @@ def main(argv: list[str] | None = None) -> int:
 
     manifest = hg.get_registry().manifest  # the build's declarations only: the parent touches no GPU
     n = {part: len(selected_specs(manifest, args.kernels, util=part == "util")) for part in PARTS}
-    if not sum(n.values()):  # (a run over nothing must not read as clean)
-        print(f"sanitize.py: no kernel of this build matches --kernels {args.kernels!r}", file=sys.stderr)
+    unmatched = [g for g in (args.kernels or "").split(",") if g and not any(
+        selected_specs(manifest, g, util=part == "util") for part in PARTS)]
+    if unmatched or not sum(n.values()):  # (a run over nothing, or less than asked, must not read as clean)
+        print(f"sanitize.py: no kernel of this build matches --kernels {', '.join(unmatched) or args.kernels!r}",
+              file=sys.stderr)
+        return 2
+    try:
+        prepare("--log-dir", str(args.log_dir), is_dir=True)
+    except OutputError as exc:
+        print(f"sanitize.py: {exc}", file=sys.stderr)
         return 2
     print(f"{sum(n.values())} kernels ({n['gemm']} catalogue, {n['util']} util), tools: {', '.join(tools)}",
           flush=True)
-    args.log_dir.mkdir(parents=True, exist_ok=True)
     pending = [(t, p) for t in tools for p in PARTS if n[p]]
     running: dict = {}
     totals = {t: [0, 0, 0, 0.0, True] for t in tools}  # errors, kernels, launches, seconds, clean
