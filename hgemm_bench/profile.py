@@ -423,8 +423,7 @@ def build_of(registry: Any, build_record: Callable[[Any], dict], commit: Callabl
     """What a profile records about the build: the results' build record, with the commit that git
     itself reports for this checkout (`commit()`), or "unknown" where git cannot tell (no git, a tree
     copied without .git). $HGEMM_GIT_COMMIT is not taken here: nothing checks it against the tree,
-    and a stale value names the wrong source for every number of the doc (the H100 profile of issue
-    20 recorded a772883; it ran at ffae137)."""
+    and a stale value names the wrong source for every number of the doc."""
     return {**build_record(registry), "git": commit() or UNKNOWN_COMMIT}
 
 
