@@ -278,6 +278,10 @@ def parse_args(argv: list[str] | None = None) -> Settings:
         ap.error("--topk must be >= 1")
     if args.check_rows < 0:
         ap.error("--check-rows must be >= 0")
+    if args.seed is not None and args.seed < 0:  # (numpy's generators take none)
+        ap.error(f"--seed must be >= 0, not {args.seed}")
+    if args.readme_shape < 1:
+        ap.error("--readme-shape must be >= 1")
     if args.steady is not None and args.steady < 1:
         ap.error("--steady needs at least 1 round")
     if args.warm_s is not None and (args.steady is None or not math.isfinite(args.warm_s) or args.warm_s < 0):

@@ -27,7 +27,7 @@ from hgemm_rt.manifest import variant_symbol
 from . import counters as ct
 from . import ncu
 from .cli import DEFAULT_SWEEP, GROUP_FLAGS, Settings
-from .selection import NOT_GEMM_LADDERS, aliases_of, ladder_rank, matches
+from .selection import NOT_GEMM_LADDERS, aliases_of, ladder_rank, matches, unmatched_message
 
 SCHEMA = "hgemm-ladder-profile/1"
 ROOT = Path(__file__).resolve().parent.parent
@@ -450,6 +450,10 @@ def profile_mode(s: Settings, command: str, build_record: Callable[[Any], dict],
         registry = hg.get_registry()
     except hg.ManifestError as exc:
         err(str(exc))
+        return 2
+    unmatched = unmatched_message(registry.kernels(), s.kernels)
+    if unmatched:
+        err(f"--profile: {unmatched}")
         return 2
     kernels = rungs(registry.kernels(), s)
     if not kernels:

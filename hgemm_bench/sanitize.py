@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import math
 import os
 import re
 import shutil
@@ -171,6 +172,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.child:
         return child(args.kernels, args.child)
+    if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
+        ap.error(f"--timeout must be a finite number of seconds > 0, not {args.timeout}")
+    if args.jobs < 1:
+        ap.error(f"--jobs must be >= 1, not {args.jobs}")
     tools = [t for t in args.tools.split(",") if t]
     unknown = set(tools) - set(TOOLS)
     if unknown:

@@ -98,9 +98,11 @@ def test_a_budget_that_is_not_a_positive_finite_number_is_refused(value, capsys)
     assert exc.value.code == 2 and "--budget" in capsys.readouterr().err
 
 
-def test_a_steady_warm_up_of_nan_seconds_is_refused():
-    with pytest.raises(SystemExit):
-        cli.parse_args(["--steady", "--warm-s", "nan"])
+@pytest.mark.parametrize("argv", [["--steady", "--warm-s", "nan"], ["--seed", "-1"], ["--readme-shape", "0"]])
+def test_other_numbers_the_run_cannot_use_are_refused(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.parse_args(argv)
+    assert exc.value.code == 2 and argv[-2] in capsys.readouterr().err
 
 
 # -- --kernels: a pattern that matches nothing is refused, not "cuBLAS alone, exit 0" ----------------
@@ -137,6 +139,17 @@ def test_a_kernels_pattern_that_matches_nothing_exits_2_before_the_gpu(monkeypat
     monkeypatch.setattr(bench, "load_registry", lambda: SimpleNamespace(kernels=lambda: ENTRIES))
     monkeypatch.setattr(hg, "gpu_available", lambda: pytest.fail("reached the GPU"))
     assert bench.main(["--kernels", "nosuch", "--MNK", "256"]) == 2
+    assert "'nosuch' matches no kernel" in capsys.readouterr().err
+
+
+def test_a_profile_pattern_that_matches_nothing_exits_2(monkeypatch, tmp_path, capsys):
+    import hgemm_rt as hg
+    from hgemm_bench import ncu
+
+    monkeypatch.setattr(ncu, "find_ncu", lambda: "/usr/bin/ncu")
+    monkeypatch.setattr(hg, "gpu_available", lambda: True)
+    monkeypatch.setattr(hg, "get_registry", lambda: SimpleNamespace(kernels=lambda: ENTRIES))
+    assert bench.main(["--profile", str(tmp_path / "p.json"), "--kernels", "mma_a,nosuch", "--MNK", "256"]) == 2
     assert "'nosuch' matches no kernel" in capsys.readouterr().err
 
 
@@ -229,3 +242,12 @@ def test_the_sanitizer_refuses_a_log_folder_it_cannot_write_before_starting(fake
 
     rc = sanitize.main(["--kernels", "hgemm_mma_a", "--sanitizer", sys.executable, "--log-dir", str(a_file / "logs")])
     assert rc == 2 and "--log-dir" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["--timeout", "nan"], ["--timeout", "-5"], ["--jobs", "0"]])
+def test_the_sanitizer_refuses_a_timeout_or_jobs_it_cannot_honour(argv, capsys):
+    from hgemm_bench import sanitize
+
+    with pytest.raises(SystemExit) as exc:
+        sanitize.main(argv + ["--sanitizer", sys.executable])
+    assert exc.value.code == 2 and argv[0] in capsys.readouterr().err
