@@ -117,8 +117,6 @@ def load(device_name: str, build_hash: str, manifest: Manifest, path: Path | Non
     missing, unreadable or fails a check of the whole file; an entry that fails its own check is left
     out (with a warning)."""
     path = path or cache_path(device_name, build_hash)
-    if not path.exists():
-        return {}
     try:
         data = json.loads(path.read_text())
         if not isinstance(data, dict) or data.get("schema") != SCHEMA:
@@ -128,7 +126,9 @@ def load(device_name: str, build_hash: str, manifest: Manifest, path: Path | Non
         entries = data.get("entries")
         if not isinstance(entries, dict) or data.get("sha256") != _checksum(entries):
             raise ValueError("checksum mismatch (edited or truncated)")
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (FileNotFoundError, NotADirectoryError):  # no cache yet
+        return {}
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:  # (unreadable too: "auto" runs on)
         warnings.warn(f"hgemm autotune cache {path} is not trusted ({exc}); starting empty, it will be rewritten",
                       RuntimeWarning, stacklevel=3)
         return {}

@@ -127,3 +127,15 @@ def test_a_build_hash_reaches_the_file_name_as_hex_digits_only(build_hash, cache
     assert path.parent == cache_dir
     digest = path.name[len("autotune-GPU-"):-len(".json")]
     assert digest == "nohash" or (set(digest) <= set("0123456789abcdefABCDEF") and len(digest) <= 16)
+
+
+@pytest.mark.parametrize("damage", ["a folder", "binary", "deep"])
+def test_a_cache_file_that_cannot_be_read_as_one_warns_and_starts_empty(damage):
+    path = tuning.cache_path(INFO.name, HASH)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if damage == "a folder":
+        path.mkdir()
+    else:
+        path.write_bytes(b"\xff\xfe\x00garbage" if damage == "binary" else b"[" * 100000)
+    with pytest.warns(RuntimeWarning, match="not trusted"):
+        assert tuning.lookup(INFO, MANIFEST, "k") is None
