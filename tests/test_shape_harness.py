@@ -18,16 +18,16 @@ REPO = PKG.parent
 TEST_MODULES = {p.stem for p in (REPO / "tests").glob("*.py")}
 
 
-def _imported(path: Path) -> set[str]:
-    """Every module a file imports, lazily or not, as written (relative ones under hgemm_rt.)."""
+def _imported(path: Path, package: str = "hgemm_rt") -> set[str]:
+    """Every module a file of `package` imports, lazily or not (relative ones named under the package)."""
     out: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                base = "hgemm_rt" + (f".{node.module}" if node.module else "")
-                out |= {base} | ({f"hgemm_rt.{a.name}" for a in node.names} if node.module is None else set())
+                base = package + (f".{node.module}" if node.module else "")
+                out |= {base} | ({f"{package}.{a.name}" for a in node.names} if node.module is None else set())
             elif node.module:
                 out.add(node.module)
     return out
@@ -40,6 +40,14 @@ def test_no_runtime_module_imports_the_test_harness():
             top = mod.split(".")[0]
             if top in ("tests", "hgemm_bench", "pytest") or top in TEST_MODULES or mod == "hgemm_rt.testing":
                 bad.append(f"{path.relative_to(REPO)} imports {mod}")
+    assert not bad, bad
+
+
+def test_the_bench_shares_its_checks_with_the_tests_without_importing_them():
+    """tests/ import the bench's checks (hgemm_bench.kernel_checks, util_checks), never the other way round:
+    the bench ships in the wheel, tests/ does not."""
+    bad = [f"{path.relative_to(REPO)} imports {mod}" for path in sorted((REPO / "hgemm_bench").rglob("*.py"))
+           for mod in _imported(path, "hgemm_bench") if mod.split(".")[0] in TEST_MODULES | {"tests"}]
     assert not bad, bad
 
 
