@@ -16,7 +16,7 @@
 //       mma instead of 48, so shared memory stops competing with the tensor pipe; only fp16
 //       accumulators fit (128 of the 255 registers; fp32 would need 256), hence no acc=f32 variant.
 //       The epilogue is staged (Store::Smem): 16-byte row pieces per lane quad cost about three
-//       times as long per wave of blocks (docs/tuning_log.md, "hgemm_mma_tn").
+//       times as long per wave of blocks (docs/dev/tuning_log.md, "hgemm_mma_tn").
 //   16-byte aligned pointers for both.
 #include "common/mma_ladder.cuh"
 

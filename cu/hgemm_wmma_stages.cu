@@ -14,9 +14,9 @@
 // 48 KB even with 4 stages (41 KB), which is why it keeps BK = 16.
 // The two 8-warp dsmem rungs also come with fp32 accumulation (variant acc = f32) and prefetch the next
 // K slice's fragments across the K-tile barrier (knob kPrefetch), so the mmas do not wait on fragment
-// loads at each K-tile boundary (faster: docs/tuning_log.md, "hgemm_wmma_stages").
+// loads at each K-tile boundary (faster: docs/dev/tuning_log.md, "hgemm_wmma_stages").
 // BK = 64 for 256x128: each A row of the tile is then one whole 128-byte line per K-tile, and there are
-// half as many barriers as with BK = 32 (faster: docs/tuning_log.md). Its 53 KB
+// half as many barriers as with BK = 32 (faster: docs/dev/tuning_log.md). Its 53 KB
 // stages need the opt-in smem of sm_80 (3 stages max) or sm_90 (4 stages); the runtime refuses the rest.
 // The 16-warp rung keeps fragments single-buffered: 512 threads cap it at 128 registers.
 #include "common/wmma_ladder.cuh"

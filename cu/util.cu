@@ -386,7 +386,7 @@ __device__ __forceinline__ void mma_load_tiles(uint32_t sA, uint32_t sB, const t
 }
 
 // One pipeline stage. Interior tiles (the CTA-uniform common case) issue bare cp.async with no
-// per-chunk test: a per-chunk branch there cost 15% at 4096^3 (docs/tuning_log.md, util).
+// per-chunk test: a per-chunk branch there cost 15% at 4096^3 (docs/dev/tuning_log.md, util).
 template <class C>
 __device__ __forceinline__ void mma_load_stage(uint32_t sA, uint32_t sB, const typename C::Elem* A,
                                                const typename C::Elem* B, int M, int N, int K, int lda, int ldb,

@@ -113,9 +113,8 @@ __device__ __forceinline__ void issue_chunk(uint4* ring, const T* __restrict__ A
                                             int N, int lda, int ldb, int m0, int n0, int kb, int g, int q,
                                             bool two_row_groups) {
   const int ka = kb + 8 * q;
-  // Every piece is read once per CTA: evict-first lines, whole 256-byte runs fetched into L2 (H100,
-  // fp16, L2 flushed: 1 x 8192 x 8192 64.2 -> 58.4 us, 16 x 6144 x 4096 33.8 -> 27.5, 1 x 4096 x 4096 23.3
-  // -> 19.5; the 256-byte fetch alone gave 2-5%)
+  // Every piece is read once per CTA: evict-first lines, whole 256-byte runs fetched into L2
+  // (docs/dev/code_measurements.md, "decode loads")
   const uint64_t policy = hg::l2_policy(true);
   auto copy_row = [&](uint4* dst, const T* base, int ld, int row, int rows) {
     const bool in = row < rows;
@@ -235,8 +234,8 @@ __device__ __forceinline__ void gemm_decode(const T* __restrict__ A, const T* __
 // unchanged); B's fragments come out of the 8 row pieces by byte permutes: n8 tile j takes column
 // nw + 8g + j of each, so its C fragment column 2q (+1) is nw + 16q (+8) + j.
 // No ring here: a CTA is small (8 warps along K, two or more an SM) and the bytes in flight come from the
-// warps of all of them, each with a whole chunk's loads outstanding (H100, fp16, L2 flushed: a per-thread
-// cp.async ring ran 1 x 14336 x 4096 in 74 us, these loads in 50). The warps take the chunks of the CTA's
+// warps of all of them, each with a whole chunk's loads outstanding (faster than a per-thread cp.async ring:
+// docs/dev/code_measurements.md, "decode loads"). The warps take the chunks of the CTA's
 // K slice in turn; their partial tiles are summed in shared memory, then split-K over a cluster as above.
 // Pieces past K or N are zero (element loads at a ragged column edge: nothing past the last element is read).
 struct RowB {
@@ -244,8 +243,8 @@ struct RowB {
   static constexpr int kBN = 64;            // C columns of a CTA (one warp's)
   static constexpr int kRedStride = kBN + 4;
   static constexpr int kRedBytes = kWarps * kBM * kRedStride * 4;  // the warps' partial tiles
-  // chunks of each warp prefetched into L2 before griddep_wait (H100, fp16, 8 weights back to back: 1 x 4096^2
-  // 17.7 us with none, 17.4 with 1, 16.2 with 2, 17.8 with 4; with the L2 flushed 2 cost 0.2-1 us: docs/tuning_log.md)
+  // chunks of each warp prefetched into L2 before griddep_wait: 2 is the fastest of 0-4 on weights back to back
+  // (docs/dev/code_measurements.md, "decode prefetch")
   static constexpr int kPrefetchChunks = 2;
 };
 
@@ -377,7 +376,7 @@ __device__ __forceinline__ void gemm_decode_rowb(const T* __restrict__ A, const 
 #else
 #define HG_DECODE_BOUNDS __launch_bounds__(kThreads)
 #endif
-// 4 ring stages: 2 to 8 stream alike once two CTAs (16 warps) share an SM (docs/tuning_log.md, util_decode).
+// 4 ring stages: 2 to 8 stream alike once two CTAs (16 warps) share an SM (docs/dev/tuning_log.md, util_decode).
 #define UTIL_DECODE(NAME, T)                                                                            \
   extern "C" __global__ void HG_DECODE_BOUNDS                                                          \
       NAME##__bcol(const T* A, const T* B, T* C, int M, int N, int K, int lda, int ldb, int ldc_r,       \

@@ -143,7 +143,7 @@ struct WCfg {
   // 3xTF32 (the gemm_tf32x3 kernels, T = float) and 3xFP16 (gemm_f16x3, T = __half): A and B as hi/lo planes
   // (produce), and each k-block's products summed in the tensor cores from zero, then added to the accumulators
   // with FADD (consumer): the tensor cores' accumulation rounds toward zero, so a sum kept there over K =
-  // 2048-8192 lost 6-12x cuBLAS SGEMM's accuracy (H100; docs/tuning_log.md). 3xFP16's planes are scaled by a
+  // 2048-8192 lost 6-12x cuBLAS SGEMM's accuracy (H100; docs/dev/tuning_log.md). 3xFP16's planes are scaled by a
   // power of two per row of A and of B^T (util_split_f16x3), which the consumers take back off before the epilogue.
   static constexpr bool kX3 = X3 > 0;
   static constexpr bool kX3Scaled = kX3 && sizeof(T) == 2;  // 3xFP16: rows scaled by powers of two (unscale_x3)
@@ -324,7 +324,7 @@ __device__ __noinline__ bool kgroups_fixup(uint8_t* tile, int row0, int total, i
 // kGroup quads, all peers' DSMEM loads for them issued two peers at a time, written back in place
 // into this CTA's own rows (no peer reads those), then (2) the stores to C. A DSMEM round trip is
 // ~1 us under load, and hgu::reduce_store's one-quad-at-a-time loop made the reduction the largest
-// cost of the short split-K launches (M = 128, 1024^3; docs/tuning_log.md, util_sm90); the split keeps the stores' 64-bit
+// cost of the short split-K launches (M = 128, 1024^3; docs/dev/tuning_log.md, util_sm90); the split keeps the stores' 64-bit
 // addressing out of the loads' register peak (the 384-thread kernels run under a 168-register cap).
 template <class W>
 __device__ __forceinline__ void reduce_store_wide(uint8_t* tile, int splits, uint32_t rank, int t,
@@ -391,9 +391,8 @@ __device__ __forceinline__ void reduce_store_wide(uint8_t* tile, int splits, uin
 // rows start on 16 bytes (unit column stride, row stride and N multiples of 8, C 16-byte aligned): each consumer
 // warpgroup stmatrix-es its 64 x BN tile into the idle ring as fp16/bf16 (64-column boxes of 128-byte rows,
 // 16-byte chunks swizzled by row: conflict-free), then stores whole 16-byte chunks, a warp covering 512
-// contiguous bytes of rows. No fp32 tile, no second pass, 16-byte rather than 8-byte stores (H100, fp16,
-// 1024^3 m128n64: the fp32 round trip took about a third of the kernel's warp samples; storing the
-// accumulator pairs straight from the registers, 4 bytes each, was 10% slower there).
+// contiguous bytes of rows. No fp32 tile, no second pass, 16-byte rather than 8-byte stores (what the fp32 round
+// trip and the registers' 4-byte pairs cost: docs/dev/code_measurements.md, "util_sm90 staged store").
 template <class W>
 __device__ __forceinline__ bool staged_store_ok(const typename W::Out* C, int splits, int N, int ldc_r, int ldc_c,
                                                 int beta_bits, int epi, int scale_bits) {
@@ -589,9 +588,8 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
     if (threadIdx.x == 0) {
       // B is streamed where one CTA of M reads each tile of it, or two and B fits in L2 (64 MiB: H100 50 MB,
       // H200 60 MB): its lines are evicted first, so that they do not push out (or make write back) other
-      // lines. H100, fp16/bf16, L2 flushed: 64 x 6144 x 4096 0.90 -> 1.02x cuBLAS, 256 x 4096 x 4096 0.87 ->
-      // 1.04x; but with two CTAs of M and B of 117-134 MB the second reader missed: 0.93 -> 0.80x. (A multicast
-      // pair reads its B tile once.)
+      // lines; with two CTAs of M and a B beyond L2 the second reader would miss (docs/dev/code_measurements.md,
+      // "B streamed"). (A multicast pair reads its B tile once.)
       const int b_readers = static_cast<int>(gridDim.y) / mc;
       const bool b_in_l2 = static_cast<long long>(N) * K * sizeof(T) <= (64ll << 20);
       const uint64_t b_policy = hg::l2_policy(b_readers == 1 || (b_readers == 2 && b_in_l2));
@@ -841,14 +839,13 @@ UTIL_KGROUPS_SUM(util_kgroups_sum_bf16, __nv_bfloat16)
 #define UTIL_WGMMA_SYM(SYM, T, BM, BN, NN, STAGES, MC) UTIL_WGMMA_SYM_OCC(SYM, T, BM, BN, NN, STAGES, MC, 1)
 #define UTIL_WGMMA(NAME, T, BM, BN, NN, STAGES) UTIL_WGMMA_SYM(NAME, T, BM, BN, NN, STAGES, 1)
 // The kernels with the `mc` variant (util_sm90.toml): NAME__mc1 (unicast), NAME__mc2 (B multicast pairs), where
-// B beyond L2 made the pair pay (128-row tiles, fp16/bf16; H100, 256 x 8192 x 8192: m128n128 78.0 -> 66.5 us)
+// B beyond L2 made the pair pay (128-row tiles, fp16/bf16; docs/dev/code_measurements.md, "B multicast pairs")
 #define UTIL_WGMMA_MC(NAME, T, BM, BN, NN, STAGES)             \
   UTIL_WGMMA_SYM(NAME##__mc1, T, BM, BN, NN, STAGES, 1) \
   UTIL_WGMMA_SYM(NAME##__mc2, T, BM, BN, NN, STAGES, 2)
 // The kernels with the `occ` variant (util_sm90.toml): NAME__occ1 (one CTA an SM, the STAGES ring), NAME__occ2 (two,
-// each with half of it), for batches of short-K tiles that one CTA an SM runs in two waves (H100, fp16, P.V 64 x
-// (512 x 64 x 512): 26.5 -> 24.5 us; as the only build, every other shape measured lost: 1024^3 11.1 -> 12.3, 256 x
-// 4096 x 4096 24.5 -> 29.6, 256 x 256 x 65536 47.9 -> 52.4)
+// each with half of it), for batches of short-K tiles that one CTA an SM runs in two waves; as the only build it
+// lost on every other shape measured (docs/dev/code_measurements.md, "occ variant")
 #define UTIL_WGMMA_OCC(NAME, T, BM, BN, NN, STAGES)                 \
   UTIL_WGMMA_SYM_OCC(NAME##__occ1, T, BM, BN, NN, STAGES, 1, 1) \
   UTIL_WGMMA_SYM_OCC(NAME##__occ2, T, BM, BN, NN, STAGES / 2, 1, 2)
@@ -908,8 +905,8 @@ UTIL_TF32X3S(util_gemm_tf32x3s_m64n64_nn, 64, 64, true, 6)
                                                            0, nullptr, 1);                                      \
   }                                                                                                               \
   HG_EXPORT_DSMEM(NAME, WCfg<float, BM, BN, false, STAGES, PROMOTE>::kSmemBytes)
-// Promotion every 4 k-blocks (128 of K): H100, 2048-8192^3, every 3, 4, 8 or 16 ran alike (237-239 us at 2048^3);
-// errors against float64 3.2-3.5e-7 (3, 4), 6.4e-7 (8), 1.2e-6 (16), cuBLAS SGEMM's 8.1e-7-1.6e-6.
+// Promotion every 4 k-blocks (128 of K): as fast as rarer promotion, as accurate as every 3, and more accurate than
+// cuBLAS SGEMM (docs/dev/code_measurements.md, "3xTF32 promotion").
 UTIL_TF32X3(util_gemm_tf32x3_m128n128_tn, 128, 128, 6, 4)
 UTIL_TF32X3(util_gemm_tf32x3_m128n64_tn, 128, 64, 8, 4)
 UTIL_TF32X3(util_gemm_tf32x3_m128n192_tn, 128, 192, 5, 4)

@@ -22,8 +22,8 @@
 //     through rank-4 maps (cols, rows, inner, outer), tma_levels bits 1/2, 4/8, 32/64 saying which
 //     levels the A, B, C maps have; C_old moves by outer * bsc_o + inner * bsc_i elements;
 //   - half tiles (toml half_tiles): a tile whose columns before N all lie in its first 128 (N - n0 <= 128, not
-//     SwiGLU) loads B's first half only, runs m64n128k16 on d[0..63] and stores one staging pass (H100, fp16,
-//     512 x (128 x 128 x 64): 20.6-21.5 -> 17.5-17.7 us);
+//     SwiGLU) loads B's first half only, runs m64n128k16 on d[0..63] and stores one staging pass (faster on
+//     short batched tiles: docs/dev/code_measurements.md, "half tiles");
 //   - SwiGLU (epi & kSwiGLU): N is the output width F, B has 2F rows (tn) or columns (nn); a tile covers
 //     128 output columns at n0, its B stage holding gate [n0, n0 + 128) then up [F + n0, F + n0 + 128),
 //     so each thread holds the gate and the up value of an output element in d[4j + i] and

@@ -13,6 +13,7 @@ Modules, in the order a run uses them:
     plot       the images (--plot, --plots): TFLOPS against the shape, roofline, a bar chart per
                ladder; for --matmul files a roofline and the x-cuBLAS heatmap
     results    JSON / CSV writers, the JSON schema check, loading (kernel bench and --matmul files)
+    outputs    every path a run writes checked before the first measurement; files written whole
     readme     the README results section (ladder table + images) from a results JSON
     progress   the stderr progress bar
 
@@ -29,7 +30,12 @@ docs/ladder.md from its JSON and docs/ladder_notes.toml (no GPU):
 
 `python scripts/sanitize.py` runs compute-sanitizer over every kernel:
     sanitize        the driver: one sanitizer process per tool and part, the child that launches and
-                    checks (through hgemm_rt.testing, the tests' harness), the summary of each log
+                    checks, the summary of each log
+    kernel_checks   the catalogue kernels' checks: operands, cuBLAS baselines, one checked launch
+                    against float64 (hgemm_rt.numerics), the shapes each kernel is checked at
+    util_checks     the matmul helper kernels' checks: the plans that launch each one at an aligned
+                    and a ragged shape, run on operands whose gaps are never written
+                    (the GPU tests share both)
 
 Everything after `measure` works on plain dicts loaded from JSON, so it is tested on the CPU with a
 recorded GPU run (tests/data/).

@@ -9,7 +9,9 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable
 
-from hgemm_rt.testing import baseline_acc, baseline_for, error_bound
+from hgemm_rt.numerics import error_bound
+
+from .kernel_checks import baseline_acc, baseline_for
 
 from .selection import ladder_rank
 
@@ -33,7 +35,7 @@ def key_of(r: Record) -> tuple[str, str]:
 
 
 def judge(rows: list[Record]) -> None:
-    """Set error_bound and ok on the rows of one shape. The bound is testing.error_bound: never looser
+    """Set error_bound and ok on the rows of one shape. The bound is numerics.error_bound: never looser
     than a small factor over cuBLAS with the same layout, dtype and accumulation in this run where
     that ran, the static floor otherwise. A row that is not ok never counts as best."""
     cublas_err: dict[tuple, float] = {}

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -68,7 +69,9 @@ matmul: --matmul [SECTIONS] measures the public hgemm_rt.matmul instead of the k
   Applies with it: --iters, --warmup, --check-rows, --seed, --json FILE, --autotune, --steady (to the
   sections against cuBLAS: hg.matmul and every cuBLAS variant interleaved).
 
-outputs: --plot [PNG] (--topk K), --json FILE, --csv FILE. README: `python bench.py --readme RESULTS.json`
+outputs: --plot [PNG] (--topk K), --json FILE, --csv FILE: each checked (its folder created) before the
+  first measurement; --json and --csv are rewritten whole after every shape (--matmul: every section), so
+  an interrupted run keeps what it measured. README: `python bench.py --readme RESULTS.json`
   rewrites the section between <!-- results:start --> and <!-- results:end --> and its images (no GPU needed).
 plots (no GPU): --plots JSON [JSON ...] --out DIR draws from kernel bench results: TFLOPS against the
   shape, a roofline (every kernel and shape against the device's fp16 tensor, fp32 and HBM roofs), a bar
@@ -269,15 +272,19 @@ def parse_args(argv: list[str] | None = None) -> Settings:
     shapes = shapes_from(args, ap.error)
     if args.iters < 1 or args.warmup < 0:
         ap.error("--iters must be >= 1 and --warmup >= 0")
-    if args.budget <= 0:
-        ap.error("--budget must be > 0 seconds")
+    if not math.isfinite(args.budget) or args.budget <= 0:
+        ap.error(f"--budget must be a finite number of seconds > 0, not {args.budget}")
     if args.topk < 1:
         ap.error("--topk must be >= 1")
     if args.check_rows < 0:
         ap.error("--check-rows must be >= 0")
+    if args.seed is not None and args.seed < 0:  # (numpy's generators take none)
+        ap.error(f"--seed must be >= 0, not {args.seed}")
+    if args.readme_shape < 1:
+        ap.error("--readme-shape must be >= 1")
     if args.steady is not None and args.steady < 1:
         ap.error("--steady needs at least 1 round")
-    if args.warm_s is not None and (args.steady is None or args.warm_s < 0):
+    if args.warm_s is not None and (args.steady is None or not math.isfinite(args.warm_s) or args.warm_s < 0):
         ap.error("--warm-s is the warm-up of --steady, in seconds >= 0")
     sections = matmul_sections(args, ap.error)
     if args.plots and (args.readme or args.matmul is not None):

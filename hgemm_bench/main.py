@@ -20,7 +20,8 @@ from . import plot as pl
 from . import results, tables
 from .cli import Settings, parse_args
 from .progress import Progress
-from .selection import describe_build, select
+from .outputs import OutputError, prepare_all
+from .selection import describe_build, pattern_problem, select
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -114,11 +115,19 @@ def matmul_mode(s: Settings, argv: list[str] | None) -> int:
         return 2
     from .matmul_section import DOC_ROWS, failures, run_sections
 
-    doc = run_sections(s.matmul, {"iters": s.iters, "warmup": s.warmup, "check_rows": s.check_rows,
-                                  "autotune": s.autotune, "seed": s.seed, "only": s.only}, build_record(registry),
-                       command_line(argv), steady_protocol(s))
+    def save(doc: dict) -> None:  # after every section, so that an interrupted run keeps those it finished
+        if s.json:
+            results.write_json(doc, s.json, DOC_ROWS)
+
+    try:
+        doc = run_sections(s.matmul, {"iters": s.iters, "warmup": s.warmup, "check_rows": s.check_rows,
+                                      "autotune": s.autotune, "seed": s.seed, "only": s.only}, build_record(registry),
+                           command_line(argv), steady_protocol(s), on_section=save)
+    except KeyboardInterrupt:
+        err("interrupted" + (f": {s.json} holds the sections finished so far" if s.json else ""))
+        return 130
+    save(doc)
     if s.json:
-        results.write_json(doc, s.json, DOC_ROWS)
         print(f"wrote {s.json}")
     failed = failures(doc)
     if failed:
@@ -138,6 +147,11 @@ def steady_protocol(s: Settings) -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     s = parse_args(argv)
+    try:
+        prepare_all(s)  # before any GPU time: a path the run cannot write is refused now, not after it
+    except OutputError as exc:
+        err(str(exc))
+        return 2
     if s.readme:
         return readme_mode(s)
     if s.plots:
@@ -162,6 +176,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     entries = registry.kernels()
     cases = select(entries, s)
+    problem = pattern_problem(entries, s, cases)
+    if problem:
+        err(problem)
+        return 2
     if s.list_only:
         print(describe_build(entries))
         print(f"\nthese flags select {len(cases)} runs per shape, {len(s.shapes)} shape(s)")
@@ -175,6 +193,23 @@ def main(argv: list[str] | None = None) -> int:
         err("the flags select nothing to run (see --help: selection)")
         return 2
     return run(s, registry, cases, argv)
+
+
+def results_doc(s: Settings, device: dict, build: dict, argv: list[str] | None, records: list[dict],
+                skipped: list[dict], complete: bool, elapsed_s: float) -> dict:
+    """The results document of the shapes measured so far (`complete`: every shape)."""
+    return results.make_doc(device=device, build=build, settings=s.settings_record(), command=command_line(argv),
+                            created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                            records=records, skipped=skipped, complete=complete, elapsed_s=elapsed_s)
+
+
+def save_results(s: Settings, doc: dict, say: bool = False) -> None:
+    """--json and --csv, each written whole (after every shape, and once more at the end)."""
+    for path, write in ((s.json, results.write_json), (s.csv, results.write_csv)):
+        if path:
+            write(doc, path)
+            if say:
+                print(f"wrote {path}")
 
 
 def run(s: Settings, registry: Any, cases: list, argv: list[str] | None) -> int:
@@ -224,6 +259,7 @@ def run(s: Settings, registry: Any, cases: list, argv: list[str] | None) -> int:
             skipped += skips
             bar.clear()
             print(tables.shape_report(recs, skips, peak), flush=True)
+            save_results(s, results_doc(s, device, build, argv, records, skipped, False, time.perf_counter() - t0))
         complete = True
     except KeyboardInterrupt:
         bar.clear()
@@ -238,18 +274,7 @@ def run(s: Settings, registry: Any, cases: list, argv: list[str] | None) -> int:
     if records:
         print(tables.final_report(records, s.topk))
     print(f"\n{len(records)} measurements, {len(skipped)} skipped, {elapsed:.0f} s")
-    doc = results.make_doc(
-        device=device, build=build, settings=s.settings_record(),
-        command=command_line(argv),
-        created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        records=records, skipped=skipped, complete=complete, elapsed_s=elapsed,
-    )
-    if s.json:
-        results.write_json(doc, s.json)
-        print(f"wrote {s.json}")
-    if s.csv:
-        results.write_csv(doc, s.csv)
-        print(f"wrote {s.csv}")
+    save_results(s, results_doc(s, device, build, argv, records, skipped, complete, elapsed), say=True)
     if s.plot and records:
         data = pl.plot_series(records, s.topk)
         pl.render(data, device["name"], s.plot, peak)

@@ -20,7 +20,7 @@ Sections (matmul_table declares their rows, baseline and target):
           its parts
 
 Protocol: random N(0, 1) data; every result is verified before it is timed (NaN-filled
-output, float64 reference; the error bound is hgemm_rt.testing.error_bound over the cuBLAS/torch error
+output, float64 reference; the error bound is hgemm_rt.numerics.error_bound over the cuBLAS/torch error
 on the same inputs); GPU time = CUDA events, L2 flushed before every run, the timed launches queued
 behind a busy GPU (time_fn queue_ahead) so that no host cost leaks in, the median; wall time = n calls
 back to back with one synchronisation at the end, the best of WALL_REPEATS repetitions.
@@ -45,7 +45,9 @@ import hgemm_rt as hg
 from hgemm_rt import cublas, cublaslt
 from hgemm_rt.api import call_identity
 from hgemm_rt.problem import ACCUMULATE, ITEMSIZE
-from hgemm_rt.testing import baseline_acc, error_bound, random_operands, reference, rel_error
+from hgemm_rt.numerics import error_bound, reference, rel_error
+
+from .kernel_checks import baseline_acc, random_operands
 from hgemm_rt.timing import L2Flusher, time_fn
 
 from .analysis import geomean
@@ -947,10 +949,12 @@ def run_section(name: str, run: Run) -> tuple[list[dict], dict | None]:
     return rows + failed, verdict
 
 
-def run_sections(names: list[str], settings: dict, build: dict, command: str, steady: Protocol | None = None) -> dict:
+def run_sections(names: list[str], settings: dict, build: dict, command: str, steady: Protocol | None = None,
+                 on_section: Callable[[dict], None] | None = None) -> dict:
     """The sections in order, under one device header: the results document (see make_doc).
     settings: iters, warmup, check_rows, autotune, seed (None: fresh), only (--only's pattern, or None);
-    `steady`: the steady-state protocol for the sections against cuBLAS."""
+    `steady`: the steady-state protocol for the sections against cuBLAS; `on_section`: given the document
+    of the sections finished so far after each one (to write it as the run goes)."""
     dev = hg.get_device()
     device = device_record(dev)
     versions = framework_versions()
@@ -962,19 +966,25 @@ def run_sections(names: list[str], settings: dict, build: dict, command: str, st
               np.random.default_rng(seed), L2Flusher(), steady, ClockSampler(dev.info.ordinal) if steady else None,
               only=settings.get("only"))
     rows, verdicts = [], []
+
+    def doc() -> dict:
+        return make_doc(device=device, build=build, frameworks=versions,
+                        settings={**settings, "seed": seed, "sections": names, "wall_repeat_s": WALL_REPEAT_S,
+                                  "wall_min_calls": WALL_MIN_CALLS, "wall_repeats": WALL_REPEATS,
+                                  **(steady.record() if steady else {})},
+                        command=command, rows=rows, verdicts=verdicts, skipped=run.skipped)
+
     try:
         for name in names:
             got, verdict = run_section(name, run)
             rows += got
             verdicts += [verdict] if verdict else []
+            if on_section is not None:
+                on_section(doc())
     finally:
         run.flusher.close()
     device["clocks_at_end"] = clocks(dev.info.ordinal)
-    return make_doc(device=device, build=build, frameworks=versions,
-                    settings={**settings, "seed": seed, "sections": names, "wall_repeat_s": WALL_REPEAT_S,
-                              "wall_min_calls": WALL_MIN_CALLS, "wall_repeats": WALL_REPEATS,
-                              **(steady.record() if steady else {})},
-                    command=command, rows=rows, verdicts=verdicts, skipped=run.skipped)
+    return doc()
 
 
 DOC_ROWS = ("targets", "skipped", "rows")  # the lists of the document written one record per line

@@ -19,7 +19,7 @@ from hgemm_rt import DeviceArray, HgemmError
 from hgemm_rt.device import Event
 from hgemm_rt.dtypes import STORAGE, storage_all_finite, storage_to_f64, to_storage
 from hgemm_rt.launcher import default_swizzle_stride
-from hgemm_rt.testing import rel_error
+from hgemm_rt.numerics import rel_error
 from hgemm_rt.timing import L2Flusher, Timing, time_fn
 
 from .devinfo import ClockSampler

@@ -27,7 +27,7 @@ from hgemm_rt.manifest import variant_symbol
 from . import counters as ct
 from . import ncu
 from .cli import DEFAULT_SWEEP, GROUP_FLAGS, Settings
-from .selection import NOT_GEMM_LADDERS, aliases_of, ladder_rank, matches
+from .selection import NOT_GEMM_LADDERS, aliases_of, ladder_rank, matches, unmatched_message
 
 SCHEMA = "hgemm-ladder-profile/1"
 ROOT = Path(__file__).resolve().parent.parent
@@ -423,8 +423,7 @@ def build_of(registry: Any, build_record: Callable[[Any], dict], commit: Callabl
     """What a profile records about the build: the results' build record, with the commit that git
     itself reports for this checkout (`commit()`), or "unknown" where git cannot tell (no git, a tree
     copied without .git). $HGEMM_GIT_COMMIT is not taken here: nothing checks it against the tree,
-    and a stale value names the wrong source for every number of the doc (the H100 profile of issue
-    20 recorded a772883; it ran at ffae137)."""
+    and a stale value names the wrong source for every number of the doc."""
     return {**build_record(registry), "git": commit() or UNKNOWN_COMMIT}
 
 
@@ -451,6 +450,10 @@ def profile_mode(s: Settings, command: str, build_record: Callable[[Any], dict],
         registry = hg.get_registry()
     except hg.ManifestError as exc:
         err(str(exc))
+        return 2
+    unmatched = unmatched_message(registry.kernels(), s.kernels)
+    if unmatched:
+        err(f"--profile: {unmatched}")
         return 2
     kernels = rungs(registry.kernels(), s)
     if not kernels:

@@ -3,11 +3,13 @@ no NaN/Infinity; a NaN-poisoned output is rel_error null) and CSV (one line per 
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 from typing import Any
 
 from . import analysis as an
+from .outputs import write_atomically
 
 SCHEMA = "hgemm-bench/1"
 MATMUL_SCHEMA = "hgemm-bench-matmul/1"  # `bench.py --matmul`'s file (matmul_section.make_doc)
@@ -122,19 +124,19 @@ def dumps(doc: dict, rows: tuple[str, ...] = RECORD_LISTS) -> str:
 
 
 def write_json(doc: dict, path: str, rows: tuple[str, ...] = RECORD_LISTS) -> None:
-    text = dumps(doc, rows)
-    with open(path, "w") as f:
-        f.write(text)
+    """The whole file at once (outputs.write_atomically): a run rewrites it as it goes."""
+    write_atomically(path, dumps(doc, rows))
 
 
 def write_csv(doc: dict, path: str) -> None:
     dev = doc["device"]
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["device", "driver", "build_hash"] + CSV_FIELDS)
-        for m in doc["measurements"]:
-            w.writerow([dev["name"], dev["driver"].get("nvidia") or dev["driver"].get("cuda"), doc["build"]["hash"]]
-                       + ["" if m.get(k) is None else m[k] for k in CSV_FIELDS])
+    f = io.StringIO(newline="")
+    w = csv.writer(f)
+    w.writerow(["device", "driver", "build_hash"] + CSV_FIELDS)
+    for m in doc["measurements"]:
+        w.writerow([dev["name"], dev["driver"].get("nvidia") or dev["driver"].get("cuda"), doc["build"]["hash"]]
+                   + ["" if m.get(k) is None else m[k] for k in CSV_FIELDS])
+    write_atomically(path, f.getvalue(), newline="")
 
 
 def load(path: str) -> dict:

@@ -7,7 +7,7 @@ the driver behind `python scripts/sanitize.py`.
 
 Each tool runs two child processes (`--child gemm|util`; all side by side, `--jobs`) that launch
 every selected kernel at an aligned and a ragged shape on random inputs, check each result against
-float64 (hgemm_rt.testing, the harness the tests use), and print which kernels they launched:
+float64 (kernel_checks.py, util_checks.py: the checks the GPU tests use), and print which kernels they launched:
 
 - catalogue GEMMs: every variant, the test suite's aligned and ragged shapes, into a NaN-poisoned C;
 - the "util" kernels (util_copy2d_*, util_gemm_{mma,wgmma,simt}_*), which only hgemm_rt.matmul
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import math
 import os
 import re
 import shutil
@@ -35,7 +36,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from hgemm_rt.testing import missing, run_util, selected_specs, shapes_for, util_names
+from .kernel_checks import selected_specs, shapes_for
+from .outputs import OutputError, prepare
+from .util_checks import missing, run_util, util_names
 
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
 PACKAGE_DIR = Path(__file__).resolve().parent.parent  # where `python -m hgemm_bench.sanitize` finds the package
@@ -51,7 +54,7 @@ def child_gemm(pattern: str | None) -> tuple[int, int, set, list[str]]:
     import numpy as np
 
     import hgemm_rt as hg
-    from hgemm_rt.testing import run_checked
+    from .kernel_checks import run_checked
 
     rng = np.random.default_rng()
     cc = hg.get_device().info.cc
@@ -169,6 +172,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.child:
         return child(args.kernels, args.child)
+    if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
+        ap.error(f"--timeout must be a finite number of seconds > 0, not {args.timeout}")
+    if args.jobs < 1:
+        ap.error(f"--jobs must be >= 1, not {args.jobs}")
     tools = [t for t in args.tools.split(",") if t]
     unknown = set(tools) - set(TOOLS)
     if unknown:
@@ -180,12 +187,19 @@ def main(argv: list[str] | None = None) -> int:
 
     manifest = hg.get_registry().manifest  # the build's declarations only: the parent touches no GPU
     n = {part: len(selected_specs(manifest, args.kernels, util=part == "util")) for part in PARTS}
-    if not sum(n.values()):  # (a run over nothing must not read as clean)
-        print(f"sanitize.py: no kernel of this build matches --kernels {args.kernels!r}", file=sys.stderr)
+    unmatched = [g for g in (args.kernels or "").split(",") if g and not any(
+        selected_specs(manifest, g, util=part == "util") for part in PARTS)]
+    if unmatched or not sum(n.values()):  # (a run over nothing, or less than asked, must not read as clean)
+        print(f"sanitize.py: no kernel of this build matches --kernels {', '.join(unmatched) or args.kernels!r}",
+              file=sys.stderr)
+        return 2
+    try:
+        prepare("--log-dir", str(args.log_dir), is_dir=True)
+    except OutputError as exc:
+        print(f"sanitize.py: {exc}", file=sys.stderr)
         return 2
     print(f"{sum(n.values())} kernels ({n['gemm']} catalogue, {n['util']} util), tools: {', '.join(tools)}",
           flush=True)
-    args.log_dir.mkdir(parents=True, exist_ok=True)
     pending = [(t, p) for t in tools for p in PARTS if n[p]]
     running: dict = {}
     totals = {t: [0, 0, 0, 0.0, True] for t in tools}  # errors, kernels, launches, seconds, clean

@@ -134,6 +134,31 @@ def select(entries: list[Any], s: Settings) -> list[Case]:
     return cases
 
 
+def unmatched_message(entries: list[Any], patterns: list[str]) -> str | None:
+    """The --kernels patterns that match no benchmarked kernel of the build (cuBLAS and the matmul helpers
+    are none), said as an error; None when each matches one."""
+    kernels = [e for e in entries if not e.is_baseline and e.ladder not in NOT_GEMM_LADDERS]
+    unmatched = [p for p in patterns if not any(matches(e.name, [p], aliases_of(e)) for e in kernels)]
+    if not unmatched:
+        return None
+    return (f"--kernels: {', '.join(map(repr, unmatched))} match{'es' if len(unmatched) == 1 else ''} no kernel "
+            "of this build (the cuBLAS baselines always run; --list shows the kernels)")
+
+
+def pattern_problem(entries: list[Any], s: Settings, cases: list[Case]) -> str | None:
+    """Why --kernels selects nothing it was meant to (a run of cuBLAS alone must not read as the kernels'),
+    or None: a pattern that matches no kernel of the build, or patterns that the group flags leave no
+    kernel of."""
+    if not s.kernels:
+        return None
+    unmatched = unmatched_message(entries, s.kernels)
+    if unmatched:
+        return unmatched
+    if not any(not c.entry.is_baseline for c in cases):
+        return f"--kernels {','.join(s.kernels)}: the group flags keep none of the kernels it matches"
+    return None
+
+
 def describe_build(entries: list[Any]) -> str:
     """The kernels the build holds, per ladder, with their variant axes (for --list and no-GPU runs)."""
     by_ladder: dict[str, list[Any]] = {}

@@ -119,9 +119,8 @@ def encode_tiled(ptr: int, dims: tuple[int, ...], strides: tuple[int, ...], dtyp
             f"swizzle {swizzle_bytes})")
     modes = (drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, _swizzle(swizzle_bytes, kernel, operand),
              # L2 promotion: the boxes are 128-byte rows read by many CTAs, fetched as 256-byte blocks; rows that
-             # start off 32-byte boundaries take 128-byte blocks (H100, fp16, K = 1000, 2000-byte rows: 8192^2 x
-             # 1000 persistent 336.0 -> 287.7 us, 1024^2 x 1000 m128n64 16.3 -> 14.9; on 32-byte rows 256-byte
-             # blocks stay ahead, 8192^2 x 1024 203.9 against 208.7 us)
+             # start off 32-byte boundaries take 128-byte blocks, faster there (docs/dev/code_measurements.md,
+             # "TMA L2 promotion")
              drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B if strides[0] % TMA_FAST_ROW_BYTES == 0
              else drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
              # Out-of-bounds elements read as zero (NAN_REQUEST_ZERO_FMA would give NaN).

@@ -7,9 +7,15 @@ an on-disk cache that matmul (kernel="auto") consults before the heuristic.
 
 The cache is one JSON file per (GPU name, manifest build hash) in $HGEMM_CACHE_DIR, else
 ~/.cache/hgemm. A new build (or another GPU) therefore never sees stale winners. On load the file is
-validated: JSON, schema, device name and build hash, a sha256 over the entries, and every route
-against the manifest (the kernel exists, its options are built). A file failing any check is not
-trusted at all: a warning says why, the cache starts empty and the next save rewrites the file.
+validated: JSON, schema, device name and build hash, a sha256 over the entries. A file failing any
+of these is not trusted at all: a warning says why, the cache starts empty and the next save rewrites
+the file. Then each entry: its route well-formed and runnable on the manifest (the kernel exists, its
+options are built), its time a positive number; an entry failing that is dropped with a warning.
+
+Processes share the file: a record takes an exclusive lock (fcntl, on `<file>.lock`), re-reads the
+file and adds its entry to what is there before replacing it (temp file + os.replace), so that
+concurrent autotunes keep every winner. A record that cannot write (a folder it cannot create, a
+read-only file, which is left as it is) warns once and keeps the winner in this process.
 
 Each candidate is checked against a float64 reference on sampled rows before its time counts, so a
 kernel that computes a wrong answer is never cached. Timing follows the benchmark protocol: random
@@ -19,18 +25,25 @@ route of one shape, up to the number of launches).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
 import math
 import os
 import re
+import stat
 import tempfile
 import threading
 import warnings
 from pathlib import Path
 
 import numpy as np
+
+try:
+    import fcntl
+except ImportError:  # (not POSIX: records are not locked against other processes)
+    fcntl = None  # type: ignore[assignment]
 
 from .device import DeviceInfo, get_device
 from .dtypes import ITEMSIZE, bf16_bits_to_f32
@@ -52,8 +65,11 @@ def cache_dir() -> Path:
 
 
 def cache_path(device_name: str, build_hash: str) -> Path:
+    """The file of one (GPU, build): both names reduced to characters that cannot leave the folder (the
+    build hash to its hex digits: it comes from the manifest, which is data)."""
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", device_name).strip("_") or "gpu"
-    return cache_dir() / f"autotune-{safe}-{(build_hash or 'nohash')[:16]}.json"
+    digest = re.sub(r"[^0-9A-Fa-f]", "", build_hash or "")[:16] or "nohash"
+    return cache_dir() / f"autotune-{safe}-{digest}.json"
 
 
 def _checksum(entries: dict) -> str:
@@ -82,12 +98,25 @@ def _route_ok(route: Route, manifest: Manifest) -> bool:
     return True
 
 
+def entry_from_json(e: object, manifest: Manifest) -> dict:
+    """One validated entry {"route", "us", "tried"} of a cache file; ValueError saying what is wrong."""
+    if not isinstance(e, dict) or not isinstance(e.get("route"), dict):
+        raise ValueError(f"not an entry with a route object: {e!r:.80}")
+    route = Route.from_json(e["route"])
+    us = e.get("us")
+    if isinstance(us, bool) or not isinstance(us, (int, float)) or not math.isfinite(us) or us <= 0:
+        raise ValueError(f"time {us!r} is not a positive number of microseconds")
+    if not _route_ok(route, manifest):
+        raise ValueError(f"names a route this build cannot run: {route}")
+    tried = e.get("tried", [])
+    return {"route": route, "us": float(us), "tried": tried if isinstance(tried, list) else []}
+
+
 def load(device_name: str, build_hash: str, manifest: Manifest, path: Path | None = None) -> dict:
     """The validated entries {key: {"route": Route, "us": float}}; {} (with a warning) if the file is
-    missing, unreadable or fails any check."""
+    missing, unreadable or fails a check of the whole file; an entry that fails its own check is left
+    out (with a warning)."""
     path = path or cache_path(device_name, build_hash)
-    if not path.exists():
-        return {}
     try:
         data = json.loads(path.read_text())
         if not isinstance(data, dict) or data.get("schema") != SCHEMA:
@@ -97,33 +126,67 @@ def load(device_name: str, build_hash: str, manifest: Manifest, path: Path | Non
         entries = data.get("entries")
         if not isinstance(entries, dict) or data.get("sha256") != _checksum(entries):
             raise ValueError("checksum mismatch (edited or truncated)")
-        out = {}
-        for key, e in entries.items():
-            route = Route.from_json(e["route"])
-            us = float(e["us"])
-            if not _route_ok(route, manifest) or not np.isfinite(us) or us <= 0:
-                raise ValueError(f"entry {key!r} names a route this build cannot run: {route}")
-            out[key] = {"route": route, "us": us, "tried": e.get("tried", [])}
-        return out
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (FileNotFoundError, NotADirectoryError):  # no cache yet
+        return {}
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:  # (unreadable too: "auto" runs on)
         warnings.warn(f"hgemm autotune cache {path} is not trusted ({exc}); starting empty, it will be rewritten",
                       RuntimeWarning, stacklevel=3)
         return {}
+    out, dropped = {}, []
+    for key, e in entries.items():
+        try:
+            out[key] = entry_from_json(e, manifest)
+        except ValueError as exc:
+            dropped.append(f"{key!r}: {exc}")
+    if dropped:
+        warnings.warn(f"hgemm autotune cache {path}: {len(dropped)} entr{'y' if len(dropped) == 1 else 'ies'} not "
+                      f"trusted, left out ({'; '.join(dropped[:3])}{'; ...' if len(dropped) > 3 else ''}); the "
+                      "others are used", RuntimeWarning, stacklevel=3)
+    return out
+
+
+def is_read_only(path: Path) -> bool:
+    """An existing file nobody may write by its mode bits (also as root, whom os.access lets write it)."""
+    return not os.access(path, os.W_OK) or not stat.S_IMODE(path.stat().st_mode) & 0o222
 
 
 def save(entries: dict, device_name: str, build_hash: str, path: Path | None = None) -> Path:
-    """Write atomically (temp file + os.replace): a crash never leaves half a cache."""
+    """Write atomically (temp file + os.replace): a crash never leaves half a cache. A read-only file
+    is not replaced: PermissionError."""
     path = path or cache_path(device_name, build_hash)
     path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists() and is_read_only(path):
+        raise PermissionError(f"{path} is read-only (left as it is)")
     plain = {k: {"route": e["route"].to_json(), "us": e["us"], "tried": e.get("tried", [])}
              for k, e in entries.items()}
     doc = {"schema": SCHEMA, "device": device_name, "build_hash": build_hash, "entries": plain,
            "sha256": _checksum(plain)}
     fd, tmp = tempfile.mkstemp(prefix=path.name, dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        json.dump(doc, f, indent=1, sort_keys=True)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
     return path
+
+
+@contextlib.contextmanager
+def locked(path: Path):
+    """An exclusive lock between processes for one read-merge-write of the cache file `path` (on a
+    `.lock` file beside it, which stays: the cache file itself is replaced, not rewritten)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if fcntl is None:
+        yield
+        return
+    fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # (closing releases the lock)
 
 
 def _entries(info: DeviceInfo, manifest: Manifest) -> dict:
@@ -139,13 +202,25 @@ def lookup(info: DeviceInfo, manifest: Manifest, key: str) -> Route | None:
     return e["route"] if e else None
 
 
-def record(info: DeviceInfo, manifest: Manifest, key: str, results: list[dict]) -> Path:
-    """Keep the fastest of `results` (time_routes' list) as the route for problem `key`, on disk."""
+def record(info: DeviceInfo, manifest: Manifest, key: str, results: list[dict]) -> Path | None:
+    """Keep the fastest of `results` (time_routes' list) as the route for problem `key`: in this process
+    first, then added to the file under its lock (what other processes wrote since kept). Returns the
+    file, or None with a warning where it cannot be written (the winner still applies in this process)."""
     entries = _entries(info, manifest)
+    path = cache_path(info.name, manifest.build_hash)
     with _lock:
         entries[key] = {"route": results[0]["route"], "us": results[0]["us"],
                         "tried": [[str(r["route"]), r["us"]] for r in results]}
-        return save(entries, info.name, manifest.build_hash)
+        try:
+            with locked(path):
+                on_disk = load(info.name, manifest.build_hash, manifest, path)
+                on_disk[key] = entries[key]
+                return save(on_disk, info.name, manifest.build_hash, path)
+        except OSError as exc:
+            warnings.warn(f"hgemm autotune cache: the winner for {key} is not saved ({exc}); it applies in this "
+                          "process only (set HGEMM_CACHE_DIR to a writable folder to keep it)",
+                          RuntimeWarning, stacklevel=2)
+            return None
 
 
 def forget() -> None:
@@ -223,7 +298,7 @@ def time_routes(chosen: list, refs: tuple[ArrayRef, ArrayRef, ArrayRef], dtype: 
     look-alike scratch buffer takes its place. Each candidate is checked against a float64 reference on
     sampled rows (of sampled matrices) first: a wrong one gets us = inf and never wins.
     Returns [{"route", "recipe", "us", "error", "estimate_us"}], fastest first."""
-    from .testing import error_floor
+    from .numerics import error_floor
     from .timing import L2Flusher, time_fn
 
     A, B, C = refs

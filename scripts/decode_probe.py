@@ -1,4 +1,4 @@
-"""On the GPU machine: the decode (M <= 16) probes behind docs/tuning_log.md's session 21 section. A probe for tuning,
+"""On the GPU machine: the decode (M <= 16) probes behind the section "Decode with B as K x N" of docs/dev/tuning_log.md. A probe for tuning,
 not the product bench (`bench.py --matmul decode` is).
 
     reads   pure-read rates of a K x N fp16 matrix in the access patterns a decode kernel can take (CuPy kernels of

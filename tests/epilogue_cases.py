@@ -10,7 +10,8 @@ import numpy as np
 from hgemm_rt import api, planner
 from hgemm_rt.dtypes import storage_to_f64, to_storage
 from hgemm_rt.epilogue import Epilogue, reference as epilogue_reference
-from hgemm_rt.testing import GuardedArray, error_floor, rel_error
+from hgemm_rt.numerics import error_floor, rel_error
+from guarded import GuardedArray
 
 
 @dataclass

@@ -27,7 +27,9 @@ from hgemm_rt.dtypes import ITEMSIZE, STORAGE, storage_to_f64
 from hgemm_rt.errors import ManifestError, ValidationError
 from hgemm_rt.launcher import ParamPacker
 from hgemm_rt.manifest import kernel_spec_from_dict
-from hgemm_rt.testing import GuardedArray, download, each_route, error_floor, stored_and_exact
+from hgemm_bench.util_checks import download, stored_and_exact
+from hgemm_rt.numerics import error_floor
+from guarded import GuardedArray, each_route
 from kernel_cases import load_manifest_or_none
 
 MANIFEST = load_manifest_or_none()

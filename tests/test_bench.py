@@ -210,7 +210,7 @@ def test_judging_again_reproduces_the_recorded_verdicts_and_ratios(doc):
     for shape in an.shapes_in_order(recs):
         an.finish_shape([r for r in recs if an.shape_of(r) == shape])
     for got, want in zip(recs, doc["measurements"]):
-        assert got["ok"] == want["ok"]  # (the bound itself is testing.error_bound's, which may be retuned)
+        assert got["ok"] == want["ok"]  # (the bound itself is numerics.error_bound's, which may be retuned)
         assert (got["ratio"] is None) == (want["ratio"] is None)
         if want["ratio"] is not None:
             assert got["ratio"] == pytest.approx(want["ratio"])

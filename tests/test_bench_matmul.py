@@ -196,7 +196,7 @@ def fake_checks(monkeypatch, errors: dict):
 
 
 def test_check_holds_gemmex_to_the_static_bound_and_lt_to_gemmex(monkeypatch):
-    from hgemm_rt.testing import error_bound
+    from hgemm_rt.numerics import error_bound
 
     last = fake_checks(monkeypatch, {"g32": 2e-4, "g16": 5.0, "lt0": 7e-4, "lt1": 9e-4, "lt2": None,
                                      "lt3": hg.DriverError("cuBLASLt matmul (...) failed: EXECUTION_FAILED"),
@@ -330,7 +330,7 @@ def test_a_row_records_the_strongest_baseline_gemmex_and_every_call(monkeypatch)
 
 def test_strided_batched_sets_the_bound_of_torch_as_gemmex_does():
     """cublasGemmStridedBatchedEx is a reference call: held to the static bound, it bounds torch.matmul."""
-    from hgemm_rt.testing import error_bound
+    from hgemm_rt.numerics import error_bound
 
     errors = {"sb32": 2e-4, "sb16": 5e-3, "torch": 9e-4}
     calls = [ms.BaselineCall(label, api, acc, lambda label=label: label) for label, api, acc in

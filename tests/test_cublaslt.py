@@ -452,7 +452,8 @@ def test_every_candidate_matches_float64(rng, a_order, b_order, dtype, acc, M, N
     within the bound the same accumulation's GemmEx sets on the same inputs."""
     from hgemm_rt import cublas
     from hgemm_rt.dtypes import storage_to_f64, to_storage
-    from hgemm_rt.testing import baseline_acc, error_bound, rel_error
+    from hgemm_bench.kernel_checks import baseline_acc
+    from hgemm_rt.numerics import error_bound, rel_error
 
     a32, b32 = rng.standard_normal((M, K), dtype=np.float32), rng.standard_normal((K, N), dtype=np.float32)
     c32 = rng.standard_normal((M, N), dtype=np.float32)
@@ -481,7 +482,7 @@ def test_every_candidate_matches_float64(rng, a_order, b_order, dtype, acc, M, N
 def test_offset_pointers_and_padded_rows_on_a_stream(rng):
     """An operand 2 bytes past an allocation and padded leading dimensions: the heuristic is told the
     alignment and picks algorithms that run correctly there; the work goes on the stream given."""
-    from hgemm_rt.testing import rel_error
+    from hgemm_rt.numerics import rel_error
 
     M, N, K, pad = 65, 63, 129, 3
     a = rng.standard_normal((M, K + pad), dtype=np.float32).astype(np.float16)

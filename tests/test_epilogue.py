@@ -19,7 +19,8 @@ from hgemm_rt.dtypes import storage_to_f64, to_storage
 from hgemm_rt.epilogue import ACT_SHIFT, ACTIVATIONS, BIAS_BITS, SWIGLU_BIT, Epilogue, reference
 from hgemm_rt.errors import ValidationError
 from hgemm_rt.problem import Copy, Gemm, GroupSum
-from hgemm_rt.testing import GuardedArray, each_route, error_floor
+from hgemm_rt.numerics import error_floor
+from guarded import GuardedArray, each_route
 from kernel_cases import load_manifest_or_none
 
 MANIFEST = load_manifest_or_none()

@@ -6,8 +6,8 @@ import pytest
 
 import hgemm_rt as hg
 from hgemm_rt.registry import BASELINES
-from hgemm_rt.testing import refusal_shapes, run_checked, shapes_for
-from kernel_cases import load_manifest_or_none
+from hgemm_bench.kernel_checks import run_checked, shapes_for
+from kernel_cases import load_manifest_or_none, refusal_shapes
 
 pytestmark = pytest.mark.gpu
 
@@ -68,7 +68,8 @@ def test_cublas_baseline_matches_float64_reference(name, acc, shape, rng):
 
 
 def test_launch_by_alias_on_an_explicit_stream(rng):
-    from hgemm_rt.testing import random_operands, reference, rel_error
+    from hgemm_bench.kernel_checks import random_operands
+    from hgemm_rt.numerics import reference, rel_error
 
     name = "hgemm_cute_tn" if _M and "hgemm_cute_tn" in _M.aliases else "hgemm_naive_f16"
     entry = hg.get_kernel(name)

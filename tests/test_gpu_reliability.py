@@ -1,6 +1,6 @@
 """Resource hygiene on the GPU: no device-memory growth over many launches and alloc/free cycles,
 out-of-memory as a clear exception that leaves the runtime usable, concurrent threads; the util
-kernels through the sanitizer's matmul plans (hgemm_rt.testing.run_util, without the sanitizer)."""
+kernels through the sanitizer's matmul plans (hgemm_bench.util_checks.run_util, without the sanitizer)."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,7 +8,9 @@ import pytest
 
 import hgemm_rt as hg
 from hgemm_rt._driver import check, driver
-from hgemm_rt.testing import missing, random_operands, reference, rel_error, run_util, util_names
+from hgemm_bench.kernel_checks import random_operands
+from hgemm_bench.util_checks import missing, run_util, util_names
+from hgemm_rt.numerics import reference, rel_error
 from threads import errors_from_threads
 
 pytestmark = pytest.mark.gpu

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 import hgemm_rt as hg
-from hgemm_rt.testing import random_operands, reference, rel_error, upload_ordered
+from hgemm_bench.kernel_checks import random_operands, upload_ordered
+from hgemm_rt.numerics import reference, rel_error
 from interop import OnlyDlpack
 
 pytestmark = pytest.mark.gpu

@@ -16,7 +16,8 @@ from hgemm_rt import DeviceArray
 from hgemm_rt.dtypes import storage_to_f64
 from hgemm_rt.epilogue import Epilogue, reference
 from hgemm_rt.errors import ValidationError
-from hgemm_rt.testing import GuardedArray, error_floor
+from hgemm_rt.numerics import error_floor
+from guarded import GuardedArray
 
 
 def _fake(ptr, shape, dtype="f16"):

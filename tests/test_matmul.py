@@ -23,7 +23,9 @@ from hgemm_rt import DeviceArray, costmodel, planner, problem, tuning
 from hgemm_rt.api import repeat_key
 from hgemm_rt.dtypes import ITEMSIZE, STORAGE, storage_to_f64
 from hgemm_rt.errors import UnknownKernelError, ValidationError
-from hgemm_rt.testing import GuardedArray, download, each_route, error_floor
+from hgemm_bench.util_checks import download
+from hgemm_rt.numerics import error_floor
+from guarded import GuardedArray, each_route
 from kernel_cases import load_manifest_or_none
 from interop import OnlyDlpack
 from threads import errors_from_threads

@@ -329,7 +329,7 @@ def test_ladder_doc_refuses_a_file_that_is_no_profile(tmp_path, capsys):
 
 @pytest.mark.skipif(not RECORDED.exists(), reason="docs/ladder_profile.json not recorded yet")
 def test_every_claim_of_the_notes_holds_on_the_recorded_profile():
-    """Issue 20: a rung's paragraph claims only what its counters show, and every slower rung names a
+    """A rung's paragraph claims only what its counters show, and every slower rung names a
     measured reason that the counters confirm."""
     doc = pf.load(RECORDED)
     wrong, unexplained = [], []

@@ -1,5 +1,5 @@
 """CPU checks of the sanitizer run (hgemm_bench/sanitize.py, behind scripts/sanitize.py): which matmul
-plans the harness (hgemm_rt.testing) runs for the util kernels (every kernel at an aligned and a
+plans the harness (hgemm_bench.util_checks) runs for the util kernels (every kernel at an aligned and a
 ragged shape), and how the driver reads compute-sanitizer's output."""
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from kernel_cases import ROOT, load_manifest_or_none
 
 from hgemm_bench import sanitize as S
 from hgemm_rt import planner
-from hgemm_rt import testing as T
+from hgemm_bench import util_checks as T
+from hgemm_bench.kernel_checks import selected_specs
 
 MANIFEST = load_manifest_or_none()
 
@@ -24,7 +25,7 @@ def test_every_util_kernel_is_scheduled_at_an_aligned_and_a_ragged_shape(cc):
     names, unbuilt = T.util_names(MANIFEST, None, cc)
     if not names:
         pytest.skip(f"no util kernel built for sm_{cc[0]}{cc[1]}")
-    assert set(unbuilt) | names == {s.name for s in T.selected_specs(MANIFEST, None, util=True)}
+    assert set(unbuilt) | names == {s.name for s in selected_specs(MANIFEST, None, util=True)}
     sched, covered = T.util_schedule(MANIFEST, cc, 132, names)
     assert T.missing(names, covered) == []
     feats = {(k, f) for k, f, _c in covered}
@@ -52,9 +53,9 @@ def test_a_pattern_selects_only_matching_kernels():
     assert names == {"util_copy2d_f16", "util_copy2d_bf16", "util_copy2d_f32"}
     _sched, covered = T.util_schedule(MANIFEST, (9, 0), 132, names)
     assert {k for k, _f, _c in covered} == names and T.missing(names, covered) == []
-    assert all(s.ladder != "util" for s in T.selected_specs(MANIFEST, "hgemm_mma*", util=False))
-    assert T.selected_specs(MANIFEST, "util_copy2d_*", util=False) == []
-    both = {s.name for s in T.selected_specs(MANIFEST, "util_copy2d_f16,util_gemm_wgmma_fused_*", util=True)}
+    assert all(s.ladder != "util" for s in selected_specs(MANIFEST, "hgemm_mma*", util=False))
+    assert selected_specs(MANIFEST, "util_copy2d_*", util=False) == []
+    both = {s.name for s in selected_specs(MANIFEST, "util_copy2d_f16,util_gemm_wgmma_fused_*", util=True)}
     assert "util_copy2d_f16" in both and "util_gemm_wgmma_fused_f16_tn" in both and "util_copy2d_bf16" not in both
 
 

@@ -89,6 +89,6 @@ def test_scripts_and_tests_do_not_import_each_other():
         got = _imported_modules(p)
         bad += [f"tests/{p.name} imports scripts' {m}" for m in got & script_mods]
         bad += [f"tests/{p.name} loads {m}" for m in got if m.startswith("path:") and "scripts" in m]
-        # a test shares helpers through modules that are no tests (kernel_cases, interop, hgemm_rt.testing)
+        # a test shares helpers through modules that are no tests (kernel_cases, interop, guarded)
         bad += [f"tests/{p.name} imports the test module {m}" for m in got & test_mods if m.startswith("test_")]
     assert not bad, bad

@@ -13,7 +13,8 @@ import pytest
 
 import hgemm_rt as hg
 from hgemm_rt import costmodel, executor, planner, problem
-from hgemm_rt.testing import GuardedArray, each_route, rel_error
+from hgemm_rt.numerics import rel_error
+from guarded import GuardedArray, each_route
 from kernel_cases import load_manifest_or_none
 
 MANIFEST = load_manifest_or_none()

@@ -4,7 +4,7 @@ Without torch: importing hgemm_rt never imports torch, and `import hgemm_rt.torc
 install. With torch (no GPU needed): the fake implementations' shapes on meta tensors, and every
 refusal (device, dtype, shape, accumulate) with its message. On the GPU: torch.library.opcheck on both
 ops (fp16/bf16; aligned, ragged and tiny shapes; with and without autograd), results and gradients
-against float64 references with the tolerances of the other matmul tests (hgemm_rt.testing), a side
+against float64 references with the tolerances of the other matmul tests (hgemm_rt.numerics), a side
 stream, and a small MLP on the ops under torch.compile (fullgraph) against the same module run
 eagerly, against torch's own nn.Linear, and backward through the compiled graph.
 """
@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from hgemm_rt.errors import ValidationError
-from hgemm_rt.testing import error_floor
+from hgemm_rt.numerics import error_floor
 
 ROOT = Path(__file__).resolve().parent.parent
 DEVICE = "cuda"

@@ -10,7 +10,7 @@ namespace hg::cc::rungs {
 // Step 3: 128x128x8, 8x8 outputs per thread, half4 global vectors. kMinBlocks = 2: ptxas fits every
 // rung of hgemm_cuda_f16x4 in 128 registers without spills, so two 256-thread blocks share an SM;
 // without the bound step 4 took 167 registers, ran one block per SM and fell behind step 3
-// (docs/tuning_log.md, "hgemm_cuda_f16x4").
+// (docs/dev/tuning_log.md, "hgemm_cuda_f16x4").
 struct F16x4 : Knobs {
   static constexpr int kBM = 128, kBN = 128, kBK = 8;
   static constexpr int kTM = 8, kTN = 8;

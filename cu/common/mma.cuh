@@ -33,7 +33,7 @@ enum class Smem { Pad, Swizzle };
 //           and bytes per instruction as Direct, a quarter of the lanes).
 //   Smem:   the fp16 tile goes through shared memory (XOR-swizzled, conflict free both ways) and
 //           leaves in 16-byte stores of whole rows: a warp instruction writes 512 contiguous bytes,
-//           which for big tiles beats Shfl's 16-byte row pieces (docs/tuning_log.md, "common/mma.cuh").
+//           which for big tiles beats Shfl's 16-byte row pieces (docs/dev/tuning_log.md, "common/mma.cuh").
 enum class Store { Direct, Shfl, Smem };
 
 // A plain shared-memory store at a shared-window address (the staged epilogue; its 16-byte read-back is

@@ -48,7 +48,7 @@ constexpr int kMaxGroups = 492;
 // warpgroup and k16), which matters because the chip runs at its power cap from 4096^3 up.
 // Not ping-pong (each consumer owning whole 64 x 256 tiles): that needs 1.7x the smem fill per flop and
 // ran slower. Nor consumers staggered by 1-2 k-blocks so that each one's epilogue overlaps the other's
-// wgmma: the tile-boundary bubble is not where the time goes (docs/tuning_log.md, "hgemm_sm90").
+// wgmma: the tile-boundary bubble is not where the time goes (docs/dev/tuning_log.md, "hgemm_sm90").
 //
 // A kernel's knobs, with the values of the plainest one (hgemm_sm90_wgmma_tma_ws_tn). A kernel is a
 // struct deriving from the one it extends and naming the knobs it changes; Nn<>, Bf16<> and Stages<>
@@ -295,9 +295,8 @@ struct TileSched {
       if constexpr (kBatched) {
         if (group_mode != 0) {
           // Grouped: the group b of tile t is the first whose tiles end past t (tab[b] * tiles_n > t), and its
-          // strips stay inside it. Strips across group ends (over all groups' m-tiles laid end to end) had a
-          // wave's tiles split each 16-m-tile strip of small groups, reading its A rows twice: H100, 256 experts
-          // x 65536 x 2048 x 7168, 10.3 GB from DRAM for 8.5 GB of operands (docs/tuning_log.md, session 14).
+          // strips stay inside it: strips across group ends split a wave's tiles over each small group's strip,
+          // which then reads its A rows twice (docs/dev/code_measurements.md, "grouped strips").
           const int vt = t / tiles_n;
           int lo = 0, hi = groups - 1;
           while (lo < hi) {
@@ -338,16 +337,16 @@ struct TileSched {
 
 // The tile queue of the fused GEMM's `queue` variant (kQueue): the producer alone decides the tile order, and writes
 // each tile's index beside the ring stage of the tile's first k-block, where the consumers read it once that stage
-// is full. (The plain variant's consumers walk the static order themselves: reading the index there cost static
-// launches 1-3.5%, H100: 16384 x 4096 x 4096 with bias + gelu 890 -> 911 us, 32 x 1024^3 112 -> 116.)
+// is full. (The plain variant's consumers walk the static order themselves: reading the index there slows static
+// launches; docs/dev/code_measurements.md, "tile queue".)
 // - Static (`work` null): the CTA's tiles blockIdx.x + i * gridDim.x, as TileSched::next gives them.
 // - Dynamic (`work` given): the first tile blockIdx.x, each later one the next unclaimed tile, gridDim.x + an
 //   atomicAdd on the int32 counter work[0]. With the static stride, CTAs that run slower fall behind the rest, and
-//   over a long batched launch those far behind read operands that the output stream has pushed out of L2 (H100,
-//   256 x (2048 x 2048 x 128): the same matrices as 4 launches of 64 ran 5% faster). Each claim is made a tile
-//   ahead, so that its round trip overlaps the tile's loads. Every CTA with a first tile claims until a claim
-//   fails, so a launch makes exactly `total` claims: the one that returns total - 1 is the last, and the CTA that
-//   made it sets the counter back to zero for the next launch (the runtime zeroes it once, when it allocates it).
+//   over a long batched launch those far behind read operands that the output stream has pushed out of L2
+//   (docs/dev/code_measurements.md, "tile queue"). Each claim is made a tile ahead, so that its round trip
+//   overlaps the tile's loads. Every CTA with a first tile claims until a claim fails, so a launch makes exactly
+//   `total` claims: the one that returns total - 1 is the last, and the CTA that made it sets the counter back to
+//   zero for the next launch (the runtime zeroes it once, when it allocates it).
 struct TileQueue {
   int* ctr;
   int total, cur, ahead;
@@ -391,9 +390,9 @@ __device__ __forceinline__ int* tile_queue_counter(const X& x) {
 // from DRAM: 2-4x slower on the H100).
 // With at most kSkSerialPieces pieces, piece 0 (k-block 0) is the tile's owner: it adds the other pieces' fp32
 // partial tiles (CTAs u + 1 .. u + s - 1, which run no epilogue) to its accumulators, in order, and runs the
-// epilogue. With more, one SM reading s - 1 partials one after another is what limits (H100, 256 x 256 x 65536
-// cut 66 ways: ~1.5 us a partial, 118 us in all), so every piece stores its partial and, once all have, sums its
-// 1/s of the tile over them and stores that part of C through the epilogue (sk_reduce_store). Either way the
+// epilogue. With more, one SM reading s - 1 partials one after another is what limits
+// (docs/dev/code_measurements.md, "stream-K fix-up"), so every piece stores its partial and, once all have, sums
+// its 1/s of the tile over them and stores that part of C through the epilogue (sk_reduce_store). Either way the
 // order of the additions is fixed: results are bitwise repeatable.
 // Every CTA signals what others wait for before it waits itself: no deadlock while every CTA is resident (grid
 // <= SMs, one CTA per SM). The workspace: kSkFlagSlots int32 flags and counters, then one 64 x 256 fp32 partial
@@ -581,12 +580,11 @@ __device__ __forceinline__ void sk_store_pair(const hge::Epilogue<T>& e, T* cb, 
 // Shared fix-up (more than kSkSerialPieces pieces): every piece of the tile, the owner too, has stored its partial
 // (sk_store_partial); once all s have, piece j sums its 1/s of the tile's float4s over the s partials (in a fixed
 // order: every tpq-th partial per lane, then a butterfly) and stores those elements of C itself, through the
-// epilogue: no piece waits for another's sum, and no owner gathers and stores the tile after them (H100, 128 x
-// 128 x 131072 cut 132 ways: after the main loops, publishing took 4 us, the peers' shared sum into the owner's
-// slot 5.6, the owner's gather 2.4 and its epilogue 2.3). Only the float4s of output columns are summed: 8-column
-// blocks below N - n0 (float4 i of thread t is block i: the accumulator layout below), or a SwiGLU tile's gate
-// blocks 0-15, each with its up block i + 16. The last piece to finish resets the tile's counters for the next
-// launch.
+// epilogue: no piece waits for another's sum, and no owner gathers and stores the tile after them (the serial
+// steps this removes: docs/dev/code_measurements.md, "stream-K fix-up"). Only the float4s of output columns are
+// summed: 8-column blocks below N - n0 (float4 i of thread t is block i: the accumulator layout below), or a
+// SwiGLU tile's gate blocks 0-15, each with its up block i + 16. The last piece to finish resets the tile's
+// counters for the next launch.
 template <typename T>
 __device__ __forceinline__ void sk_reduce_store(float* work, const volatile SkConfig* cfg, const FusedArgs<T>& x,
                                                 int M, int N, int m0, int n0, int outer, int inner, int cw,
@@ -731,8 +729,8 @@ struct ThreadStore<S, std::void_t<decltype(S::kThreads)>> : std::bool_constant<S
 // two wavefronts) and, with lane l - 1's through a shuffle, stores the 8-byte-aligned run of C that ends inside
 // them (a row `lead` elements past 8 bytes: columns [4l - lead, 4l + 4 - lead)), element by element where the run
 // leaves [0, cols); lane 31 then stores the row's last `lead` columns. 256 bytes a store instruction, where the
-// register layout's pairs (the partial tiles' path) write 8 rows x 16 bytes each (H100, fp16, 4096 x 4097 x 4096
-// stream-K: 219-221 us, 248 with the pairs, 195.7 through the map of a 4104-wide C).
+// register layout's pairs (the partial tiles' path) write 8 rows x 16 bytes each, which is slower
+// (docs/dev/code_measurements.md, "staged store through a pointer").
 template <typename T>
 struct StagedStore {
   static constexpr bool kThreads = true;
@@ -815,8 +813,8 @@ constexpr int kFusedCols = BN / 2;  // columns per staging pass (half-tile stagi
 // C's tensor map at the tile's matrix (its batch coordinates by tma_levels): the bulk stores of the staging
 // buffer's 64 x 64 boxes, and the loads and L2 prefetches of C_old (the same boxes: tmC is read too).
 // A batched launch's stores tag C's lines evict_first: written once, they leave L2 before the operands of each
-// matrix that later tiles still read (H100, fp16, 256 x (2048 x 2048 x 128), 2.1 GB of C: 521 -> 446 MB read
-// from DRAM for 268 MB of operands). Unbatched launches keep the default policy, so that a C that fits in L2
+// matrix that later tiles still read (fewer operand bytes from DRAM: docs/dev/code_measurements.md, "batched C
+// evict-first"). Unbatched launches keep the default policy, so that a C that fits in L2
 // stays there for the next kernel (the MLP's down GEMM reads the SwiGLU GEMM's output).
 struct CMapAt {
   const CUtensorMap* map;
@@ -864,9 +862,8 @@ __device__ __forceinline__ bool unit_scalars(const FusedArgs<T>& x) {
 }
 
 // A launch whose epilogue is the plain store (unit_scalars, no bias, activation or SwiGLU): the fused kernel then
-// stores as the catalogue's does (epilogue_tma, the passes unrolled). H100, 4096 x 4096 x 256 fp16, ncu: the
-// general epilogue_fused path ran 29.2 us against the catalogue kernel's 23.1, with 1.6x the instructions and 4x
-// its no-instruction stalls.
+// stores as the catalogue's does (epilogue_tma, the passes unrolled): the general epilogue_fused path issues more
+// instructions and stalls more often with none ready (docs/dev/code_measurements.md, "plain epilogue").
 template <typename T>
 __device__ __forceinline__ bool plain_epilogue(const FusedArgs<T>& x) {
   return unit_scalars(x) && x.epi == 0;
@@ -874,8 +871,8 @@ __device__ __forceinline__ bool plain_epilogue(const FusedArgs<T>& x) {
 
 // A tile whose epilogue only adds a bias (unit_scalars, no activation or SwiGLU), per row, or per column with the
 // tile's columns before N and the bias contiguous and 4-byte aligned: the plain store's unrolled passes adding the
-// bias to each (BiasPass), not epilogue_fused's general loop (H100, 1024 x 8192 x 2048 fp16, column bias:
-// 55.2-55.7 -> 54.0-54.3 us; the plain store 51.4). Other column biases take the general path.
+// bias to each (BiasPass), not epilogue_fused's general loop, which is slower (docs/dev/code_measurements.md,
+// "bias pass"). Other column biases take the general path.
 template <typename T>
 __device__ __forceinline__ bool bias_pass_fits(const FusedArgs<T>& x, int n0, int N) {
   const int mode = x.epi & hge::kBiasMask;
@@ -912,8 +909,8 @@ __device__ __forceinline__ void cold_prefetch(const CMapAt& cm, const FusedArgs<
 // point, wait on L1 rather than L2: per column, the tile's BN columns from n0 (SwiGLU: 128 gate columns from n0
 // and their up columns from N + n0), probed at most 37 values (74 bytes) apart so that each 128-byte line is
 // touched; per row, each consumer warpgroup's first and last row. A strided bias gets its first lines only.
-// (Issued by the producer thread instead, with C_old's prefetch, the bias epilogues ran 1 us slower: H100, 1024 x
-// 8192 x 2048, 53.6-53.9 -> 54.7-54.9 us.)
+// (Issued by the producer thread instead, with C_old's prefetch, the bias epilogues ran slower:
+// docs/dev/code_measurements.md, "bias prefetch".)
 template <typename T>
 __device__ __forceinline__ void bias_prefetch(const FusedArgs<T>& x, int n0, int N, int m0, int M, int p) {
   const int mode = x.epi & hge::kBiasMask;
