@@ -183,7 +183,7 @@ class Bound:
         else:
             result = self.new_result(s)
             pc = ops.result_ptr(result)
-        plan.launch(plan.execution.pack((pa, pb, pc, pbias), c.alpha, c.beta))
+        plan.launch(plan.packed_set((pa, pb, pc, pbias), c.alpha, c.beta).packed)
         if host_out or (c.c is None and c.a.host is not None and c.b.host is not None):
             check(driver().cuStreamSynchronize(driver().CUstream(s)), "cuStreamSynchronize")
             host = result.to_numpy()

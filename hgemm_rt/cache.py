@@ -8,8 +8,8 @@ import threading
 from typing import Any, Callable
 
 # entries per cache: recipes, executions and repeat calls (plans.PlanCache), a Matmul's calls per operand
-# identity, an execution's launch plans per stream, a launch plan's parameter sets and packers, a thread's
-# reusable parameter arrays per (alpha, beta)
+# identity, an execution's packers per (alpha, beta) and launch plans per stream, a launch plan's parameter
+# sets, a thread's reusable parameter arrays per (alpha, beta)
 CACHE_LIMIT = 64
 
 

@@ -272,14 +272,19 @@ class Execution:
         self.steps = [_Step(manifest, step, dev, recipe) for step in recipe.steps]
         self.parts = math.prod(recipe.loop)  # launches of every step: one per index of the loop levels
         self.launches = [st.launch for st in self.steps] * self.parts  # the KernelLaunch of each packed array
+        self.packers = Cache(None)  # (alpha, beta) -> each step's ParamPacker
         self.plans = Cache()  # stream -> LaunchPlan (evicted: closed)
         self.closed = False
 
-    def make_packers(self, alpha: float, beta: float) -> list[ParamPacker]:
-        """Each step's ParamPacker for these scalars (a launch plan keeps them)."""
-        return [ParamPacker(st.spec, dict(st.scalars, **alpha_beta_bits(st.step, alpha, beta)),
+    def packers_for(self, alpha: float, beta: float) -> list[ParamPacker]:
+        """Each step's ParamPacker for these scalars (the integers converted once)."""
+        packers = self.packers.entries.get((alpha, beta))
+        if packers is None:
+            packers = self.packers.put((alpha, beta), [
+                ParamPacker(st.spec, dict(st.scalars, **alpha_beta_bits(st.step, alpha, beta)),
                             frozenset({"C"}) if getattr(st.step, "c_unmapped", False) else frozenset())
-                for st in self.steps]
+                for st in self.steps])
+        return packers
 
     def base(self, ptrs: tuple[int, ...], where: Any) -> int:
         """The address an operand slot names: one of the call's (ptrs), a temporary's, or null."""
@@ -287,13 +292,12 @@ class Execution:
             return ptrs[where] if where < len(ptrs) else 0
         return 0 if where is None else self.temps[where].ptr
 
-    def pack(self, ptrs: tuple[int, ...], alpha: float, beta: float, packers: list | None = None
-             ) -> list[PackedParams]:
+    def pack(self, ptrs: tuple[int, ...], alpha: float, beta: float) -> list[PackedParams]:
         """The parameter arrays of every launch for these A, B, C (and bias) addresses and scalars: one per
-        step, repeated per index of the recipe's loop levels (`launches` says which step each is). Not kept:
-        a launch plan keeps the sets of repeat calls (LaunchPlan.packed_set)."""
+        step, repeated per index of the recipe's loop levels (`launches` says which step each is). Not kept
+        here: a launch plan keeps the sets it launches again (LaunchPlan.packed_set)."""
         packed = []
-        packers = packers or self.make_packers(alpha, beta)
+        packers = self.packers_for(alpha, beta)
         for part in range(self.parts):
             for st, packer in zip(self.steps, packers):
                 packed.append(packer.pack({
@@ -326,7 +330,9 @@ class Execution:
         self.plan(stream).launch(packed)
 
     def run(self, ptrs: tuple[int, ...], alpha: float, beta: float, stream: int) -> None:
-        self.launch(self.pack(ptrs, alpha, beta), stream)
+        """Launch every step on these addresses (their parameter set packed once, kept by the stream's plan)."""
+        plan = self.plan(stream)
+        plan.launch(plan.packed_set(ptrs, alpha, beta).packed)
 
     def close(self) -> None:
         """Free the temporaries and destroy the launch plans' graphs (safe twice)."""

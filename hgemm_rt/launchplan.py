@@ -2,7 +2,7 @@
 
 - a launch config per launch, built once for the stream (KernelLaunch.config);
 - the parameter sets packed for keeps, one per (A, B, C, bias addresses, alpha, beta) seen twice in a row
-  (a repeat call's), each with its bound launches and, once the call has repeated enough, its CUDA graph;
+  (a repeat call's, or Execution.run's), each with its bound launches and, once the call has repeated enough, its CUDA graph;
 - each thread's reusable parameter arrays, rewritten in place for calls on new addresses (transient()).
 
 The caches here follow cache.py's one rule (CACHE_LIMIT entries each). close() destroys the graphs.
@@ -55,18 +55,14 @@ class LaunchPlan:
         self.execution, self.stream = execution, stream
         self.lock = threading.Lock()
         kernels = execution.launches
-        configs = {id(kl): kl.config(stream) for kl in kernels}  # (a step's kernel repeats per loop index)
+        configs: dict[int, Any] = {}  # (a step's kernel repeats per loop index: one config each)
+        for kl in kernels:
+            if id(kl) not in configs:
+                configs[id(kl)] = kl.config(stream)
         self.configs = [configs[id(kl)] for kl in kernels]
-        self.packers = Cache(None)  # (alpha, beta) -> the ParamPacker of each step
         self.sets = Cache(None)  # (addresses, alpha, beta) -> PackedSet (its graph: close())
         self._reused = threading.local()  # this thread's reusable parameter arrays (transient())
         self.closed = False
-
-    def packers_for(self, alpha: float, beta: float) -> list:
-        packers = self.packers.entries.get((alpha, beta))
-        if packers is None:
-            packers = self.packers.put((alpha, beta), self.execution.make_packers(alpha, beta))
-        return packers
 
     def bind(self, packed: list[PackedParams]) -> tuple:
         """(bound launch, its KernelLaunch) per launch for these parameters: `packed` must stay alive as long as
@@ -86,7 +82,7 @@ class LaunchPlan:
         cache_key = (*ptrs, alpha, beta)
         entry = self.sets.entries.get(cache_key)
         if entry is None:
-            packed = self.execution.pack(ptrs, alpha, beta, self.packers_for(alpha, beta))
+            packed = self.execution.pack(ptrs, alpha, beta)
             entry = self.sets.put(cache_key, PackedSet(key, self.execution, packed, self.bind(packed), self))
         return entry
 
@@ -116,7 +112,7 @@ class LaunchPlan:
         pointer, the value to set, operand slot, byte offset) per operand parameter) for transient()."""
         ex = self.execution
         packed, slots = [], []
-        packers = self.packers_for(alpha, beta)
+        packers = ex.packers_for(alpha, beta)
         for part in range(ex.parts):
             for st, packer in zip(ex.steps, packers):
                 params, operands = packer.reusable()
