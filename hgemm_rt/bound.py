@@ -126,7 +126,7 @@ class Bound:
                 launches = plan.transient((pa, pb, pc, pbias), self.alpha, self.beta)
                 self.last = PackedSet(key, plan.execution, None, (), plan)
             else:
-                self.last = plan.packed_set((pa, pb, pc, pbias), self.alpha, self.beta, key)
+                self.last = plan.packed_set((pa, pb, pc, pbias), self.alpha, self.beta)  # (its key: `key`)
                 self.last.repeats = 1  # (a repeat of the transient launch: it counts toward the graph)
                 launches = self.last.launches
         for launch, kernel in launches:

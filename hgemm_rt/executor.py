@@ -335,7 +335,7 @@ class Execution:
         plan.launch(plan.packed_set(ptrs, alpha, beta).packed)
 
     def close(self) -> None:
-        """Free the temporaries and destroy the launch plans' graphs (safe twice)."""
+        """Free the temporaries and close the launch plans (safe twice)."""
         self.closed = True
         self.plans.close()
         for t in self.temps.values():

@@ -2,10 +2,11 @@
 
 - a launch config per launch, built once for the stream (KernelLaunch.config);
 - the parameter sets packed for keeps, one per (A, B, C, bias addresses, alpha, beta) seen twice in a row
-  (a repeat call's, or Execution.run's), each with its bound launches and, once the call has repeated enough, its CUDA graph;
+  (a repeat call's, or Execution.run's), each with its bound launches and, once the call has repeated
+  enough, its CUDA graph;
 - each thread's reusable parameter arrays, rewritten in place for calls on new addresses (transient()).
 
-The caches here follow cache.py's one rule (CACHE_LIMIT entries each). close() destroys the graphs.
+The caches here follow cache.py's one rule (CACHE_LIMIT entries each).
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from .launcher import ArrayRef, LaunchGraph, PackedParams
 
 
 class PackedSet:
-    """One parameter set of a launch plan: its key ((A, B, C, bias addresses, stream) for Bound.run), the
+    """One parameter set of a launch plan: its key ((A, B, C, bias addresses, stream): Bound.run's), the
     execution, the parameter arrays (kept alive for the bound launches; None for a transient launch, whose
     arrays the next call may rewrite), (bound launch, KernelLaunch) per launch, and once the same call has
     repeated GRAPH_AFTER_REPEATS times where a graph pays (bound.Bound.graph_worth_it), the CUDA graph of
@@ -43,10 +44,6 @@ class PackedSet:
                 graph = LaunchGraph(list(zip(ex.launches, self.packed)), ex.dependencies())
                 self.graph_launch, self.graph = graph.bind(stream), graph
 
-    def close(self) -> None:
-        if self.graph is not None:
-            self.graph.close()
-
 
 class LaunchPlan:
     """Launching one Execution on one stream (see the module docstring)."""
@@ -60,7 +57,7 @@ class LaunchPlan:
             if id(kl) not in configs:
                 configs[id(kl)] = kl.config(stream)
         self.configs = [configs[id(kl)] for kl in kernels]
-        self.sets = Cache(None)  # (addresses, alpha, beta) -> PackedSet (its graph: close())
+        self.sets = Cache(None)  # (addresses, alpha, beta) -> PackedSet
         self._reused = threading.local()  # this thread's reusable parameter arrays (transient())
         self.closed = False
 
@@ -77,13 +74,15 @@ class LaunchPlan:
             if code:
                 kl.check_launch(code)
 
-    def packed_set(self, ptrs: tuple[int, ...], alpha: float, beta: float, key: tuple = ()) -> PackedSet:
-        """The parameter set for these addresses and scalars, packed once and kept (a repeat call's)."""
+    def packed_set(self, ptrs: tuple[int, ...], alpha: float, beta: float) -> PackedSet:
+        """The parameter set for these addresses and scalars, packed once and kept (a repeat call's). Its key is
+        (*ptrs, stream): for matmul's (A, B, C, bias) addresses, the key Bound.run recognises a repeat by."""
         cache_key = (*ptrs, alpha, beta)
         entry = self.sets.entries.get(cache_key)
         if entry is None:
             packed = self.execution.pack(ptrs, alpha, beta)
-            entry = self.sets.put(cache_key, PackedSet(key, self.execution, packed, self.bind(packed), self))
+            entry = self.sets.put(cache_key, PackedSet((*ptrs, self.stream), self.execution, packed,
+                                                       self.bind(packed), self))
         return entry
 
     def transient(self, ptrs: tuple[int, ...], alpha: float, beta: float) -> tuple:
@@ -124,10 +123,9 @@ class LaunchPlan:
         return self.bind(packed), slots, packed  # (`packed` kept alive: the bound launches hold its addresses only)
 
     def close(self) -> None:
-        """Destroy the graphs (the execution is closed: nothing launches through this plan again)."""
+        """Nothing launches through this plan again (Bound.run checks `closed`): its parameter sets are dropped,
+        each graph destroyed when the last set holding it goes (a graph another thread may be launching is
+        never destroyed under it; an in-flight graph is freed by the driver on completion)."""
         self.closed = True
         with self.sets.lock:
-            entries = list(self.sets.entries.values())
             self.sets.entries.clear()
-        for entry in entries:
-            entry.close()

@@ -222,8 +222,9 @@ def test_a_launch_plan_packs_once_per_address_set_and_builds_its_configs_once():
     ex = _fake_execution()
     plan = LaunchPlan(ex, 0x77)
     assert ex.launches[0].configs == 1  # (one kernel launched twice: one config for the stream)
-    first = plan.packed_set((0x1000, 0x2000, 0x3000, 0), 1.0, 0.0, key=("k",))
-    assert plan.packed_set((0x1000, 0x2000, 0x3000, 0), 1.0, 0.0) is first and first.key == ("k",)
+    first = plan.packed_set((0x1000, 0x2000, 0x3000, 0), 1.0, 0.0)
+    assert plan.packed_set((0x1000, 0x2000, 0x3000, 0), 1.0, 0.0) is first
+    assert first.key == (0x1000, 0x2000, 0x3000, 0, 0x77)  # (Bound.run's key of a repeat on these buffers)
     assert first.plan is plan and len(first.launches) == 2
     other = plan.packed_set((0x1100, 0x2000, 0x3000, 0), 1.0, 0.0)
     assert other is not first
@@ -267,3 +268,51 @@ def test_the_cache_rule_evicts_the_oldest_and_closes_it():
     assert closed == [0, 1, 3]
     cache.close()
     assert len(closed) == CACHE_LIMIT + 3 and not cache.entries
+
+
+def test_bound_run_sets_new_addresses_in_place_packs_a_repeat_then_launches_its_graph(monkeypatch):
+    """Bound.run's states on a fake launch plan: new addresses launch through the transient arrays, the same
+    ones twice in a row through their kept parameter set, and from GRAPH_AFTER_REPEATS repeats on through
+    one graph; a closed plan is never launched again."""
+    from hgemm_rt import bound as bound_mod
+    from hgemm_rt.launchplan import LaunchPlan, PackedSet
+
+    ex = _fake_execution()
+    plans_made = []
+
+    def plan(stream):
+        plans_made.append(LaunchPlan(ex, stream))
+        return plans_made[-1]
+
+    ex.plan = plan
+    monkeypatch.setattr(bound_mod.plans, "execution", lambda recipe, prob, device, stream: ex)
+    monkeypatch.setattr(bound_mod, "may_capture", lambda stream: False)
+    graphs = []
+
+    def build_graph(self, stream):
+        graphs.append(self)
+        self.graph, self.graph_launch = "graph", lambda: graphs.append("launch") or 0
+    monkeypatch.setattr(PackedSet, "build_graph", build_graph)
+
+    b = object.__new__(bound_mod.Bound)
+    b.fixed_stream, b.stream_fn, b.waits, b.device, b.plan, b.graph_pays = 5, None, False, 0, None, True
+    b.alpha, b.beta, b.recipe, b.problem = 1.0, 0.0, None, None
+    b.extents = ((0, 32), (0, 32), (0, 32), None)
+    b.last = PackedSet((None,), None, None, ())
+    kl = ex.launches[0]
+    out = object()
+    states = []
+    for i in range(8):
+        before = len(kl.launched)
+        assert b.run(0x1000, 0x2000, out, 0x3000) is out
+        states.append("graph" if graphs and graphs[-1] == "launch" and len(kl.launched) == before else
+                      "packed" if b.last.packed is not None else "transient")
+    assert states == ["transient", "packed", "packed", "packed", "graph", "graph", "graph", "graph"]
+    assert len(plans_made) == 1 and b.last.key == (0x1000, 0x2000, 0x3000, 0, 5)
+    b.run(0x1100, 0x2000, out, 0x3000)  # new addresses: the transient arrays again
+    assert b.last.packed is None and len(plans_made) == 1
+    plans_made[0].close()
+    b.run(0x1100, 0x2000, out, 0x3000)  # its plan closed (plans.clear()): a new plan
+    assert len(plans_made) == 2 and b.plan is plans_made[1]
+    with pytest.raises(hgemm_rt.ValidationError, match="out overlaps an input"):
+        b.run(0x1000, 0x2000, out, 0x1010)
