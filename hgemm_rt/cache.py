@@ -1,7 +1,7 @@
 """The one eviction rule of the runtime's caches: each is a plain dict (a repeat call's lookup is one dict
 lookup) of at most CACHE_LIMIT entries, added to through put(): past the limit the entry least recently
 added (or refreshed by hit()) goes, and an evicted value that has a close() is closed (an Execution's
-temporaries freed at once, a launch plan's graphs destroyed)."""
+temporaries freed at once, a launch plan closed)."""
 from __future__ import annotations
 
 import threading
@@ -9,8 +9,9 @@ from typing import Any, Callable
 
 # entries per cache: recipes, executions and repeat calls (plans.PlanCache), a Matmul's calls per operand
 # identity, an execution's packers per (alpha, beta) and launch plans per stream, a launch plan's parameter
-# sets, a thread's reusable parameter arrays per (alpha, beta)
-CACHE_LIMIT = 64
+# sets, a thread's reusable parameter arrays per (alpha, beta). 256: a model's distinct calls (each shape is
+# one) stay validated and planned; past it the oldest pays a first call again
+CACHE_LIMIT = 256
 
 
 def close_value(value: Any) -> None:

@@ -477,6 +477,7 @@ def launch_spec(manifest: Manifest, spec: KernelSpec, a: Any, b: Any, c: Any, *,
     dev = get_device(arrays["C"].device)
     fn, cfg = prepare(manifest, spec, dev, p, choice, swizzle, swizzle_stride)
     params = pack_params(spec, arrays, {"M": p.M, "N": p.N, "K": p.K})
-    ops.order_after_producers(tuple(arrays.values()), s, arrays["C"].device, False)
+    # (a launch runs on its own stream, never the framework's: a torch/CuPy operand's current stream is a producer)
+    ops.order_after_producers(tuple(arrays.values()), s, arrays["C"].device, True)
     KernelLaunch(fn, cfg)(params, s)
     return cfg

@@ -184,7 +184,7 @@ class CublasKernel:
         A, B, C = (describe_device(x, what, consumer) for x, what in ((a, "A"), (b, "B"), (c, "C")))
         p = validate_operands(self._spec, A, B, C)  # type: ignore[arg-type]
         get_device(C.device)
-        order_after_producers((A, B, C), stream_handle(stream), C.device, False)
+        order_after_producers((A, B, C), stream_handle(stream), C.device, True)  # (as launch_spec)
         cublas.gemm(A.ptr, B.ptr, C.ptr, p.M, p.N, p.K, layout=self.layout, dtype=self.dtype, acc=acc,
                     stream=stream, device=C.device)
 
