@@ -42,8 +42,6 @@ validation and planning: it costs the key, a dictionary lookup and one driver la
 """
 from __future__ import annotations
 
-from __future__ import annotations
-
 from typing import Any
 
 import numpy as np

@@ -16,6 +16,7 @@ from .problem import ACCUMULATE, ITEMSIZE, KERNEL_LEVELS, MAX_GRID_BATCH, Proble
 from .registry import get_registry
 from .validate import I32_MAX, check_activation, check_option, fp32_scalar, one_device, validate_out
 
+
 class Call:
     """A validated matmul call: operands, sizes, options, device and stream."""
 
@@ -46,7 +47,6 @@ class Call:
         kw.update(a=ops.described(self.a), b=ops.described(self.b), c=ops.described(self.c),
                   bias=ops.described(self.bias))
         return Call(**kw)
-
 
 
 def validate_call(a: Any, b: Any, out: Any, alpha: Any, beta: Any, accumulate: str | None, kernel: str,
@@ -242,8 +242,6 @@ def _fold_rows(op: Operand) -> None:
         op.shape, op.strides = (rows, cols), (rs, op.strides[-1])
     else:
         op.shape, op.strides = (rows, cols), (cols * op.itemsize, op.itemsize)
-
-
 
 
 def _validate_bias(bias: Operand, dtype: str, M: int, N: int, batched: bool) -> str:

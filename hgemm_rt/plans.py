@@ -16,6 +16,7 @@ from .registry import get_registry
 
 __all__ = ["PlanCache", "plans"]
 
+
 class PlanCache:
     """Recipes chosen per (device, problem, kernel), executions per (device, stream, problem, route) and
     validated repeat calls: three dicts under cache.py's rule (CACHE_LIMIT entries each); clear() frees every
