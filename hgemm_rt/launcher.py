@@ -424,8 +424,7 @@ class LaunchGraph:
             node_params.blockDimX, node_params.blockDimY, node_params.blockDimZ = cfg.block
             node_params.sharedMemBytes = cfg.dsmem
             node_params.kernelParams = params.address
-            # (a `pdl` launch keeps a full edge here: H100, deferred K groups' sum, a programmatic edge ran 0-1.2 us
-            # slower than a full one in the graph, where it gained 0.3-1.5 us as a stream launch)
+            # (a `pdl` launch keeps a full edge here: in a graph a programmatic edge measured slower, docs/dev/tuning_log.md)
             node = check(drv.cuGraphAddKernelNode(graph, previous, len(previous), node_params),
                          "cuGraphAddKernelNode", cfg.symbol)
             if cfg.cluster != (1, 1, 1):
