@@ -12,8 +12,10 @@ the routing changes).
 `w` is (E, K, N): row-major per expert, or column-major (the transposed view of an (E, N, K) weight,
 as `w.transpose(-1, -2)`). The epilogue options of matmul apply (alpha, beta, activation incl. SwiGLU,
 scale; no bias). Rows of `out` outside every group (past offs[-1], or past an expert's count) are not
-written. The group sizes are clamped on the GPU to the rows that exist (a count above max_M, offsets
-past T or decreasing), so a bad routing table cannot make the kernel read or write outside the arrays.
+written. Host (numpy) offsets and counts are checked before the launch (offsets non-decreasing within
+the T rows, counts 0 .. max_M); device ones are clamped on the GPU to the rows that exist (a count above
+max_M, offsets past T or decreasing), so a bad routing table cannot make the kernel read or write outside
+the arrays.
 
 Hopper (sm_90a) only: the kernels are the persistent `gemm_fused_wgmma` ones (cu/util_sm90_fused.cu).
 """
