@@ -16,6 +16,7 @@ from typing import Any
 from ._driver import gpu_available
 from .device import Device, Event, Stream, get_device
 from .errors import (
+    ArgumentTypeError,
     DriverError,
     HgemmError,
     ManifestError,
@@ -31,8 +32,8 @@ from .api import Matmul, PlanCache, autotune, explain, matmul, plans  # any shap
 from .grouped import grouped_matmul  # mixture-of-experts: every expert's GEMM in one launch
 
 __all__ = [
-    "CubinKernel", "CublasKernel", "Device", "DeviceArray", "DriverError", "Event", "HgemmError", "KernelBinary",
-    "KernelSpec", "Manifest", "ManifestError", "Matmul", "NoGpuError", "NotBuiltForDeviceError", "PlanCache",
+    "ArgumentTypeError", "CubinKernel", "CublasKernel", "Device", "DeviceArray", "DriverError", "Event", "HgemmError",
+    "KernelBinary", "KernelSpec", "Manifest", "ManifestError", "Matmul", "NoGpuError", "NotBuiltForDeviceError", "PlanCache",
     "Registry", "Stream", "UnknownKernelError", "ValidationError", "as_device_array", "autotune", "empty", "explain",
     "get_device", "get_kernel", "get_registry", "gpu_available", "grouped_matmul", "kernels", "launch", "matmul",
     "plans", "to_device",

@@ -74,37 +74,42 @@ def gpu_available() -> bool:
 
 # -- the calls on matmul's per-call path, through ctypes -------------------------------------------
 # cuda-python's wrappers convert every argument into binding objects, a few microseconds per call;
-# the handful of calls a repeated matmul makes go straight to libcuda instead. Handles are passed as
-# integers (int(handle) of the cuda-python objects), results are checked like every other call.
+# the handful of calls a repeated matmul makes go straight to libcuda instead, and only there: each
+# of these call sites has one backend. Handles are passed as integers (int(handle) of the cuda-python
+# objects), results are checked like every other call (check_code).
 
 _P = ctypes.c_void_p
 
+# the per-call functions and their argument types
+NATIVE_PROTOTYPES = {
+    "cuLaunchKernelEx": [_P, _P, _P, _P],
+    "cuGraphLaunch": [_P, _P],
+    "cuStreamIsCapturing": [_P, ctypes.POINTER(ctypes.c_int)],
+    "cuCtxGetCurrent": [ctypes.POINTER(_P)],
+    "cuCtxSetCurrent": [_P],
+    "cuEventRecord": [_P, _P],
+    "cuStreamWaitEvent": [_P, _P, ctypes.c_uint],
+    "cuTensorMapEncodeTiled": [_P, ctypes.c_int, ctypes.c_uint32, _P, _P, _P, _P, _P, ctypes.c_int, ctypes.c_int,
+                               ctypes.c_int, ctypes.c_int],
+}
+
 
 @functools.lru_cache(maxsize=None)
-def native() -> Any | None:
-    """libcuda with the prototypes of the per-call functions, or None where it cannot be loaded (the
-    callers then go through cuda-python)."""
+def native() -> Any:
+    """libcuda with the prototypes of the per-call functions (NATIVE_PROTOTYPES). cuda-python loads the
+    same library, so where it works this does; NoGpuError where it cannot be loaded or is older than
+    CUDA 11.8 (no cuLaunchKernelEx)."""
+    name = "nvcuda.dll" if os.name == "nt" else "libcuda.so.1"
     try:
-        lib = ctypes.CDLL("nvcuda.dll" if os.name == "nt" else "libcuda.so.1")
-    except OSError:
-        return None
-    protos = {
-        "cuLaunchKernelEx": [_P, _P, _P, _P],
-        "cuGraphLaunch": [_P, _P],
-        "cuStreamIsCapturing": [_P, ctypes.POINTER(ctypes.c_int)],
-        "cuCtxGetCurrent": [ctypes.POINTER(_P)],
-        "cuCtxSetCurrent": [_P],
-        "cuEventRecord": [_P, _P],
-        "cuStreamWaitEvent": [_P, _P, ctypes.c_uint],
-        "cuTensorMapEncodeTiled": [_P, ctypes.c_int, ctypes.c_uint32, _P, _P, _P, _P, _P, ctypes.c_int, ctypes.c_int,
-                                   ctypes.c_int, ctypes.c_int],
-    }
+        lib = ctypes.CDLL(name)
+    except OSError as exc:
+        raise NoGpuError(f"no CUDA driver on this machine: cannot load {name} ({exc})") from None
     try:
-        for name, args in protos.items():
-            fn = getattr(lib, name)
+        for fn_name, args in NATIVE_PROTOTYPES.items():
+            fn = getattr(lib, fn_name)
             fn.argtypes, fn.restype = args, ctypes.c_int
-    except AttributeError:  # a driver older than CUDA 11.8 (no cuLaunchKernelEx)
-        return None
+    except AttributeError as exc:
+        raise NoGpuError(f"the CUDA driver is older than CUDA 11.8 ({exc}): update the NVIDIA driver") from None
     return lib
 
 

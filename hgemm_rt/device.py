@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import operator
 import threading
 import weakref
 from dataclasses import dataclass
 from typing import Any
 
 from ._driver import check, check_code, driver, init, native
-from .errors import NoGpuError, NotBuiltForDeviceError, ValidationError
+from .errors import ArgumentTypeError, NoGpuError, NotBuiltForDeviceError, ValidationError
 
 
 @dataclass(frozen=True)
@@ -64,9 +65,6 @@ class Device:
         """make_current() for the per-call path: one cheap query, and a switch only where another
         library (or device) left a different context current on this thread."""
         lib = native()
-        if lib is None:
-            self.make_current()
-            return
         cur = ctypes.c_void_p()
         check_code(lib.cuCtxGetCurrent(ctypes.byref(cur)), "cuCtxGetCurrent")
         if cur.value != self._context_ptr:
@@ -148,26 +146,30 @@ def _destroy(fn: Any, handle: Any) -> None:
 def stream_handle(stream: Any) -> int:
     """An integer CUstream from None (the legacy default stream), an int, our Stream, a CUstream, or
     another library's stream (`__cuda_stream__` protocol, CuPy/PyTorch `.cuda_stream`, `.ptr`). A handle
-    is a pointer: anything outside [0, 2^64) is refused here, before any driver call."""
+    is a pointer: anything outside [0, 2^64) is refused here, before any driver call; so is anything that
+    is not a handle or a stream object (a bool, a string, a float: ArgumentTypeError, never rounded)."""
     if stream is None:
         return 0
-    if isinstance(stream, bool):
-        raise ValidationError(f"cannot use {stream!r} as a CUDA stream")
-    if isinstance(stream, int):
-        handle = stream
-    elif isinstance(stream, Stream):
-        handle = stream.ptr
-    elif hasattr(stream, "__cuda_stream__"):
-        handle = int(stream.__cuda_stream__()[1])
-    elif hasattr(stream, "cuda_stream"):  # torch
-        handle = int(stream.cuda_stream)
-    elif hasattr(stream, "ptr"):  # CuPy
-        handle = int(stream.ptr)
-    else:
-        try:
-            handle = int(stream)  # cuda-python CUstream
-        except (TypeError, ValueError):
-            raise ValidationError(f"cannot use {type(stream).__name__} as a CUDA stream") from None
+    if isinstance(stream, (bool, str, bytes, float, complex)):
+        raise ArgumentTypeError(f"cannot use {stream!r} as a CUDA stream: pass a stream object or an integer handle")
+    try:
+        handle = operator.index(stream)  # int, numpy integers
+    except TypeError:
+        if isinstance(stream, Stream):
+            handle = stream.ptr
+        elif hasattr(stream, "__cuda_stream__"):
+            handle = int(stream.__cuda_stream__()[1])
+        elif hasattr(stream, "cuda_stream"):  # torch
+            handle = int(stream.cuda_stream)
+        elif hasattr(stream, "ptr"):  # CuPy
+            handle = int(stream.ptr)
+        elif hasattr(stream, "__float__"):  # a real number that is not an integer (numpy floats)
+            raise ArgumentTypeError(f"cannot use {stream!r} as a CUDA stream: a handle is an integer") from None
+        else:
+            try:
+                handle = int(stream)  # cuda-python CUstream
+            except (TypeError, ValueError):
+                raise ArgumentTypeError(f"cannot use {type(stream).__name__} as a CUDA stream") from None
     if not 0 <= handle < 2**64:
         raise ValidationError(f"stream handle {handle} is not a pointer value (0 <= handle < 2^64)")
     return handle

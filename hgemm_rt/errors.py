@@ -9,6 +9,12 @@ class ValidationError(HgemmError, ValueError):
     """Input refused before anything touched the GPU (shape, dtype, layout, alignment, divisibility)."""
 
 
+class ArgumentTypeError(ValidationError, TypeError):
+    """An argument of the wrong type (a list for an array, a complex or a string for alpha, a float for a
+    stream, a string for a flag): a TypeError, as torch and CuPy raise; still a ValidationError (so a
+    ValueError) for callers that catch every refused input that way."""
+
+
 class UnknownKernelError(HgemmError, KeyError):
     """No kernel of that name in the manifest; the message lists close matches."""
 

@@ -13,26 +13,21 @@ levels (Recipe.loop) runs every step once per loop index, each view's pointer mo
 """
 from __future__ import annotations
 
-import ctypes
 import itertools
 import math
 import struct
-import threading
-from collections import OrderedDict
 from dataclasses import replace
 from typing import Any
 
+from .cache import Cache
 from .device import get_device
 from .dtypes import ITEMSIZE
 from .launcher import ArrayRef, KernelLaunch, PackedParams, ParamPacker, prepare
+from .launchplan import LaunchPlan
 from .manifest import Manifest
 from .memory import DeviceArray
 from .problem import SPLIT_FORMATS, Copy, GroupSum, Recipe, View, kernel_batch, split_format
 from .validate import GemmShape
-
-PACKED_PER_EXECUTION = 32  # parameter sets kept per execution (one per distinct A, B, C addresses and scalars)
-REUSED_STREAMS = 16  # streams a thread's reusable parameter arrays keep bound launches for (transient())
-
 
 def f32_bits(x: float) -> int:
     """The bit pattern of x as an fp32, as the i32 alpha_bits/beta_bits parameters carry it."""
@@ -257,7 +252,9 @@ class _Step:
 
 
 class Execution:
-    """A Recipe made runnable on one device: temporaries allocated, cubins loaded, launches prepared."""
+    """A Recipe made runnable on one device: temporaries allocated, cubins loaded, launches prepared. What a
+    launch on a stream needs beyond that (configs, packed parameters, graphs) is that stream's launch plan
+    (plan(); launchplan.LaunchPlan)."""
 
     def __init__(self, recipe: Recipe, dtype: str, device: int, manifest: Manifest):
         self.recipe, self.dtype, self.device = recipe, dtype, device
@@ -274,117 +271,72 @@ class Execution:
             dev.synchronize()
         self.steps = [_Step(manifest, step, dev, recipe) for step in recipe.steps]
         self.parts = math.prod(recipe.loop)  # launches of every step: one per index of the loop levels
-        self._packed: OrderedDict = OrderedDict()
-        self._packers_by_scalars: dict = {}
-        self._lock = threading.Lock()
-        self._reused = threading.local()  # this thread's reusable parameter arrays (transient())
+        self.launches = [st.launch for st in self.steps] * self.parts  # the KernelLaunch of each packed array
+        self.packers = Cache(None)  # (alpha, beta) -> each step's ParamPacker
+        self.plans = Cache()  # stream -> LaunchPlan (evicted: closed)
         self.closed = False
 
-    def _packers(self, alpha: float, beta: float) -> list[ParamPacker]:
-        packers = self._packers_by_scalars.get((alpha, beta))
+    def packers_for(self, alpha: float, beta: float) -> list[ParamPacker]:
+        """Each step's ParamPacker for these scalars (the integers converted once)."""
+        packers = self.packers.entries.get((alpha, beta))
         if packers is None:
-            packers = [ParamPacker(st.spec, dict(st.scalars, **alpha_beta_bits(st.step, alpha, beta)),
-                                   frozenset({"C"}) if getattr(st.step, "c_unmapped", False) else frozenset())
-                       for st in self.steps]
-            with self._lock:
-                self._packers_by_scalars[(alpha, beta)] = packers
-                if len(self._packers_by_scalars) > PACKED_PER_EXECUTION:
-                    del self._packers_by_scalars[next(iter(self._packers_by_scalars))]
+            packers = self.packers.put((alpha, beta), [
+                ParamPacker(st.spec, dict(st.scalars, **alpha_beta_bits(st.step, alpha, beta)),
+                            frozenset({"C"}) if getattr(st.step, "c_unmapped", False) else frozenset())
+                for st in self.steps])
         return packers
 
-    def _base(self, ptrs: tuple[int, ...], where: Any) -> int:
+    def base(self, ptrs: tuple[int, ...], where: Any) -> int:
+        """The address an operand slot names: one of the call's (ptrs), a temporary's, or null."""
         if isinstance(where, int):
             return ptrs[where] if where < len(ptrs) else 0
         return 0 if where is None else self.temps[where].ptr
 
     def pack(self, ptrs: tuple[int, ...], alpha: float, beta: float) -> list[PackedParams]:
-        """The parameter arrays of every launch for these A, B, C (and bias) addresses and scalars
-        (cached): one per step, repeated per index of the recipe's loop levels (`launches` says which
-        step each is)."""
-        key = (*ptrs, alpha, beta)
-        packed = self._packed.get(key)
-        if packed is not None:
-            return packed
+        """The parameter arrays of every launch for these A, B, C (and bias) addresses and scalars: one per
+        step, repeated per index of the recipe's loop levels (`launches` says which step each is). Not kept
+        here: a launch plan keeps the sets it launches again (LaunchPlan.packed_set)."""
         packed = []
-        packers = self._packers(alpha, beta)
+        packers = self.packers_for(alpha, beta)
         for part in range(self.parts):
             for st, packer in zip(self.steps, packers):
                 packed.append(packer.pack({
-                    name: ArrayRef(self._base(ptrs, where) + offsets[part], shape, strides, self.dtype)
+                    name: ArrayRef(self.base(ptrs, where) + offsets[part], shape, strides, self.dtype)
                     for name, (where, shape, strides, offsets) in st.refs.items()}))
-        with self._lock:
-            self._packed[key] = packed
-            while len(self._packed) > PACKED_PER_EXECUTION:
-                self._packed.popitem(last=False)
         return packed
 
+    def plan(self, stream: int) -> LaunchPlan:
+        """This execution's launch plan on `stream` (made on first use)."""
+        plan = self.plans.entries.get(stream)
+        if plan is None:
+            plan = self.plans.put(stream, LaunchPlan(self, stream))
+        return plan
+
     def transient(self, ptrs: tuple[int, ...], alpha: float, beta: float, stream: int) -> tuple:
-        """bind()'s (bound launch, KernelLaunch) per launch for these A, B, C (and bias) addresses, from parameter
-        arrays this thread rewrites in place: valid until this thread's next transient() on this execution. For
-        one-off addresses (a model's fresh activations): no parameter arrays built and no cache entry, only the
-        pointers set and the tensor maps copied in (host time)."""
-        sets = getattr(self._reused, "sets", None)
-        if sets is None:
-            sets = self._reused.sets = {}
-        entry = sets.get((alpha, beta))
-        if entry is None:
-            entry = sets[(alpha, beta)] = self._reusable(alpha, beta)
-        packed, slots, bound = entry
-        for encode, value, where, offset in slots:
-            address = self._base(ptrs, where) + offset
-            if encode is None:
-                value.value = address
-            else:
-                ctypes.memmove(value, encode(address), ctypes.sizeof(value))
-        launches = bound.get(stream)
-        if launches is None:
-            if len(bound) >= REUSED_STREAMS:
-                bound.clear()
-            launches = bound[stream] = self.bind(packed, stream)
-        return launches
-
-    def _reusable(self, alpha: float, beta: float) -> tuple:
-        """(parameter arrays, (the tensor map's encoder by address or None for a pointer, the value to set,
-        operand slot, byte offset) per operand parameter, bound launches per stream) for transient()."""
-        packed, slots = [], []
-        packers = self._packers(alpha, beta)
-        for part in range(self.parts):
-            for st, packer in zip(self.steps, packers):
-                params, operands = packer.reusable()
-                packed.append(params)
-                for is_map, value, name in operands:
-                    where, shape, strides, offsets = st.refs[name]
-                    encode = packer.map_encoder(name, ArrayRef(0, shape, strides, self.dtype)) if is_map else None
-                    slots.append((encode, value, where, offsets[part]))
-        return packed, slots, {}
-
-    @property
-    def launches(self) -> list[KernelLaunch]:
-        """The KernelLaunch of each parameter array pack() returns, in order."""
-        return [st.launch for st in self.steps] * self.parts
+        """LaunchPlan.transient on `stream`: bound launches on this thread's parameter arrays, set in place."""
+        return self.plan(stream).transient(ptrs, alpha, beta)
 
     def dependencies(self) -> list[tuple[int, ...]]:
         """launch_dependencies of this execution's launches (a graph's edges)."""
         return launch_dependencies([st.step for st in self.steps], self.parts)
 
     def bind(self, packed: list[PackedParams], stream: int) -> tuple:
-        """(bound launch, its KernelLaunch) per launch, for these parameters on `stream` (see
-        KernelLaunch.bind); `packed` must stay alive as long as the bound launches are used."""
-        return tuple((kl.bind(params, stream), kl) for kl, params in zip(self.launches, packed))
+        """(bound launch, its KernelLaunch) per launch, for these parameters on `stream` (LaunchPlan.bind);
+        `packed` must stay alive as long as the bound launches are used."""
+        return self.plan(stream).bind(packed)
 
     def launch(self, packed: list[PackedParams], stream: int) -> None:
         """Launch every step with parameters from pack(), in order, on `stream`."""
-        steps = self.steps
-        if len(steps) == 1 and self.parts == 1:
-            steps[0].launch(packed[0], stream)
-            return
-        for kl, params in zip(self.launches, packed):
-            kl(params, stream)
+        self.plan(stream).launch(packed)
 
-    def run(self, ptrs: tuple[int, int, int], alpha: float, beta: float, stream: int) -> None:
-        self.launch(self.pack(ptrs, alpha, beta), stream)
+    def run(self, ptrs: tuple[int, ...], alpha: float, beta: float, stream: int) -> None:
+        """Launch every step on these addresses (their parameter set packed once, kept by the stream's plan)."""
+        plan = self.plan(stream)
+        plan.launch(plan.packed_set(ptrs, alpha, beta).packed)
 
     def close(self) -> None:
+        """Free the temporaries and close the launch plans (safe twice)."""
         self.closed = True
+        self.plans.close()
         for t in self.temps.values():
             t.close()

@@ -12,8 +12,10 @@ the routing changes).
 `w` is (E, K, N): row-major per expert, or column-major (the transposed view of an (E, N, K) weight,
 as `w.transpose(-1, -2)`). The epilogue options of matmul apply (alpha, beta, activation incl. SwiGLU,
 scale; no bias). Rows of `out` outside every group (past offs[-1], or past an expert's count) are not
-written. The group sizes are clamped on the GPU to the rows that exist (a count above max_M, offsets
-past T or decreasing), so a bad routing table cannot make the kernel read or write outside the arrays.
+written. Host (numpy) offsets and counts are checked before the launch (offsets non-decreasing within
+the T rows, counts 0 .. max_M); device ones are clamped on the GPU to the rows that exist (a count above
+max_M, offsets past T or decreasing), so a bad routing table cannot make the kernel read or write outside
+the arrays.
 
 Hopper (sm_90a) only: the kernels are the persistent `gemm_fused_wgmma` ones (cu/util_sm90_fused.cu).
 """
@@ -25,19 +27,22 @@ import numpy as np
 
 from . import operands as ops
 from .device import get_device, stream_handle
-from .epilogue import ACTIVATIONS, SWIGLU, Epilogue
-from .errors import NotBuiltForDeviceError, ValidationError
+from .epilogue import SWIGLU, Epilogue
+from .errors import ArgumentTypeError, NotBuiltForDeviceError, ValidationError
 from .memory import DeviceArray
 from .planner import c_by_pointer
+from .plans import plans
 from .problem import ACCUMULATE, Gemm, Problem, Recipe, Route, View, batch_align, ptr_alignment
 from .registry import get_registry
+from .streams import cai_stream, wait_for
+from .validate import I32_MAX, check_activation, check_group_index, check_option, fp32_scalar, one_device, \
+    validate_out
 
 __all__ = ["grouped_matmul", "GROUP_MODES"]
 
 GROUP_MODES = {"contiguous": 1, "masked": 2}  # the kernels' i32:group_mode (0: not grouped)
 MAX_GROUPS = 492  # the kernels' shared-memory table of per-group tile prefix sums (cu/util_sm90_fused.cu)
 ROLE = "gemm_fused_wgmma"
-_I32 = 2**31 - 1
 
 
 class GroupIndex:
@@ -72,16 +77,16 @@ def _index(x: Any, what: str) -> GroupIndex:
         return GroupIndex(x.data_ptr(), x.shape[0], x.get_device(), x, "torch")
     cai = getattr(x, "__cuda_array_interface__", None)
     if cai is None:
-        raise ValidationError(f"grouped_matmul: {what} of type {type(x).__name__} is not an int32 GPU or numpy array")
+        raise ArgumentTypeError(f"grouped_matmul: {what} of type {type(x).__name__} is not an int32 GPU or numpy "
+                                "array")
     if cai.get("typestr") != "<i4" or len(cai["shape"]) != 1:
         raise ValidationError(f"grouped_matmul: {what} must be a 1-D int32 array, got {cai.get('typestr')} "
                               f"{tuple(cai['shape'])}")
     if cai.get("strides") not in (None, (4,)) and cai["shape"][0] > 1:
         raise ValidationError(f"grouped_matmul: {what} must be contiguous")
-    stream = cai.get("stream")
     device = x.device.id if mod == "cupy" else None  # (CAI does not say: the call's device is assumed)
     return GroupIndex(cai["data"][0], cai["shape"][0], device, x, "cupy" if mod == "cupy" else None,
-                      stream if isinstance(stream, int) and stream > 1 else None)
+                      cai_stream(cai, f"grouped_matmul: {what}"))
 
 
 def _kernel(manifest: Any, dtype: str, layout: str) -> str:
@@ -96,8 +101,7 @@ def grouped_matmul(a: Any, b: Any, out: Any = None, *, offsets: Any = None, coun
                    beta: float = 0.0, activation: str | None = None, scale: float = 1.0,
                    accumulate: str | None = None, stream: Any = None) -> Any:
     """Every expert's GEMM in one launch (see the module docstring). Returns `out`, or the new result."""
-    from .api import fp32_scalar, plans, validate_out  # (matmul's scalar and out rules, its execution cache)
-
+    check_option("accumulate", accumulate, "grouped_matmul")
     if (offsets is None) == (counts is None):
         raise ValidationError("grouped_matmul: pass exactly one of offsets= (contiguous rows) or counts= (masked)")
     mode = "contiguous" if offsets is not None else "masked"
@@ -106,8 +110,60 @@ def grouped_matmul(a: Any, b: Any, out: Any = None, *, offsets: Any = None, coun
     A, B = ops.describe(a, "A", given), ops.describe(b, "B", given)
     C = ops.describe(out, "out", given) if out is not None else None
     G = _index(offsets if offsets is not None else counts, "offsets" if offsets is not None else "counts")
-    if activation is not None and activation != SWIGLU and activation not in ACTIVATIONS:
-        raise ValidationError(f"grouped_matmul: activation={activation!r} is not one of {[None, *ACTIVATIONS, SWIGLU]}")
+    check_activation(activation, "grouped_matmul")
+    E, M, N, K, n_out, dtype, acc = _sizes(A, B, G, mode, activation, accumulate)
+    shape_c = (M, n_out) if mode == "contiguous" else (E, M, n_out)
+    if C is not None:
+        if C.shape != shape_c or C.dtype != dtype:
+            raise ValidationError(f"grouped_matmul: out is {C.dtype} {C.shape}, the result is {dtype} {shape_c}")
+        validate_out(C, (A, B), "grouped_matmul")
+    if min(M, N, K, E) < 1 or max(M, N, K, E) > I32_MAX:
+        raise ValidationError(f"grouped_matmul: sizes must be 1 .. 2^31-1, got experts={E}, M={M}, N={N}, K={K}")
+    if any(op.host is not None for op in (A, B)) or (C is not None and C.host is not None):
+        raise ValidationError("grouped_matmul: A, B and out must be GPU arrays")
+    if G.host is not None:
+        check_group_index(G.host, "offsets" if mode == "contiguous" else "counts", M)
+    device = one_device((A, B, C, G), "grouped_matmul")
+    alpha_f, beta_f, scale_f = (fp32_scalar(n, x, "grouped_matmul") for n, x in (("alpha", alpha), ("beta", beta),
+                                                                                ("scale", scale)))
+    epi = Epilogue(None, activation, scale_f)
+    epi = None if epi == Epilogue() else epi
+
+    isz = A.itemsize
+    layout, bview = _b_view(B, K, N, isz)
+    if beta_f != 0.0 and C is None:
+        raise ValidationError("grouped_matmul: beta != 0 needs out= (its values take part)")
+    manifest = get_registry().manifest
+    dev = get_device(device)
+    if dev.info.cc < (9, 0):
+        raise NotBuiltForDeviceError(f"grouped_matmul runs on Hopper (sm_90a) GPUs; {dev.info.name} is "
+                                     f"sm_{dev.info.cc[0]}{dev.info.cc[1]}")
+    kernel = _kernel(manifest, dtype, layout)
+    av = _view(A, "A", M, K, isz)
+    for v, name in ((av, "A"), (bview, "B")):
+        _tma_ready(v, name, isz)
+
+    s = given if explicit else ops.framework_stream(tuple(f for f in (A.framework, B.framework) if f), device)
+    framework_obj = next((op for op in (A, B) if op.framework), None)
+    if C is None:
+        result = ops.new_result(framework_obj, shape_c, device, s, explicit) if framework_obj else None
+        result = result if result is not None else DeviceArray.empty(shape_c, dtype, device)
+        C = ops.describe(result, "out", s)
+    else:
+        result = C.obj
+    cv = _view(C, "C", M, n_out, isz)  # (any alignment and width: a C that TMA cannot store goes through its pointer)
+    prob = Problem(dtype, acc, av, bview if layout == "NN" else bview.T, cv, plain=alpha_f == 1.0 and beta_f == 0.0,
+                   beta_zero=beta_f == 0.0, batch=(E,), epi=epi, group=mode)
+    ex = plans.execution(grouped_recipe(kernel, av, bview, cv, M, n_out, K, E, epi, mode, isz), prob, device, s)
+    G.upload(device)
+    ops.order_after_producers((A, B, C), s, device, explicit)
+    wait_for(s, G.producer_stream, device)
+    ex.run((A.ptr, B.ptr, C.ptr, 0, G.ptr), alpha_f, beta_f, s)
+    return result
+
+
+def _sizes(A: Any, B: Any, G: GroupIndex, mode: str, activation: str | None, accumulate: str | None) -> tuple:
+    """(experts, M, N, K, the result's columns, dtype, accumulation) of a grouped call, its shapes checked."""
     if len(B.shape) != 3:
         raise ValidationError(f"grouped_matmul: B must be (experts, K, N), got shape {B.shape}")
     E, K, N = B.shape
@@ -134,24 +190,12 @@ def grouped_matmul(a: Any, b: Any, out: Any = None, *, offsets: Any = None, coun
         raise ValidationError(f"grouped_matmul: activation='swiglu' needs an even N, got {N}")
     n_out = N // 2 if activation == SWIGLU else N
     M = A.shape[-2]
-    shape_c = (M, n_out) if mode == "contiguous" else (E, M, n_out)
-    if C is not None:
-        if C.shape != shape_c or C.dtype != dtype:
-            raise ValidationError(f"grouped_matmul: out is {C.dtype} {C.shape}, the result is {dtype} {shape_c}")
-        validate_out(C, (A, B))
-    if min(M, N, K, E) < 1 or max(M, N, K, E) > _I32:
-        raise ValidationError(f"grouped_matmul: sizes must be 1 .. 2^31-1, got experts={E}, M={M}, N={N}, K={K}")
-    if any(op.host is not None for op in (A, B)) or (C is not None and C.host is not None):
-        raise ValidationError("grouped_matmul: A, B and out must be GPU arrays")
-    devices = {op.device for op in (A, B, C) if op is not None} | ({G.device} if G.device is not None else set())
-    if len(devices) > 1:
-        raise ValidationError(f"grouped_matmul: the arrays are on different GPUs {sorted(devices)}")
-    device = devices.pop()
-    alpha_f, beta_f, scale_f = (fp32_scalar(n, x) for n, x in (("alpha", alpha), ("beta", beta), ("scale", scale)))
-    epi = Epilogue(None, activation, scale_f)
-    epi = None if epi == Epilogue() else epi
+    return E, M, N, K, n_out, dtype, acc
 
-    isz = A.itemsize
+
+def _b_view(B: Any, K: int, N: int, isz: int) -> tuple[str, View]:
+    """(the kernels' layout, B's view): a row-major (E, K, N) B is NN, the transposed view of an (E, N, K)
+    weight TN."""
     b_strides = tuple(s // isz for s in B.strides)
     if b_strides[2] == 1:
         layout, bview = "NN", View.make("B", K, N, b_strides[1], 1, 0, (b_strides[0],))
@@ -159,50 +203,28 @@ def grouped_matmul(a: Any, b: Any, out: Any = None, *, offsets: Any = None, coun
         layout, bview = "TN", View.make("B", N, K, b_strides[2], 1, 0, (b_strides[0],))  # the (E, N, K) weight
     else:
         raise ValidationError(f"grouped_matmul: B's matrices must be row- or column-major, got strides {B.strides}")
-    bview = View.make("B", bview.rows, bview.cols, bview.rs, 1, batch_align(ptr_alignment(B.ptr), bview.bs, isz), bview.bs)
-    if beta_f != 0.0 and C is None:
-        raise ValidationError("grouped_matmul: beta != 0 needs out= (its values take part)")
-    manifest = get_registry().manifest
-    dev = get_device(device)
-    if dev.info.cc < (9, 0):
-        raise NotBuiltForDeviceError(f"grouped_matmul runs on Hopper (sm_90a) GPUs; {dev.info.name} is "
-                                     f"sm_{dev.info.cc[0]}{dev.info.cc[1]}")
-    kernel = _kernel(manifest, dtype, layout)
+    return layout, View.make("B", bview.rows, bview.cols, bview.rs, 1,
+                             batch_align(ptr_alignment(B.ptr), bview.bs, isz), bview.bs)
 
-    def view(op: Any, base: str, rows: int, cols: int) -> View:
-        st = tuple(x // isz for x in op.strides)
-        bs = (st[0],) if len(op.shape) == 3 else (0,)
-        if st[-1] != 1:
-            raise ValidationError(f"grouped_matmul: {op.what} must have contiguous rows (strides {op.strides})")
-        return View.make(base, rows, cols, st[-2], 1, batch_align(ptr_alignment(op.ptr), bs, isz), bs)
 
-    def tma_ready(v: View, name: str) -> None:
-        if v.align < 16 or (v.rows > 1 and v.rs * isz % 16) or any(x * isz % 16 for x in v.bs):
-            raise ValidationError(f"grouped_matmul: {name} must be 16-byte aligned with 16-byte-multiple row and "
-                                  "expert strides (the kernels read and write it through TMA)")
+def _view(op: Any, base: str, rows: int, cols: int, isz: int) -> View:
+    st = tuple(x // isz for x in op.strides)
+    bs = (st[0],) if len(op.shape) == 3 else (0,)
+    if st[-1] != 1:
+        raise ValidationError(f"grouped_matmul: {op.what} must have contiguous rows (strides {op.strides})")
+    return View.make(base, rows, cols, st[-2], 1, batch_align(ptr_alignment(op.ptr), bs, isz), bs)
 
-    av = view(A, "A", M, K)
-    for v, name in ((av, "A"), (bview, "B")):
-        tma_ready(v, name)
 
-    s = given if explicit else ops.framework_stream(tuple(f for f in (A.framework, B.framework) if f), device)
-    framework_obj = next((op for op in (A, B) if op.framework), None)
-    if C is None:
-        result = ops.new_result(framework_obj, shape_c, device, s, explicit) if framework_obj else None
-        result = result if result is not None else DeviceArray.empty(shape_c, dtype, device)
-        C = ops.describe(result, "out", s)
-    else:
-        result = C.obj
-    cv = view(C, "C", M, n_out)  # (any alignment and width: a C that TMA cannot store goes through its pointer)
-    prob = Problem(dtype, acc, av, bview if layout == "NN" else bview.T, cv, plain=alpha_f == 1.0 and beta_f == 0.0,
-                   beta_zero=beta_f == 0.0, batch=(E,), epi=epi, group=mode)
-    g = Gemm(kernel, ROLE, av, bview, cv, M, n_out, K, epilogue=True, batch=(E,), epi=epi,
-             group=GROUP_MODES[mode], groups=E, c_unmapped=c_by_pointer(cv, isz))
-    ex = plans.execution(Recipe(Route(kernel), (), (g,)), prob, device, s)
-    G.upload(device)
-    ops.order_after_producers((A, B, C), s, device, explicit)
-    if G.producer_stream is not None:
-        ops.order_after_producers((ops.Operand("group", G.ptr, (G.length,), (4,), "f32", device,
-                                               producer_stream=G.producer_stream),), s, device, True)
-    ex.run((A.ptr, B.ptr, C.ptr, 0, G.ptr), alpha_f, beta_f, s)
-    return result
+def _tma_ready(v: View, name: str, isz: int) -> None:
+    if v.align < 16 or (v.rows > 1 and v.rs * isz % 16) or any(x * isz % 16 for x in v.bs):
+        raise ValidationError(f"grouped_matmul: {name} must be 16-byte aligned with 16-byte-multiple row and "
+                              "expert strides (the kernels read and write it through TMA)")
+
+
+def grouped_recipe(kernel: str, av: View, bview: View, cv: View, M: int, n_out: int, K: int, experts: int,
+                   epi: Epilogue | None, mode: str, isz: int) -> Recipe:
+    """The one-step recipe of a grouped call: the persistent kernel over every expert's tiles (where the
+    planner's grouped entry takes over, this is the one function to replace)."""
+    g = Gemm(kernel, ROLE, av, bview, cv, M, n_out, K, epilogue=True, batch=(experts,), epi=epi,
+             group=GROUP_MODES[mode], groups=experts, c_unmapped=c_by_pointer(cv, isz))
+    return Recipe(Route(kernel), (), (g,))

@@ -24,10 +24,11 @@ from typing import Any, Callable, Mapping, NamedTuple
 
 from ._driver import check, check_code, driver, native
 from .device import Device, get_device, require_driver_for, stream_handle
-from .errors import ManifestError, ValidationError
+from .errors import ArgumentTypeError, ManifestError, ValidationError
 from .manifest import KernelSpec, Manifest, Selection, variant_symbol
-from .memory import as_device_array
-from .validate import GemmShape, validate_operands
+from . import operands as ops
+from .streams import LEGACY_STREAM
+from .validate import GemmShape, check_flag, validate_operands
 
 STATIC_SMEM_LIMIT = 48 * 1024  # above this a block needs the opt-in attribute
 
@@ -312,8 +313,7 @@ class _LaunchConfig(ctypes.Structure):  # CUlaunchConfig
 
 
 def _launch_struct(cfg: LaunchConfig, stream: int) -> Any:
-    """cuda-python's CUlaunchConfig with the cluster-dimension attribute (occupancy queries, and launches
-    where libcuda cannot be reached through ctypes)."""
+    """cuda-python's CUlaunchConfig with the cluster-dimension attribute (the occupancy query)."""
     drv = driver()
     lc = drv.CUlaunchConfig()
     lc.gridDimX, lc.gridDimY, lc.gridDimZ = cfg.grid
@@ -334,6 +334,21 @@ def _launch_struct(cfg: LaunchConfig, stream: int) -> Any:
     return lc
 
 
+def is_capturing(stream: int) -> bool:
+    """Whether `stream` is capturing a CUDA graph (DriverError if the query fails)."""
+    status = ctypes.c_int()
+    check_code(native().cuStreamIsCapturing(stream or None, status), "cuStreamIsCapturing")
+    return status.value != 0
+
+
+def may_capture(stream: int) -> bool:
+    """True unless `stream` is certainly not capturing (an error, such as the legacy stream's implicit
+    capture, counts as capturing): a graph launch may not be captured (CUDA 13: STREAM_CAPTURE_UNSUPPORTED,
+    and the capture is lost), so a capturing stream gets the kernel launches instead."""
+    status = ctypes.c_int()
+    return native().cuStreamIsCapturing(stream or None, status) != 0 or status.value != 0
+
+
 # a launch with another context current (a thread that never made ours current, another device's
 # context left by a framework) fails with one of these; the caller makes the context current and retries
 CONTEXT_ERRORS = ("CUDA_ERROR_INVALID_CONTEXT", "CUDA_ERROR_INVALID_HANDLE", "CUDA_ERROR_CONTEXT_IS_DESTROYED")
@@ -341,23 +356,20 @@ CONTEXT_ERRORS = ("CUDA_ERROR_INVALID_CONTEXT", "CUDA_ERROR_INVALID_HANDLE", "CU
 
 class KernelLaunch:
     """One function with its launch geometry fixed. Calling it launches with a packed parameter array
-    on a stream: one cuLaunchKernelEx with a launch-config struct built once per stream (the cluster
-    attribute where the kernel has one). Through ctypes, four pre-converted arguments cost less host
-    time than cuLaunchKernel's eleven (H100: ~2 us less per launch)."""
+    on a stream: one cuLaunchKernelEx (through ctypes: four pre-converted arguments cost less host time
+    than cuLaunchKernel's eleven) with a launch-config struct, the cluster and programmatic-dependence
+    attributes where the kernel has them. A launch plan (launchplan.LaunchPlan) builds the struct once
+    per stream (config()); a call without one builds it for that launch."""
 
-    __slots__ = ("fn", "cfg", "_lib", "_handle", "_configs", "_lock")
+    __slots__ = ("fn", "cfg", "_handle")
 
     def __init__(self, fn: LoadedFunction, cfg: LaunchConfig):
         self.fn, self.cfg = fn, cfg
-        self._lib = native()
         self._handle = ctypes.c_void_p(int(fn.handle))
-        self._configs: dict[int, Any] = {}  # stream -> launch config (ctypes: (struct, its address))
-        self._lock = threading.Lock()
 
-    def _config(self, stream: int) -> Any:
+    def config(self, stream: int) -> tuple[Any, ctypes.c_void_p]:
+        """(the CUlaunchConfig struct for `stream`, its address): the struct must outlive launches bound to it."""
         cfg = self.cfg
-        if self._lib is None:
-            return _launch_struct(cfg, stream)
         lc = _LaunchConfig(*cfg.grid, *cfg.block, cfg.dsmem, stream or None)
         ids = driver().CUlaunchAttributeID
         attrs = []
@@ -375,36 +387,21 @@ class KernelLaunch:
             lc._keep = array  # (the array lives as long as the config)
         return lc, ctypes.c_void_p(ctypes.addressof(lc))
 
-    def _config_for(self, stream: int) -> Any:
-        config = self._configs.get(stream)
-        if config is None:
-            with self._lock:
-                config = self._configs[stream] = self._config(stream)
-                if len(self._configs) > 16:
-                    self._configs.pop(next(iter(self._configs)))
-        return config
-
-    def bind(self, params: PackedParams, stream: int) -> Callable[[], int]:
-        """This launch with its parameters and stream fixed: a call of the result launches and returns
-        the CUresult (0 on success; pass anything else to check_launch)."""
-        config = self._config_for(stream)
-        if self._lib is not None:
-            return functools.partial(self._lib.cuLaunchKernelEx, config[1], self._handle, params.pointer, None)
-        return functools.partial(_launch_via_bindings, config, self.fn.handle, params.address)
+    def bind(self, params: PackedParams, config: tuple[Any, ctypes.c_void_p]) -> Callable[[], int]:
+        """This launch with its parameters and a config() fixed: a call of the result launches and returns
+        the CUresult (0 on success; pass anything else to check_launch). `params` and `config` must stay
+        alive as long as the result is used."""
+        return functools.partial(native().cuLaunchKernelEx, config[1], self._handle, params.pointer, None)
 
     def check_launch(self, code: Any) -> None:
         """Raise DriverError for a failed launch (the result of a bound launch)."""
         check_code(code, "cuLaunchKernelEx", self.cfg.symbol)
 
     def __call__(self, params: PackedParams, stream: int) -> None:
-        code = self.bind(params, stream)()
+        config = self.config(stream)
+        code = native().cuLaunchKernelEx(config[1], self._handle, params.pointer, None)
         if code:
             self.check_launch(code)
-
-
-def _launch_via_bindings(config: Any, handle: Any, params: int) -> Any:
-    """cuLaunchKernelEx through cuda-python (where libcuda cannot be loaded through ctypes)."""
-    return int(driver().cuLaunchKernelEx(config, handle, params, 0)[0])
 
 
 class LaunchGraph:
@@ -427,8 +424,7 @@ class LaunchGraph:
             node_params.blockDimX, node_params.blockDimY, node_params.blockDimZ = cfg.block
             node_params.sharedMemBytes = cfg.dsmem
             node_params.kernelParams = params.address
-            # (a `pdl` launch keeps a full edge here: H100, deferred K groups' sum, a programmatic edge ran 0-1.2 us
-            # slower than a full one in the graph, where it gained 0.3-1.5 us as a stream launch)
+            # (a `pdl` launch keeps a full edge here: in a graph a programmatic edge measured slower, docs/dev/tuning_log.md)
             node = check(drv.cuGraphAddKernelNode(graph, previous, len(previous), node_params),
                          "cuGraphAddKernelNode", cfg.symbol)
             if cfg.cluster != (1, 1, 1):
@@ -443,13 +439,11 @@ class LaunchGraph:
         self._finalizer = weakref.finalize(self, _destroy_graph, graph, executable)
         self.executable = executable
         self._handle = ctypes.c_void_p(int(executable))
-        self._lib = native()
 
     def bind(self, stream: int) -> Callable[[], int]:
-        """A call of the result launches the graph on `stream` and returns the CUresult."""
-        if self._lib is not None:
-            return functools.partial(self._lib.cuGraphLaunch, self._handle, ctypes.c_void_p(stream or None))
-        return functools.partial(_graph_launch_via_bindings, self.executable, stream)
+        """A call of the result launches the graph on `stream` and returns the CUresult (the graph must stay
+        alive, not closed, as long as the result is used)."""
+        return functools.partial(native().cuGraphLaunch, self._handle, ctypes.c_void_p(stream or None))
 
     def check_launch(self, code: Any) -> None:
         check_code(code, "cuGraphLaunch")
@@ -467,17 +461,22 @@ def _destroy_graph(graph: Any, executable: Any) -> None:
         pass
 
 
-def _graph_launch_via_bindings(executable: Any, stream: int) -> int:
-    return int(driver().cuGraphLaunch(executable, stream)[0])
-
-
 def launch_spec(manifest: Manifest, spec: KernelSpec, a: Any, b: Any, c: Any, *, stream: Any = None,
                 swizzle: bool = False, swizzle_stride: int | None = None, **variant: Any) -> LaunchConfig:
-    arrays = {"A": as_device_array(a, "A"), "B": as_device_array(b, "B"), "C": as_device_array(c, "C")}
+    """launch(): the operands described (operands.describe) and validated (validate.py) as matmul's are, the
+    work their producers have pending on other streams ordered before `stream`, then one launch."""
+    check_flag("swizzle", swizzle, spec.name)
+    if swizzle_stride is not None and (isinstance(swizzle_stride, bool) or not isinstance(swizzle_stride, int)):
+        raise ArgumentTypeError(f"{spec.name}: swizzle_stride must be an integer or None, got {swizzle_stride!r}")
+    s = stream_handle(stream)
+    consumer = s or LEGACY_STREAM
+    arrays = {x: ops.describe_device(arr, x, consumer) for x, arr in (("A", a), ("B", b), ("C", c))}
     choice = spec.resolve_variant(variant)
     p = validate_operands(spec, arrays["A"], arrays["B"], arrays["C"])
     dev = get_device(arrays["C"].device)
     fn, cfg = prepare(manifest, spec, dev, p, choice, swizzle, swizzle_stride)
     params = pack_params(spec, arrays, {"M": p.M, "N": p.N, "K": p.K})
-    KernelLaunch(fn, cfg)(params, stream_handle(stream))
+    # (a launch runs on its own stream, never the framework's: a torch/CuPy operand's current stream is a producer)
+    ops.order_after_producers(tuple(arrays.values()), s, arrays["C"].device, True)
+    KernelLaunch(fn, cfg)(params, s)
     return cfg

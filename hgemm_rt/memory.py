@@ -19,7 +19,8 @@ from . import dlpack
 from ._driver import check, driver, init
 from .device import get_device, stream_handle
 from .dtypes import CAI_TYPESTR, ITEMSIZE, STORAGE, dtype_code, numpy_dtype
-from .errors import ValidationError
+from .errors import ArgumentTypeError, ValidationError
+from .streams import LEGACY_STREAM, cai_stream, wait_for
 
 # guards the export counts and deferred closes of every array; re-entrant because garbage collection may
 # run a capsule's release while this thread holds it
@@ -303,7 +304,7 @@ def empty(shape: tuple[int, ...], dtype: Any = "f16", device: int = 0) -> Device
 
 # -- zero-copy views ----------------------------------------------------------------------------
 
-LEGACY_DLPACK_STREAM = 1  # DLPack's name for the legacy default stream (0 is disallowed)
+LEGACY_DLPACK_STREAM = LEGACY_STREAM  # DLPack's name for the legacy default stream (0 is disallowed)
 
 
 def from_dlpack(obj: Any, stream: int | None = None) -> DeviceArray:
@@ -327,14 +328,17 @@ def from_dlpack(obj: Any, stream: int | None = None) -> DeviceArray:
 _CODE_OF_TYPESTR = {typestr: code for code, typestr in CAI_TYPESTR.items()}
 
 
-def from_cai(obj: Any) -> DeviceArray:
-    """A view of an object's `__cuda_array_interface__` (its `stream` key is the caller's to honour)."""
+def from_cai(obj: Any, stream: int | None = LEGACY_STREAM) -> DeviceArray:
+    """A view of an object's `__cuda_array_interface__`. Its `stream` key (the producer's) is honoured:
+    `stream` (a handle; 1, the default, is the legacy default stream) first waits for the work queued
+    there. stream=None leaves that to the caller (operands.describe: the call's stream is known later)."""
     cai = obj.__cuda_array_interface__
     ptr, readonly = cai["data"]
     typestr = cai["typestr"]
     code = _CODE_OF_TYPESTR.get(typestr)
     if code is None:
         raise ValidationError(f"unsupported __cuda_array_interface__ typestr {typestr!r}")
+    producer = cai_stream(cai, type(obj).__name__)
     shape = tuple(cai["shape"])
     strides = tuple(cai["strides"]) if cai.get("strides") else None
     dev = 0
@@ -343,26 +347,31 @@ def from_cai(obj: Any) -> DeviceArray:
         drv = driver()
         attr = drv.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
         dev = int(check(drv.cuPointerGetAttribute(attr, ptr), "cuPointerGetAttribute(DEVICE_ORDINAL)"))
+    if stream is not None:
+        wait_for(stream, producer, dev)
     return DeviceArray(ptr or 0, shape, code, strides, owner=obj, device=dev, readonly=bool(readonly))
 
 
-def as_device_array(obj: Any, what: str = "array") -> DeviceArray:
+def as_device_array(obj: Any, what: str = "array", *, stream: Any = None) -> DeviceArray:
     """A DeviceArray for `obj` without copying: our own arrays, `__cuda_array_interface__` objects
-    (CuPy, Numba, PyTorch) or DLPack producers on a CUDA device. Host arrays are refused."""
+    (CuPy, Numba, PyTorch) or DLPack producers on a CUDA device. Host arrays are refused. `stream` is where
+    the caller will use it (default: the legacy default stream): a CAI producer's stream is waited for, a
+    DLPack producer orders its work before it."""
     if isinstance(obj, DeviceArray):
         obj.check_open()
         return obj
     if isinstance(obj, np.ndarray):
         raise ValidationError(f"{what} is a numpy array in host memory: copy it first with hgemm_rt.to_device()")
+    consumer = stream_handle(stream) or LEGACY_STREAM
     try:
         has_cai = hasattr(obj, "__cuda_array_interface__")
     except TypeError:  # torch raises TypeError (not AttributeError) for bf16: DLPack still works
         has_cai = False
     if has_cai:
-        return from_cai(obj)
+        return from_cai(obj, consumer)
     if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
-        return from_dlpack(obj, LEGACY_DLPACK_STREAM)
-    raise ValidationError(
+        return from_dlpack(obj, consumer)
+    raise ArgumentTypeError(
         f"{what} of type {type(obj).__name__} is not a GPU array (no __cuda_array_interface__ or DLPack)"
     )
 

@@ -1,5 +1,6 @@
-"""The caller's arrays as matmul sees them: pointer, shape, byte strides, dtype, device, and the
-stream their pending work is on. No copies, and no per-call dictionaries for the common kinds.
+"""The one operand type of every front door (`launch`, `matmul`, `grouped_matmul`), as cuda.core's
+StridedMemoryView is: pointer, shape, byte strides, dtype, device, the producer's stream (work there is
+ordered before the call) and the owner. No copies, and no per-call dictionaries for the common kinds.
 
 Recognised by type, read through their own cheap accessors:
 - our DeviceArray;
@@ -23,23 +24,21 @@ and validated in full on every call).
 """
 from __future__ import annotations
 
+import math
 import sys
-import threading
 from typing import Any, Callable
 
 import numpy as np
 
-from ._driver import check, check_code, driver, native
-from .device import get_device
 from .dtypes import ITEMSIZE, dtype_code
-from .errors import ValidationError
-from .memory import DeviceArray, from_cai, from_dlpack
-
-LEGACY_STREAM = 1  # CU_STREAM_LEGACY, and DLPack's / CAI's name for the legacy default stream
+from .errors import ArgumentTypeError, ValidationError
+from .memory import DeviceArray, c_strides, from_cai, from_dlpack
+from .streams import LEGACY_STREAM, cai_stream, wait_for
 
 
 class Operand:
-    """One argument of a matmul, described."""
+    """One array argument, described: `obj` is the caller's object (the owner), `keep` what else must stay
+    alive while the call runs, `host` the numpy array of a host operand (matmul copies it to the GPU)."""
 
     __slots__ = ("what", "ptr", "shape", "strides", "dtype", "device", "readonly", "host", "obj", "framework",
                  "producer_stream", "keep")
@@ -55,6 +54,24 @@ class Operand:
     @property
     def itemsize(self) -> int:
         return ITEMSIZE[self.dtype]
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.itemsize
+
+    @property
+    def is_c_contiguous(self) -> bool:
+        return math.prod(self.shape) <= 1 or self.strides == c_strides(self.shape, self.itemsize)
+
+    @property
+    def T(self) -> "Operand":
+        """The transposed view (reversed shape and strides) of the same memory."""
+        return Operand(self.what, self.ptr, self.shape[::-1], self.strides[::-1], self.dtype, self.device,
+                       self.readonly, self.host, self.obj, self.framework, self.producer_stream, self.keep)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -151,7 +168,7 @@ def describe(x: Any, what: str, consumer_stream: int | None) -> Operand:
                        obj=x, framework="cupy")
     if _is_jax(x):
         x.block_until_ready()  # JAX runs its work on its own streams: the buffer must be complete
-        arr = from_dlpack(x, None) if dtype_code(x.dtype) == "bf16" else from_cai(x)
+        arr = from_dlpack(x, None) if dtype_code(x.dtype) == "bf16" else from_cai(x, None)
         return Operand(what, arr.ptr, arr.shape, arr.strides, arr.dtype, arr.device, readonly=True, obj=x,
                        keep=arr)
     try:
@@ -159,18 +176,23 @@ def describe(x: Any, what: str, consumer_stream: int | None) -> Operand:
     except TypeError:  # (torch raises TypeError, not AttributeError, for bf16 tensors)
         has_cai = False
     if has_cai:
-        arr, producer = from_cai(x), x.__cuda_array_interface__.get("stream")
-        if producer is not None and (not isinstance(producer, int) or producer == 0):
-            raise ValidationError(f"{what}: __cuda_array_interface__ stream {producer!r} is not a stream handle "
-                                  "(0 is disallowed by the protocol: 1 is the legacy default stream)")
+        producer = cai_stream(x.__cuda_array_interface__, what)
+        arr = from_cai(x, None)  # (the producer is waited for on the call's stream: order_after_producers)
         return Operand(what, arr.ptr, arr.shape, arr.strides, arr.dtype, arr.device, arr.readonly, obj=x,
                        producer_stream=producer, keep=arr)
     if hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__"):
         stream = consumer_stream if consumer_stream else LEGACY_STREAM  # DLPack: 0 is ambiguous, 1 = legacy
         arr = from_dlpack(x, stream)
         return Operand(what, arr.ptr, arr.shape, arr.strides, arr.dtype, arr.device, arr.readonly, obj=x, keep=arr)
-    raise ValidationError(f"{what} of type {type(x).__name__} is not a GPU array (no __cuda_array_interface__ "
-                          "or DLPack) nor a numpy array")
+    raise ArgumentTypeError(f"{what} of type {type(x).__name__} is not a GPU array (no __cuda_array_interface__ "
+                            "or DLPack) nor a numpy array")
+
+
+def describe_device(x: Any, what: str, consumer_stream: int | None) -> Operand:
+    """describe() for a caller that takes GPU arrays only (a kernel launch): a host array is refused."""
+    if isinstance(x, np.ndarray):
+        raise ValidationError(f"{what} is a numpy array in host memory: copy it first with hgemm_rt.to_device()")
+    return describe(x, what, consumer_stream)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -259,35 +281,6 @@ def implied_stream(args: tuple) -> int | None:
     return None
 
 
-class _Waits:
-    """One reusable event per device to make a stream wait for another's pending work."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._events: dict[int, Any] = {}
-
-    def wait(self, consumer: int, producer: int, device: int) -> None:
-        if producer == consumer or (producer in (0, LEGACY_STREAM) and consumer in (0, LEGACY_STREAM)):
-            return
-        drv = driver()
-        with self._lock:
-            ev = self._events.get(device)
-            if ev is None:
-                get_device(device)
-                ev = self._events[device] = check(drv.cuEventCreate(drv.CUevent_flags.CU_EVENT_DISABLE_TIMING),
-                                                  "cuEventCreate")
-            lib = native()
-            if lib is not None:
-                check_code(lib.cuEventRecord(int(ev), producer or None), "cuEventRecord (producer stream)")
-                check_code(lib.cuStreamWaitEvent(consumer or None, int(ev), 0), "cuStreamWaitEvent")
-            else:
-                check(drv.cuEventRecord(ev, producer), "cuEventRecord (producer stream)")
-                check(drv.cuStreamWaitEvent(consumer, ev, 0), "cuStreamWaitEvent")
-
-
-_waits = _Waits()
-
-
 def order_after_producers(ops: tuple, stream: int, device: int, explicit: bool) -> None:
     """Make `stream` wait for the work the operands' producers have pending elsewhere: a CAI `stream`,
     or (with an explicit stream=) the current stream of a torch/CuPy operand's framework. A repeat call
@@ -301,7 +294,7 @@ def order_after_producers(ops: tuple, stream: int, device: int, explicit: bool) 
             producer = FRAMEWORK_STREAM[op.framework](device)
         if producer is not None and producer not in seen:
             seen.add(producer)
-            _waits.wait(stream, producer, device)
+            wait_for(stream, producer, device)
 
 
 # ---------------------------------------------------------------------------------------------------

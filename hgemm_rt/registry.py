@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from . import cublas
-from .device import get_device, require_driver_for
+from .device import get_device, require_driver_for, stream_handle
 from .errors import NotBuiltForDeviceError, UnknownKernelError, ValidationError
 from .launcher import STATIC_SMEM_LIMIT, LaunchConfig, launch_spec, persistent_grid, tile_grid
 from .manifest import KernelSpec, Manifest, Selection, variant_symbol
-from .memory import as_device_array
+from .operands import describe_device, order_after_producers
+from .streams import LEGACY_STREAM
 from .validate import GemmShape, unsupported_reason, validate_operands
 
 
@@ -179,9 +180,11 @@ class CublasKernel:
         acc = acc or self.variants["acc"][0]
         if acc not in self.variants["acc"]:
             raise ValidationError(f"{self.name}: acc={acc!r} is not one of {list(self.variants['acc'])}")
-        A, B, C = as_device_array(a, "A"), as_device_array(b, "B"), as_device_array(c, "C")
+        consumer = stream_handle(stream) or LEGACY_STREAM
+        A, B, C = (describe_device(x, what, consumer) for x, what in ((a, "A"), (b, "B"), (c, "C")))
         p = validate_operands(self._spec, A, B, C)  # type: ignore[arg-type]
         get_device(C.device)
+        order_after_producers((A, B, C), stream_handle(stream), C.device, True)  # (as launch_spec)
         cublas.gemm(A.ptr, B.ptr, C.ptr, p.M, p.N, p.K, layout=self.layout, dtype=self.dtype, acc=acc,
                     stream=stream, device=C.device)
 

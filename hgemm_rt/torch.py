@@ -36,6 +36,7 @@ from .api import matmul
 from .errors import ValidationError
 from .operands import torch_dtype_code
 from .problem import ACCUMULATE
+from .validate import check_option
 
 __all__ = ["Linear", "linear", "mm", "replace_linear"]
 
@@ -62,6 +63,7 @@ def _check_tensors(op: str, named: tuple[tuple[str, Tensor], ...], accumulate: O
         if t.device != first.device:
             raise ValidationError(f"hgemm::{op}: {name} is on {t.device} but {first_name} is on {first.device}: "
                                   "move them to one device")
+    check_option("accumulate", accumulate, f"hgemm::{op}")
     choices = ACCUMULATE[torch_dtype_code(first.dtype)]
     if accumulate is not None and accumulate not in choices:
         raise ValidationError(f"hgemm::{op}: accumulate={accumulate!r} is not available for {first.dtype} "

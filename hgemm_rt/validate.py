@@ -1,14 +1,26 @@
-"""Input checks for a kernel launch, done before anything touches the GPU.
+"""The input rules of every front door (`launch`, `matmul`/`Matmul`, `grouped_matmul`), checked before
+anything touches the GPU: the operands as operands.Operand describes them, the scalars and the options.
 
-Every message names the kernel and shows the values at fault.
+Every message names the caller (the kernel, or "matmul") and shows the value at fault. A wrong type is
+an ArgumentTypeError (a TypeError), a bad value a ValidationError (a ValueError).
 """
 from __future__ import annotations
 
+import math
+import numbers
+import struct
 from dataclasses import dataclass
+from typing import Any, Iterable
 
-from .errors import ValidationError
+import numpy as np
+
+from .epilogue import ACTIVATIONS, SWIGLU
+from .errors import ArgumentTypeError, ValidationError
 from .manifest import KernelSpec
-from .memory import DeviceArray
+from .memory import byte_extent
+
+FP32_MAX = 3.4028234663852886e38
+I32_MAX = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -22,8 +34,10 @@ def expected_b_shape(layout: str, N: int, K: int) -> tuple[int, int]:
     return (K, N) if layout == "NN" else (N, K)
 
 
-def validate_operands(spec: KernelSpec, a: DeviceArray, b: DeviceArray, c: DeviceArray,
+def validate_operands(spec: KernelSpec, a: Any, b: Any, c: Any,
                       acc: str | None = None) -> GemmShape:
+    """A kernel launch's operands (Operands or DeviceArrays: ptr, shape, strides, dtype, device, readonly)
+    against the kernel's declaration: dtypes, dense layouts, alignment, shapes, divisibility, aliasing."""
     name = spec.name
     for label, arr, want in (("A", a, spec.dtype), ("B", b, spec.dtype), ("C", c, spec.out)):
         if arr.ndim != 2:
@@ -82,3 +96,101 @@ def unsupported_reason(spec: KernelSpec, M: int, N: int, K: int) -> str | None:
         if value % mult:
             return f"{dim}={value} is not a multiple of {mult}"
     return None
+
+
+# ---------------------------------------------------------------------------------------------------
+# the rules every front door shares
+# ---------------------------------------------------------------------------------------------------
+
+def _fp32(value: float) -> float:
+    return struct.unpack("<f", struct.pack("<f", value))[0]
+
+
+def fp32_scalar(name: str, x: Any, where: str = "matmul") -> float:
+    """alpha, beta or scale as the kernels take it: a real number (not a bool, a string or a complex) whose
+    fp32 value is finite, and nonzero unless it is zero (a finite value that underflows or overflows fp32 is
+    refused, never rounded to 0 or inf)."""
+    if isinstance(x, (bool, np.bool_, str, bytes)) or not hasattr(x, "__float__") or \
+            (isinstance(x, numbers.Complex) and not isinstance(x, numbers.Real)):
+        raise ArgumentTypeError(f"{where}: {name} must be a real number, got {x!r}")
+    try:
+        value = float(x)
+    except (TypeError, ValueError, OverflowError):
+        raise ValidationError(f"{where}: {name} must be a real number, got {x!r}") from None
+    if not math.isfinite(value) or abs(value) > FP32_MAX:
+        raise ValidationError(f"{where}: {name}={x!r} is not a finite fp32 value (|x| <= {FP32_MAX:.4g})")
+    if value != 0.0 and _fp32(value) == 0.0:
+        raise ValidationError(f"{where}: {name}={x!r} underflows fp32 (it would be 0; |x| >= 1.4e-45 is needed)")
+    return value
+
+
+def check_flag(name: str, value: Any, where: str) -> bool:
+    """A yes/no option: a bool only (swizzle='no' must not read as true)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ArgumentTypeError(f"{where}: {name} must be True or False, got {value!r}")
+    return bool(value)
+
+
+def check_option(name: str, value: Any, where: str, allow_none: bool = True) -> None:
+    """A named option (kernel=, accumulate=, activation=): a string, or None where that means the default."""
+    if not isinstance(value, str) and not (allow_none and value is None):
+        want = "a string" + (" or None" if allow_none else "")
+        raise ArgumentTypeError(f"{where}: {name} must be {want}, got {value!r} ({type(value).__name__})")
+
+
+def check_activation(activation: Any, where: str) -> None:
+    check_option("activation", activation, where)
+    if activation is not None and activation != SWIGLU and activation not in ACTIVATIONS:
+        raise ValidationError(f"{where}: activation={activation!r} is not one of {[None, *ACTIVATIONS, SWIGLU]}")
+
+
+def one_device(operands: Iterable[Any], where: str) -> int | None:
+    """The one GPU the operands are on (None: host arrays only); refused if they are on several."""
+    devices = {op.device for op in operands if op is not None and op.device is not None}
+    if len(devices) > 1:
+        raise ValidationError(f"{where}: the arrays are on different GPUs {sorted(devices)}: move them to one")
+    return devices.pop() if devices else None
+
+
+def self_overlapping(op: Any) -> bool:
+    """True if two elements of a view may share an address (zero or interleaved strides): ordered by
+    stride, each dimension must step past the bytes the ones below it span."""
+    extent = op.itemsize
+    for s, n in sorted((abs(s), n) for n, s in zip(op.shape, op.strides) if n > 1):
+        if s < extent:
+            return True
+        extent += s * (n - 1)
+    return False
+
+
+def validate_out(C: Any, inputs: tuple, where: str = "matmul") -> None:
+    """An out (an Operand) that a call may write: distinct elements at distinct addresses, writable, not a
+    tensor autograd tracks, and no byte shared with an input."""
+    if self_overlapping(C):
+        raise ValidationError(f"{where}: out's strides {C.strides} make distinct elements share memory")
+    if C.readonly:
+        raise ValidationError(f"{where}: out (numpy) is read-only" if C.host is not None else f"{where}: out is read-only")
+    if C.framework == "torch" and C.obj.requires_grad:
+        raise ValidationError(f"{where}: out requires grad; matmul writes it in place, outside autograd "
+                              "(pass a tensor that does not require grad, or no out)")
+    for op in inputs:
+        if C.host is not None or op.host is not None:
+            if C.host is not None and op.host is not None and np.shares_memory(C.host, op.host):
+                raise ValidationError(f"{where}: out overlaps {op.what} in memory; it must not alias an input")
+            continue
+        lo, hi = byte_extent(C.ptr, C.shape, C.strides, C.itemsize)
+        olo, ohi = byte_extent(op.ptr, op.shape, op.strides, op.itemsize)
+        if lo < ohi and olo < hi:
+            raise ValidationError(f"{where}: out overlaps {op.what} in memory; it must not alias an input")
+
+
+def check_group_index(host: np.ndarray, what: str, rows: int) -> None:
+    """Host-visible grouped offsets (non-decreasing row ends within the rows) or counts (0 .. max_M each):
+    a bad routing table is refused where it can be seen (device ones are clamped by the kernels)."""
+    if what == "offsets":
+        if len(host) and (host[0] < 0 or np.any(np.diff(host) < 0) or host[-1] > rows):
+            raise ValidationError(f"grouped_matmul: offsets {host.tolist()[:8]}{'...' if len(host) > 8 else ''} "
+                                  f"must be non-decreasing row ends within the {rows} rows of A")
+    elif np.any(host < 0) or np.any(host > rows):
+        raise ValidationError(f"grouped_matmul: counts must each be 0 .. max_M = {rows}, got "
+                              f"{host.tolist()[:8]}{'...' if len(host) > 8 else ''}")

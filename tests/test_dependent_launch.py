@@ -6,6 +6,8 @@ the layer before read, against a float64 chain.
 """
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 import pytest
 
@@ -88,3 +90,21 @@ def test_back_to_back_dependent_chain(M, width, order, dtype, rng):
 def stored(a: np.ndarray, dtype: str) -> np.ndarray:
     """a rounded to the dtype, back in float64."""
     return storage_to_f64(to_storage(a.astype(np.float32), dtype), dtype)
+
+
+def test_a_launch_config_carries_the_cluster_and_dependent_launch_attributes():
+    """KernelLaunch.config(stream), built once per stream by a launch plan: the grid, block, shared memory and
+    stream, and the cluster / programmatic-serialization attributes where the kernel has them."""
+    from hgemm_rt.launcher import KernelLaunch, LaunchConfig, LoadedFunction
+
+    ids = pytest.importorskip("cuda.bindings.driver").CUlaunchAttributeID
+    plain = KernelLaunch(LoadedFunction(0x1234, 0), LaunchConfig("k", (3, 2, 1), (128, 1, 1), 1024, (1, 1, 1)))
+    lc, address = plain.config(0)
+    assert (lc.gridDimX, lc.gridDimY, lc.gridDimZ, lc.blockDimX, lc.sharedMemBytes) == (3, 2, 1, 128, 1024)
+    assert lc.hStream is None and lc.numAttrs == 0 and address.value == ctypes.addressof(lc)
+    both = KernelLaunch(LoadedFunction(0x1234, 0), LaunchConfig("k", (4, 1, 1), (384, 1, 1), 0, (1, 1, 2), True))
+    lc, _ = both.config(7)
+    assert lc.hStream == 7 and lc.numAttrs == 2
+    assert [(a.id, list(a.value)[:3]) for a in lc.attrs[:2]] == [
+        (int(ids.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION), [1, 1, 2]),
+        (int(ids.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION), [1, 0, 0])]

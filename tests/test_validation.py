@@ -146,3 +146,152 @@ def test_dimensions_that_do_not_fit_the_kernels_int32_are_refused():
     a, b, c = fake((M, 64)), fake((64, 256)), fake((M, 256))
     with pytest.raises(hg.ValidationError, match="below 2\\^31"):
         validate_operands(spec(), a, b, c)
+
+
+# ---------------------------------------------------------------------------------------------------
+# strict types: a wrong type is a TypeError (hg.ArgumentTypeError, also a ValidationError), a value that
+# the kernels would take as something else is refused, never coerced
+# ---------------------------------------------------------------------------------------------------
+
+def _mm_args():
+    return fake((3, 4)), fake((4, 5))
+
+
+@pytest.mark.parametrize("name", ["alpha", "beta", "scale"])
+@pytest.mark.parametrize("value", [1 + 2j, np.complex64(1), complex(1, 0)])
+def test_a_complex_scalar_is_a_type_error_not_a_complex_warning(name, value):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (numpy's ComplexWarning would be an error here)
+        with pytest.raises(TypeError, match=f"{name} must be a real number"):
+            hg.matmul(*_mm_args(), **{name: value})
+
+
+@pytest.mark.parametrize("name", ["alpha", "beta", "scale"])
+@pytest.mark.parametrize("value", [1e-50, -1e-46, np.float64(1e-300)])
+def test_a_finite_scalar_that_underflows_fp32_is_refused_by_name(name, value):
+    with pytest.raises(hg.ValidationError, match=f"{name}=.* underflows fp32"):
+        hg.matmul(*_mm_args(), **{name: value})
+
+
+@pytest.mark.parametrize("name", ["alpha", "beta", "scale"])
+def test_a_finite_scalar_that_overflows_fp32_is_refused_by_name(name):
+    with pytest.raises(hg.ValidationError, match=f"{name}=1e\\+39 is not a finite fp32"):
+        hg.matmul(*_mm_args(), **{name: 1e39})
+
+
+def test_scalars_fp32_can_hold_are_taken():
+    from hgemm_rt.validate import fp32_scalar
+
+    assert fp32_scalar("alpha", 1e-40) == 1e-40  # (an fp32 subnormal: not zero)
+    assert fp32_scalar("alpha", np.float16(2)) == 2.0 and fp32_scalar("beta", 0) == 0.0 and fp32_scalar("a", -0.0) == 0
+
+
+@pytest.mark.parametrize("stream", [1.9, "7", b"7", np.float32(3.0), True, 2j])
+def test_a_stream_that_is_not_a_handle_or_a_stream_object_is_a_type_error(stream):
+    from hgemm_rt.device import stream_handle
+
+    with pytest.raises(TypeError, match="as a CUDA stream"):
+        stream_handle(stream)
+    with pytest.raises(TypeError, match="as a CUDA stream"):
+        hg.matmul(*_mm_args(), stream=stream)
+
+
+def test_integer_handles_and_stream_objects_are_taken_as_before():
+    from hgemm_rt.device import stream_handle
+
+    class Torchish:
+        cuda_stream = 0x1234
+
+    class Protocol:
+        def __cuda_stream__(self):
+            return 0, 0x5678
+
+    assert stream_handle(None) == 0 and stream_handle(7) == 7 and stream_handle(np.int64(9)) == 9
+    assert stream_handle(Torchish()) == 0x1234 and stream_handle(Protocol()) == 0x5678
+    with pytest.raises(hg.ValidationError, match="not a pointer value"):
+        stream_handle(-1)
+
+
+@pytest.mark.parametrize("swizzle", ["no", 1, None])
+def test_launch_swizzle_takes_a_bool_only(swizzle):
+    k = CubinKernel(None, spec())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="swizzle must be True or False"):
+        k(*ok_operands(), swizzle=swizzle)
+
+
+def test_launch_swizzle_stride_takes_an_integer_or_none():
+    k = CubinKernel(None, spec())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="swizzle_stride must be an integer"):
+        k(*ok_operands(), swizzle=True, swizzle_stride="512")
+
+
+@pytest.mark.parametrize("kw,needle", [
+    ({"kernel": None}, "kernel must be a string"),
+    ({"kernel": 5}, "kernel must be a string"),
+    ({"activation": ["relu"]}, "activation must be a string or None"),
+    ({"accumulate": ["f32"]}, "accumulate must be a string or None"),
+])
+def test_options_of_the_wrong_type_are_a_clear_type_error(kw, needle):
+    with pytest.raises(TypeError, match=needle):
+        hg.matmul(*_mm_args(), **kw)
+    with pytest.raises(TypeError, match=needle):
+        hg.Matmul(*_mm_args(), **kw)
+
+
+@pytest.mark.parametrize("kw,needle", [
+    ({"activation": ["relu"]}, "activation must be a string or None"),
+    ({"accumulate": 3}, "accumulate must be a string or None"),
+    ({"alpha": 1j}, "alpha must be a real number"),
+    ({"stream": "7"}, "as a CUDA stream"),
+])
+def test_grouped_options_of_the_wrong_type_are_a_clear_type_error(kw, needle):
+    x, w = fake((100, 64)), fake((4, 64, 32))
+    with pytest.raises(TypeError, match=needle):
+        hg.grouped_matmul(x, w, offsets=np.array([10, 20, 30, 100], np.int32), **kw)
+
+
+@pytest.mark.parametrize("ends", [[10, 5, 30, 100], [-1, 20, 30, 100], [10, 20, 30, 101]])
+def test_host_offsets_must_be_non_decreasing_row_ends_within_the_rows(ends):
+    x, w = fake((100, 64)), fake((4, 64, 32))
+    with pytest.raises(hg.ValidationError, match="offsets .* must be non-decreasing row ends within the 100 rows"):
+        hg.grouped_matmul(x, w, offsets=np.array(ends, np.int32))
+
+
+@pytest.mark.parametrize("counts", [[1, 2, 26, 0], [1, -1, 2, 3]])
+def test_host_counts_must_be_within_max_m(counts):
+    x, w = fake((4, 25, 64)), fake((4, 64, 32))
+    with pytest.raises(hg.ValidationError, match="counts must each be 0 .. max_M = 25"):
+        hg.grouped_matmul(x, w, counts=np.array(counts, np.int32))
+
+
+@pytest.mark.parametrize("front", ["matmul", "launch", "grouped"])
+def test_a_list_operand_is_a_type_error(front):
+    a, b, c = ok_operands()
+    with pytest.raises(TypeError, match="list is not a GPU array"):
+        if front == "matmul":
+            hg.matmul([[1.0]], b)
+        elif front == "launch":
+            CubinKernel(None, spec())(a, [[1.0]], c)  # type: ignore[arg-type]
+        else:
+            hg.grouped_matmul([[1.0]], fake((4, 64, 32)), offsets=np.array([1, 2, 3, 4], np.int32))
+    with pytest.raises(TypeError, match="list is not a GPU array"):
+        hg.as_device_array([[1.0]])
+
+
+def test_a_cai_producer_stream_is_checked_by_every_front_door():
+    """A __cuda_array_interface__ `stream` of 0 is refused by matmul, launch and as_device_array alike (the
+    protocol disallows it); a valid one is waited for (the GPU tests show the ordering)."""
+    class Cai:
+        def __init__(self, arr, stream):
+            self.__cuda_array_interface__ = dict(arr.__cuda_array_interface__, stream=stream)
+
+    a, b, c = ok_operands()
+    for bad in (0, "1", 1.5):
+        with pytest.raises(hg.ValidationError, match="is not a stream handle"):
+            hg.matmul(Cai(a, bad), b)
+        with pytest.raises(hg.ValidationError, match="is not a stream handle"):
+            CubinKernel(None, spec())(Cai(a, bad), b, c)  # type: ignore[arg-type]
+        with pytest.raises(hg.ValidationError, match="is not a stream handle"):
+            hg.as_device_array(Cai(a, bad))

@@ -1,0 +1,79 @@
+"""The plan cache: the recipe chosen per (device, problem, kernel), the Execution per (device, stream,
+problem, route) and the validated repeat calls, under one lock and one eviction rule (cache.py)."""
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from . import planner, tuning
+from .cache import Cache
+from .device import get_device
+from .errors import ValidationError
+from .executor import Execution
+from .launcher import is_capturing
+from .problem import Problem, Recipe
+from .registry import get_registry
+
+__all__ = ["PlanCache", "plans"]
+
+
+class PlanCache:
+    """Recipes chosen per (device, problem, kernel), executions per (device, stream, problem, route) and
+    validated repeat calls: three dicts under cache.py's rule (CACHE_LIMIT entries each); clear() frees every
+    execution's temporaries."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()  # (a graph is built under it: built once, never replaced in use)
+        self._recipes, self._executions, self._calls = Cache(None), Cache(), Cache(None)  # (executions: closed)
+        self.recipes, self.executions = self._recipes.entries, self._executions.entries
+        self.calls = self._calls.entries  # (the repeat call's one lookup: plans.calls[key])
+
+    def recipe(self, prob: Problem, device: int, kernel: str | None) -> Recipe:
+        """The autotuned route if the tuning cache has one for this device and build, else the cost
+        model's cheapest."""
+        key = (device, prob.key_str, kernel)
+        hit = self.recipes.get(key)
+        if hit is not None:
+            return hit
+        dev = get_device(device)
+        manifest = get_registry().manifest
+        recipe = None
+        if kernel is None:
+            route = tuning.lookup(dev.info, manifest, prob.key_str)
+            if route is not None:
+                recipe = planner.recipe_for(route, prob, manifest)
+        if recipe is None:
+            recipe = planner.heuristic_recipe(prob, manifest, dev.info.cc, dev.info.sm_count, kernel)
+        if recipe is None and prob.swiglu and prob.batched:
+            raise ValidationError(f"matmul: a batched activation='swiglu' runs on the fused Hopper kernels only: out "
+                                  f"row-major with rows of a multiple of 16 bytes, on an sm_90 GPU ({prob.key()}); "
+                                  "fold the batch into rows, or call it per matrix")
+        if recipe is None:
+            what = f"kernel {kernel}" if kernel else "any kernel of this build"
+            raise ValidationError(f"matmul: {what} cannot run {prob.key()} on {dev.info.name} "
+                                  f"(sm_{dev.info.cc[0]}{dev.info.cc[1]}); rebuild with build_kernels.py")
+        return self._recipes.put(key, recipe)
+
+    def execution(self, recipe: Recipe, prob: Problem, device: int, stream: int) -> Execution:
+        """The Execution of `recipe` for calls on `stream` (made on first use: its temporaries allocated)."""
+        key = (device, stream, prob.key_str, recipe.route)
+        ex = self._executions.hit(key)
+        if ex is not None and not ex.closed:
+            return ex
+        if recipe.temps and is_capturing(stream):
+            raise ValidationError("matmul: this call needs temporary buffers that are allocated on its first run; "
+                                  "call it once outside the CUDA-graph capture, then capture it")
+        return self._executions.put(key, Execution(recipe, prob.dtype, device, get_registry().manifest))
+
+    def remember(self, key: tuple, bound: Any) -> None:
+        self._calls.put(key, bound)
+
+    def clear(self) -> None:
+        """Forget every choice and call, and free every execution's temporaries."""
+        with self.lock:
+            self._executions.close()
+            self.recipes.clear()
+            self.calls.clear()
+
+
+plans = PlanCache()

@@ -1,0 +1,55 @@
+"""Ordering one stream after another's pending work, as the array protocols require of a consumer: an
+event recorded on the producer stream, waited for on the consumer stream (through ctypes: a repeat call
+may do this on every call). The CAI `stream` key is read here, by every front door alike."""
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from ._driver import check, check_code, driver, native
+from .device import get_device
+from .errors import ValidationError
+
+LEGACY_STREAM = 1  # CU_STREAM_LEGACY, and DLPack's / CAI's name for the legacy default stream
+
+
+def cai_stream(cai: dict, what: str) -> int | None:
+    """The producer stream a `__cuda_array_interface__` names (None: no key, nothing to wait for). The protocol
+    disallows 0 (1 is the legacy default stream, 2 the per-thread one)."""
+    producer = cai.get("stream")
+    if producer is not None and (isinstance(producer, bool) or not isinstance(producer, int) or producer <= 0):
+        raise ValidationError(f"{what}: __cuda_array_interface__ stream {producer!r} is not a stream handle "
+                              "(0 is disallowed by the protocol: 1 is the legacy default stream)")
+    return producer
+
+
+class _Waits:
+    """One reusable event per device to make a stream wait for another's pending work."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._events: dict[int, Any] = {}
+
+    def wait(self, consumer: int, producer: int, device: int) -> None:
+        if producer == consumer or (producer in (0, LEGACY_STREAM) and consumer in (0, LEGACY_STREAM)):
+            return
+        with self._lock:
+            ev = self._events.get(device)
+            if ev is None:
+                get_device(device)
+                drv = driver()
+                ev = self._events[device] = int(check(drv.cuEventCreate(drv.CUevent_flags.CU_EVENT_DISABLE_TIMING),
+                                                      "cuEventCreate"))
+            lib = native()
+            check_code(lib.cuEventRecord(ev, producer or None), "cuEventRecord (producer stream)")
+            check_code(lib.cuStreamWaitEvent(consumer or None, ev, 0), "cuStreamWaitEvent")
+
+
+_waits = _Waits()
+
+
+def wait_for(consumer: int, producer: int | None, device: int) -> None:
+    """Make `consumer` wait for the work queued on `producer` so far (nothing for None, the same stream, or the
+    two default streams)."""
+    if producer is not None:
+        _waits.wait(consumer, producer, device)
