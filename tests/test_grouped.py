@@ -115,8 +115,10 @@ def test_masked_groups_match_float64_and_clamp_counts(dtype, act, rng):
     n_out = N // 2 if act else N
     out = hg.empty((E, max_m, n_out), dtype)
     out.fill_bytes(0xFF)
-    hg.grouped_matmul(x.view, w.view, out, counts=_DeviceInt32(counts), activation=act)
+    on_gpu = _DeviceInt32(counts)  # (alive until the result is read: the kernel reads it)
+    hg.grouped_matmul(x.view, w.view, out, counts=on_gpu, activation=act)
     got = storage_to_f64(out.to_host(), dtype)
+    on_gpu.buf.close()
     for e in range(E):
         n = min(int(counts[e]), max_m)
         if n:
