@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 import math
 import struct
+import threading
 from dataclasses import replace
 from typing import Any
 
@@ -274,6 +275,7 @@ class Execution:
         self.launches = [st.launch for st in self.steps] * self.parts  # the KernelLaunch of each packed array
         self.packers = Cache(None)  # (alpha, beta) -> each step's ParamPacker
         self.plans = Cache()  # stream -> LaunchPlan (evicted: closed)
+        self._plan_lock = threading.Lock()  # (one plan per stream: a second one would escape close())
         self.closed = False
 
     def packers_for(self, alpha: float, beta: float) -> list[ParamPacker]:
@@ -309,7 +311,10 @@ class Execution:
         """This execution's launch plan on `stream` (made on first use)."""
         plan = self.plans.entries.get(stream)
         if plan is None:
-            plan = self.plans.put(stream, LaunchPlan(self, stream))
+            with self._plan_lock:  # (two threads' first calls: both must get the plan close() will close)
+                plan = self.plans.entries.get(stream)
+                if plan is None:
+                    plan = self.plans.put(stream, LaunchPlan(self, stream))
         return plan
 
     def transient(self, ptrs: tuple[int, ...], alpha: float, beta: float, stream: int) -> tuple:

@@ -20,6 +20,16 @@ from hgemm_rt.numerics import error_floor
 from guarded import GuardedArray
 
 
+class _DeviceInt32:
+    """An int32 vector on the GPU, as __cuda_array_interface__ shows it (device counts are clamped by the kernels;
+    host ones are checked before the launch)."""
+
+    def __init__(self, host):
+        self.buf = DeviceArray.from_numpy(np.ascontiguousarray(host, np.int32).view(np.float32))
+        self.__cuda_array_interface__ = {"data": (self.buf.ptr, False), "typestr": "<i4", "shape": host.shape,
+                                         "version": 3}
+
+
 def _fake(ptr, shape, dtype="f16"):
     return DeviceArray(ptr, shape, dtype)
 
@@ -99,14 +109,16 @@ def test_contiguous_groups_match_float64(dtype, layout, sizes, rng):
 def test_masked_groups_match_float64_and_clamp_counts(dtype, act, rng):
     _hopper()
     E, max_m, K, N = 6, 200, 136, 256
-    counts = np.array([0, 200, 1, 77, 999, 128], np.int32)  # 999: clamped to max_M
+    counts = np.array([0, 200, 1, 77, 999, 128], np.int32)  # 999: clamped to max_M (on the GPU: host ones are refused)
     x = GuardedArray(rng.standard_normal((E, max_m, K)), dtype)
     w = _weights(rng, E, K, N, dtype, "col")
     n_out = N // 2 if act else N
     out = hg.empty((E, max_m, n_out), dtype)
     out.fill_bytes(0xFF)
-    hg.grouped_matmul(x.view, w.view, out, counts=counts, activation=act)
+    on_gpu = _DeviceInt32(counts)  # (alive until the result is read: the kernel reads it)
+    hg.grouped_matmul(x.view, w.view, out, counts=on_gpu, activation=act)
     got = storage_to_f64(out.to_host(), dtype)
+    on_gpu.buf.close()
     for e in range(E):
         n = min(int(counts[e]), max_m)
         if n:

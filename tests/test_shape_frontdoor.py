@@ -316,3 +316,38 @@ def test_bound_run_sets_new_addresses_in_place_packs_a_repeat_then_launches_its_
     assert len(plans_made) == 2 and b.plan is plans_made[1]
     with pytest.raises(hgemm_rt.ValidationError, match="out overlaps an input"):
         b.run(0x1000, 0x2000, out, 0x1010)
+
+
+def test_two_threads_first_calls_on_one_stream_get_the_one_plan_close_closes(monkeypatch):
+    """Two threads making an execution's plan for one stream at once get the same LaunchPlan: a second plan,
+    replaced in the cache, would stay open after Execution.close() and launch on the freed temporaries."""
+    import threading
+    import time
+
+    from hgemm_rt.cache import Cache
+    from hgemm_rt.executor import Execution
+
+    slow = _FakeLaunch()
+
+    def config(stream):  # (a slow first plan: both threads inside plan() at once)
+        time.sleep(0.05)
+        return object(), ctypes.c_void_p(stream or None)
+
+    monkeypatch.setattr(slow, "config", config)
+    ex = object.__new__(Execution)
+    ex.launches, ex.plans, ex.temps, ex.closed = [slow], Cache(), {}, False
+    ex._plan_lock = threading.Lock()
+    start, got = threading.Barrier(2), []
+
+    def first_call():
+        start.wait()
+        got.append(ex.plan(9))
+
+    threads = [threading.Thread(target=first_call) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got[0] is got[1]
+    ex.close()
+    assert all(plan.closed for plan in got)
