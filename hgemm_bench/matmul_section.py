@@ -710,8 +710,8 @@ def breakdown(a: Any, b: Any, c: Any, sync: Callable[[], Any], run: Run) -> list
         base = (1 << 44) + next(fresh) * (1 << 24)
         return base, base + (1 << 22), base + (2 << 22), 0
 
-    def pack_new():
-        return last.execution.pack(fresh_ptrs()[:3], bound.alpha, bound.beta)
+    def pack_new():  # packed, bound and kept, as a repeat on new buffers is
+        return last.execution.plan(stream).packed_set(fresh_ptrs(), bound.alpha, bound.beta)
 
     def set_new():
         return last.execution.transient(fresh_ptrs(), bound.alpha, bound.beta, stream)
@@ -724,7 +724,7 @@ def breakdown(a: Any, b: Any, c: Any, sync: Callable[[], Any], run: Run) -> list
          lambda: bound.run(pa, pb, c, pc)),
         ("the repeat call hg.matmul(a, b, c)", "whole", lambda: hg.matmul(a, b, c)),
         ("of which the driver: one cuGraphLaunch (or cuLaunchKernelEx) as bound", "other", launch),
-        ("packing for new addresses, kept for repeats on them: Execution.pack", "other", pack_new),
+        ("packing for new addresses, kept for repeats on them: LaunchPlan.packed_set", "other", pack_new),
         ("new addresses set in place (a call on other buffers): Execution.transient", "other", set_new),
         ("first-call validation: Matmul(a, b, c)", "other", lambda: hg.Matmul(a, b, c)),
     )

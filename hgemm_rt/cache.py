@@ -1,5 +1,5 @@
 """The one eviction rule of the runtime's caches: each is a plain dict (a repeat call's lookup is one dict
-lookup) of at most CACHE_LIMIT entries, added to through put(): past the limit the entry least recently
+lookup) of at most its limit of entries (CACHE_LIMIT unless it holds GPU memory), added to through put(): past the limit the entry least recently
 added (or refreshed by hit()) goes, and an evicted value that has a close() is closed (an Execution's
 temporaries freed at once, a launch plan closed)."""
 from __future__ import annotations
@@ -12,6 +12,9 @@ from typing import Any, Callable
 # sets, a thread's reusable parameter arrays per (alpha, beta). 256: a model's distinct calls (each shape is
 # one) stay validated and planned; past it the oldest pays a first call again
 CACHE_LIMIT = 256
+# ... but executions own GPU buffers (temporaries: operand copies, split-K workspaces, split planes), so at most this
+# many stay allocated: a workload of many shapes holds no more device memory than 16 plans' temporaries
+EXECUTIONS_LIMIT = 16
 
 
 def close_value(value: Any) -> None:
@@ -23,20 +26,21 @@ def close_value(value: Any) -> None:
 class Cache:
     """A dict (`entries`, read directly) and the lock its put()s take."""
 
-    __slots__ = ("entries", "lock", "on_evict")
+    __slots__ = ("entries", "lock", "on_evict", "limit")
 
-    def __init__(self, on_evict: Callable[[Any], None] | None = close_value):
+    def __init__(self, on_evict: Callable[[Any], None] | None = close_value, limit: int = CACHE_LIMIT):
         self.entries: dict = {}
         self.lock = threading.Lock()
         self.on_evict = on_evict
+        self.limit = limit
 
     def put(self, key: Any, value: Any) -> Any:
-        """Add (or replace) an entry as the newest; evict past CACHE_LIMIT. Returns `value`."""
+        """Add (or replace) an entry as the newest; evict past the limit. Returns `value`."""
         entries, evicted = self.entries, []
         with self.lock:
             entries.pop(key, None)
             entries[key] = value
-            while len(entries) > CACHE_LIMIT:
+            while len(entries) > self.limit:
                 evicted.append(entries.pop(next(iter(entries))))
         if self.on_evict is not None:
             for old in evicted:

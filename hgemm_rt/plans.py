@@ -6,7 +6,7 @@ import threading
 from typing import Any
 
 from . import planner, tuning
-from .cache import Cache
+from .cache import EXECUTIONS_LIMIT, Cache
 from .device import get_device
 from .errors import ValidationError
 from .executor import Execution
@@ -19,12 +19,13 @@ __all__ = ["PlanCache", "plans"]
 
 class PlanCache:
     """Recipes chosen per (device, problem, kernel), executions per (device, stream, problem, route) and
-    validated repeat calls: three dicts under cache.py's rule (CACHE_LIMIT entries each); clear() frees every
-    execution's temporaries."""
+    validated repeat calls: three dicts under cache.py's rule (executions: EXECUTIONS_LIMIT, the others
+    CACHE_LIMIT); clear() frees every execution's temporaries."""
 
     def __init__(self) -> None:
-        self.lock = threading.RLock()  # (a graph is built under it: built once, never replaced in use)
-        self._recipes, self._executions, self._calls = Cache(None), Cache(), Cache(None)  # (executions: closed)
+        self.lock = threading.RLock()  # (the three caches change together under it)
+        self._recipes, self._calls = Cache(None), Cache(None)
+        self._executions = Cache(limit=EXECUTIONS_LIMIT)  # (evicted: closed, their GPU buffers freed)
         self.recipes, self.executions = self._recipes.entries, self._executions.entries
         self.calls = self._calls.entries  # (the repeat call's one lookup: plans.calls[key])
 

@@ -270,6 +270,29 @@ def test_the_cache_rule_evicts_the_oldest_and_closes_it():
     assert len(closed) == CACHE_LIMIT + 3 and not cache.entries
 
 
+def test_the_plan_cache_keeps_at_most_executions_limit_executions_allocated():
+    """Executions own GPU buffers: the plan cache closes the oldest past EXECUTIONS_LIMIT (the other caches keep
+    CACHE_LIMIT), so many distinct shapes do not pile up temporaries."""
+    from hgemm_rt.cache import CACHE_LIMIT, EXECUTIONS_LIMIT
+    from hgemm_rt.plans import PlanCache
+
+    assert EXECUTIONS_LIMIT < CACHE_LIMIT
+    closed = []
+
+    class FakeExecution:
+        def __init__(self, i):
+            self.i = i
+
+        def close(self):
+            closed.append(self.i)
+
+    cache = PlanCache()
+    for i in range(EXECUTIONS_LIMIT + 3):
+        cache._executions.put(i, FakeExecution(i))
+    assert closed == [0, 1, 2] and len(cache.executions) == EXECUTIONS_LIMIT
+    assert cache._recipes.limit == cache._calls.limit == CACHE_LIMIT
+
+
 def test_bound_run_sets_new_addresses_in_place_packs_a_repeat_then_launches_its_graph(monkeypatch):
     """Bound.run's states on a fake launch plan: new addresses launch through the transient arrays, the same
     ones twice in a row through their kept parameter set, and from GRAPH_AFTER_REPEATS repeats on through
