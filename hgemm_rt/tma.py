@@ -24,7 +24,7 @@ import ctypes
 import functools
 from typing import Any, Callable, Mapping
 
-from ._driver import check, check_code, driver, native
+from ._driver import check_code, driver, native
 from .dtypes import ITEMSIZE
 from .errors import ManifestError, ValidationError
 
@@ -127,20 +127,12 @@ def encode_tiled(ptr: int, dims: tuple[int, ...], strides: tuple[int, ...], dtyp
              drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
     boxes, steps = (box[0], box[1]) + (1,) * (rank - 2), (1,) * rank
     out = aligned_buffer()
-    lib = native()
-    if lib is not None:  # straight into the aligned buffer: a new address costs ~1 us, not cuda-python's ~10
-        u64, u32 = ctypes.c_uint64, ctypes.c_uint32
-        code = lib.cuTensorMapEncodeTiled(ctypes.addressof(out), int(_data_type(dtype)), rank, ptr,
-                                          (u64 * rank)(*dims), (u64 * (rank - 1))(*strides), (u32 * rank)(*boxes),
-                                          (u32 * rank)(*steps), *(int(m) for m in modes))
-        check_code(code, what, kernel)
-        return out
-    u64, u32 = drv.cuuint64_t, drv.cuuint32_t  # cuda-bindings takes these arrays only as its wrappers
+    u64, u32 = ctypes.c_uint64, ctypes.c_uint32  # straight into the aligned buffer (one backend: libcuda's)
     # globalDim innermost first; globalStrides in bytes, dims 1.. only; dense boxes
-    tmap = check(drv.cuTensorMapEncodeTiled(_data_type(dtype), rank, ptr, [u64(x) for x in dims],
-                                            [u64(x) for x in strides], [u32(x) for x in boxes],
-                                            [u32(x) for x in steps], *modes), what, kernel)
-    ctypes.memmove(out, int(tmap.getPtr()), TENSOR_MAP_BYTES)
+    code = native().cuTensorMapEncodeTiled(ctypes.addressof(out), int(_data_type(dtype)), rank, ptr,
+                                           (u64 * rank)(*dims), (u64 * (rank - 1))(*strides), (u32 * rank)(*boxes),
+                                           (u32 * rank)(*steps), *(int(m) for m in modes))
+    check_code(code, what, kernel)
     return out
 
 
