@@ -23,6 +23,8 @@ except ModuleNotFoundError:  # Python 3.10
 from hgemm_rt.errors import ManifestError
 from hgemm_rt.manifest import KernelSpec, kernel_spec_from_dict
 
+from .instances import include_line, instance_lines, instances_header
+
 FAMILY_OPTIONS = {"cutlass": bool, "extra_flags": list}  # the [family] table's keys and their types
 TOP_TABLES = ("family", "defaults", "sets", "kernel")
 BUILD_ONLY_FIELDS = ("instance",)  # read by the build (its generated instantiation list), not in the manifest
@@ -47,12 +49,14 @@ class Family:
             seen += [a for a in k.archs if a not in seen]
         return tuple(seen)
 
-    def instance(self, kernel: str) -> str | None:
-        """The kernel's `instance` template (its line of the generated instantiation list), if it has one."""
-        for entry in self.raw:
-            if entry["name"] == kernel:
-                return entry.get("instance")
-        return None
+    def generated(self) -> list[tuple[KernelSpec, str]]:
+        """The kernels whose extern "C" symbols the build generates, with their `instance` templates."""
+        return [(spec, entry["instance"]) for spec, entry in zip(self.kernels, self.raw) if "instance" in entry]
+
+    def instances_header(self) -> str | None:
+        """The generated instantiation list the .cu includes, or None for a family written out by hand."""
+        kernels = self.generated()
+        return instances_header(kernels, self.source.with_suffix(".toml")) if kernels else None
 
 
 def family_options(data: Any, where: str) -> tuple[bool, tuple[str, ...]]:
@@ -119,6 +123,24 @@ def expand_entries(data: Mapping[str, Any], where: str) -> list[dict]:
     return out
 
 
+def _check_generated(toml_path: Path, source: Path, kernels: list[KernelSpec], raw: list[dict]) -> None:
+    """Every `instance` fills (no knob missing), and the .cu includes the generated list exactly when there is one."""
+    generated = False
+    for spec, entry in zip(kernels, raw):
+        if "instance" in entry:
+            try:
+                instance_lines(spec, entry["instance"])
+            except ManifestError as exc:
+                raise ManifestError(f"{toml_path}: {exc}") from None
+            generated = True
+    includes = include_line(toml_path.stem) in source.read_text()
+    if generated != includes:
+        raise ManifestError(f"{source}: " + (f"its kernels declare an instance, but it does not end with "
+                                             f"{include_line(toml_path.stem)!r} (the generated list)" if generated
+                                             else f"includes {include_line(toml_path.stem)!r}, but no kernel of "
+                                                  f"{toml_path.name} declares an instance"))
+
+
 def load_family(toml_path: Path) -> Family:
     source = toml_path.with_suffix(".cu")
     if not source.is_file():
@@ -140,10 +162,14 @@ def load_family(toml_path: Path) -> Family:
                                     f"instantiation list), got {instance!r}")
         except ManifestError as exc:
             raise ManifestError(f"{toml_path}: {exc}") from None
+        if not spec.catalogue and spec.step is not None:
+            raise ManifestError(f"{toml_path}: {spec.name}: a helper kernel (role {spec.role}) has no step: only the "
+                                f"catalogue's ladders are ordered")
         kernels.append(spec)
         raw.append(entry)
     if not kernels:
         raise ManifestError(f"{toml_path} declares no [[kernel]]")
+    _check_generated(toml_path, source, kernels, raw)
     return Family(name=toml_path.stem, source=source, kernels=tuple(kernels), cutlass=cutlass,
                   extra_flags=extra_flags, raw=tuple(raw))
 

@@ -17,13 +17,14 @@ from typing import Any, Mapping
 from .errors import ManifestError, NotBuiltForDeviceError
 from .expr import eval_int_expr
 
-SCHEMA_VERSION = 2  # 2: every declared field written out, symbols carry dynamic_smem
+SCHEMA_VERSION = 3  # 2: every declared field written out, symbols carry dynamic_smem; 3: knobs, rates, step optional
 LAYOUTS = ("NN", "TN")  # B as K x N or as N x K (row-major)
 A_ORDERS = ("row", "col")  # A row-major (M x K) or column-major (stored K x M)
 DTYPES = ("f16", "bf16", "f32")
 ACCS = ("f16", "f32", "tf32")
 GRID_POLICIES = ("tiles", "tiles+swizzle", "persistent")
-LADDERS = ("cuda", "wmma", "mma", "cute", "hopper", "sgemm", "util")  # util: helpers, not GEMMs
+LADDERS = ("cuda", "wmma", "mma", "cute", "hopper", "sgemm", "util")  # util: every helper role's kernels
+HELPER_LADDER = "util"  # the ladder of every kernel whose role is not "gemm" (KernelSpec.catalogue)
 # What a kernel does in matmul's recipes (hgemm_rt/planner.py):
 #   gemm                the catalogue ABI: dense operands (or TMA maps) in the kernel's layout, C = A.B
 #   copy                util_copy2d: strided/transposing copy with zero padding and an alpha/beta epilogue
@@ -42,6 +43,8 @@ LADDERS = ("cuda", "wmma", "mma", "cute", "hopper", "sgemm", "util")  # util: he
 ROLES = ("gemm", "copy", "gemm_strided_mma", "gemm_strided_wgmma", "gemm_strided_simt", "gemm_strided_stream",
          "gemm_fused_wgmma", "gemm_tf32x3", "split_tf32", "gemm_f16x3", "split_f16x3", "kgroups_sum")
 ARCHS = ("80", "86", "89", "90", "90a")
+# roles whose planner needs the kernel's sustained rate (KernelSpec.rate_tflops) from its declaration
+RATED_ROLES = ("gemm_strided_wgmma",)
 DEFAULT_PARAMS = ("ptr:A", "ptr:B", "ptr:C", "i32:M", "i32:N", "i32:K")
 PTX_ARCH = "90"  # the build keeps the PTX of its sm_90 cubin: the newest non-"a" target, JIT-able by newer GPUs
 PARAM_KINDS = ("ptr", "i32", "i64", "tmap")  # i64: a 64-bit integer (batch strides in elements)
@@ -103,7 +106,7 @@ class KernelSpec:
     name: str
     family: str
     ladder: str
-    step: int
+    step: "int | None"  # the position in a catalogue ladder (the README's order); None for a helper kernel
     layout: str
     dtype: str
     acc: str
@@ -131,8 +134,20 @@ class KernelSpec:
     dependent_launch: bool = False
     # a last column tile of at most BN/2 columns computes BN/2 (cu/CONTRACT.md); SwiGLU tiles always compute BN
     half_tiles: bool = False
+    # named build-time constants (stage counts, ...): usable in `dsmem` and in the build's generated instantiation
+    # line; a variant axis of the same name takes precedence for the symbols it makes
+    knobs: Mapping[str, Any] = field(default_factory=dict)
+    # the kernel's sustained rate, where the planner prices it from its declaration (RATED_ROLES), and where
+    # that figure was measured (a docs/ pointer)
+    rate_tflops: "float | None" = None
+    rate_source: "str | None" = None
     builds: Mapping[str, ArchBuild] = field(default_factory=dict)
     ptx: PtxBuild | None = None
+
+    @property
+    def catalogue(self) -> bool:
+        """A GEMM of the catalogue (role "gemm": benchmarked, listed, tested one by one), not a helper of matmul."""
+        return self.role == "gemm"
 
     @property
     def threads(self) -> int:
@@ -187,10 +202,17 @@ class KernelSpec:
     def acc_for(self, choice: Mapping[str, Any]) -> str:
         return str(choice.get("acc", self.acc))
 
+    def expr_names(self, choice: Mapping[str, Any]) -> dict[str, Any]:
+        """The names a `dsmem` expression (and an instantiation line) may use for the symbol of `choice`: the tile,
+        the block size, the knobs, then the variant values (which override a knob of their name)."""
+        names: dict[str, Any] = {"BM": self.tile[0], "BN": self.tile[1], "BK": self.tile[2], "threads": self.threads}
+        names.update(self.knobs)
+        names.update(choice)
+        return names
+
     def dsmem_bytes(self, choice: Mapping[str, Any]) -> int:
-        names = {"BM": self.tile[0], "BN": self.tile[1], "BK": self.tile[2], "threads": self.threads}
-        names.update({k: v for k, v in choice.items() if isinstance(v, int)})
-        return eval_int_expr(self.dsmem, names)
+        names = self.expr_names(choice)
+        return eval_int_expr(self.dsmem, {k: v for k, v in names.items() if _is_int(v)})
 
 
 def _show(v: Any) -> str:
@@ -218,7 +240,8 @@ def _choice(v: Any, allowed: tuple, what: str, name: str) -> str:
 # every field a kernel declaration may have (cu/*.toml), and what the manifest adds to it
 DECLARED_FIELDS = ("name", "family", "ladder", "step", "layout", "dtype", "acc", "out", "block", "tile", "grid",
                    "dsmem", "require", "align", "variants", "aliases", "archs", "params", "cluster", "technique",
-                   "sass", "tma", "default", "a_order", "role", "swiglu", "dependent_launch", "half_tiles")
+                   "sass", "tma", "default", "a_order", "role", "swiglu", "dependent_launch", "half_tiles",
+                   "knobs", "rate_tflops", "rate_source")
 MANIFEST_FIELDS = ("builds", "ptx")
 TOP_FIELDS = ("schema", "nvcc", "build_hash", "created", "kernels")  # a manifest's top-level table
 SYMBOL_FIELDS = tuple(f.name for f in fields(SymbolInfo))
@@ -301,6 +324,16 @@ def _tma(d: Mapping[str, Any], params: tuple, name: str, complete: bool) -> dict
     return out
 
 
+def _knobs(d: Mapping[str, Any], name: str, complete: bool) -> dict[str, Any]:
+    """knob -> an integer or a string (an identifier-like C++ token), each knob an identifier."""
+    knobs = _typed(d, "knobs", _tables(complete), "a table of knob -> integer or string", name, {}) or {}
+    for knob, value in knobs.items():
+        if not (isinstance(knob, str) and knob.isidentifier()) or not (_is_int(value) or isinstance(value, str)):
+            raise ManifestError(f"{name}: knobs must map identifiers to integers or strings, got {knob!r} = "
+                                f"{_show(value)}")
+    return dict(knobs)
+
+
 def kernel_spec_from_dict(d: Mapping[str, Any], with_builds: bool = True, complete: bool = False) -> KernelSpec:
     """Validate one kernel declaration (from a cu/*.toml entry or a manifest entry): unknown fields,
     wrong types and out-of-range values are ManifestErrors naming the kernel, the field and the value.
@@ -314,15 +347,22 @@ def kernel_spec_from_dict(d: Mapping[str, Any], with_builds: bool = True, comple
     unknown = sorted(set(d) - set(DECLARED_FIELDS) - (set(MANIFEST_FIELDS) if with_builds else set()))
     if unknown:
         raise ManifestError(f"{name}: unknown field(s) {unknown}; a declaration has {list(DECLARED_FIELDS)}")
-    needed = DECLARED_FIELDS + MANIFEST_FIELDS if complete else ("family", "ladder", "layout", "dtype", "out",
-                                                                 "block", "tile", "grid")
+    needed = DECLARED_FIELDS + MANIFEST_FIELDS if complete else ("family", "layout", "dtype", "out", "block", "tile",
+                                                                 "grid")
     missing = [k for k in needed if k not in d]
     if missing:
         raise ManifestError(f"{name}: missing field(s) {missing}")
     family = _typed(d, "family", (str,), "the family (file stem) name", name)
-    step = _typed(d, "step", (int,), "a non-negative integer", name, 0)
+    role = _choice(d.get("role", "gemm"), ROLES, "role", name)
+    if role == "gemm" and "ladder" not in d:
+        raise ManifestError(f"{name}: missing field(s) ['ladder'] (a catalogue kernel names its ladder)")
+    ladder = _choice(d.get("ladder", HELPER_LADDER), LADDERS, "ladder", name)
+    # a catalogue kernel orders by its step; a helper has none (a manifest writes null; a toml may still give one)
+    step_types = (int,) if role == "gemm" else (type(None),) if complete else (int, type(None))
+    step = _typed(d, "step", step_types, "a non-negative integer" if role == "gemm" else "null (a helper kernel has "
+                  "no step)", name, 0 if role == "gemm" else None)
     align = _typed(d, "align", (int,), "a power of two from 1 to 256 (bytes)", name, 16)
-    if step < 0:
+    if step is not None and step < 0:
         raise ManifestError(f"{name}: step must be a non-negative integer, got {step!r}")
     if not (1 <= align <= 256 and align & (align - 1) == 0):
         raise ManifestError(f"{name}: align must be a power of two from 1 to 256 (bytes), got {align!r}")
@@ -343,6 +383,12 @@ def kernel_spec_from_dict(d: Mapping[str, Any], with_builds: bool = True, comple
         if kind not in PARAM_KINDS or not what:
             raise ManifestError(f"{name}: parameter {p!r} is not <{'|'.join(PARAM_KINDS)}>:<name>")
     tma = _tma(d, params, name, complete)
+    knobs = _knobs(d, name, complete)
+    rate = _typed(d, "rate_tflops", (int, float, type(None)), "a positive number of TFLOPS", name)
+    if rate is not None and role not in RATED_ROLES:
+        raise ManifestError(f"{name}: rate_tflops is declared for the roles {list(RATED_ROLES)} only, not {role}")
+    if rate is not None and not 0 < rate < 1e6:
+        raise ManifestError(f"{name}: rate_tflops must be a positive number of TFLOPS, got {_show(rate)}")
     archs = _str_list(d, "archs", name, ("80", "86", "89", "90"))
     for a in archs:
         _choice(a, ARCHS, "arch", name)
@@ -353,7 +399,7 @@ def kernel_spec_from_dict(d: Mapping[str, Any], with_builds: bool = True, comple
     spec = KernelSpec(
         name=name,
         family=family,
-        ladder=_choice(d["ladder"], LADDERS, "ladder", name),
+        ladder=ladder,
         step=step,
         layout=_choice(d["layout"], LAYOUTS, "layout", name),
         dtype=_choice(d["dtype"], DTYPES, "dtype", name),
@@ -375,14 +421,24 @@ def kernel_spec_from_dict(d: Mapping[str, Any], with_builds: bool = True, comple
         tma=tma,
         default=dict(default),
         a_order=_choice(d.get("a_order", "row"), A_ORDERS, "a_order", name),
-        role=_choice(d.get("role", "gemm"), ROLES, "role", name),
+        role=role,
         swiglu=_typed(d, "swiglu", (bool,), "true or false", name, False),
         dependent_launch=_typed(d, "dependent_launch", (bool,), "true or false", name, False),
         half_tiles=_typed(d, "half_tiles", (bool,), "true or false", name, False),
+        knobs=knobs,
+        rate_tflops=rate,
+        # a family-wide pointer ([defaults]) names the measurement of the kernels that have a rate only
+        rate_source=None if rate is None else _typed(d, "rate_source", (str, type(None)),
+                                                     "a pointer to the measurement (docs/...)", name),
     )
-    if (spec.ladder == "util") != (spec.role != "gemm"):
-        raise ManifestError(f"{name}: a util kernel declares one of the helper roles {list(ROLES[1:])}, a catalogue "
-                            f"kernel the role \"gemm\"; got ladder {spec.ladder!r} with role {spec.role!r}")
+    if (spec.ladder == HELPER_LADDER) == spec.catalogue:
+        raise ManifestError(f"{name}: a {HELPER_LADDER} kernel declares one of the helper roles {list(ROLES[1:])}, a "
+                            f"catalogue kernel the role \"gemm\"; got ladder {spec.ladder!r} with role {spec.role!r}")
+    if spec.role in RATED_ROLES and (spec.rate_tflops is None or not spec.rate_source):
+        raise ManifestError(f"{name}: role {spec.role} is priced from its declaration: declare rate_tflops (the "
+                            f"sustained TFLOPS) and rate_source (where it was measured)")
+    if spec.rate_tflops is not None and not spec.rate_source:
+        raise ManifestError(f"{name}: rate_tflops {spec.rate_tflops} needs a rate_source (where it was measured)")
     if spec.a_order == "col" and "tmap:A" not in spec.params:
         raise ManifestError(f"{name}: a_order = \"col\" needs a tmap:A parameter (the tensor map reads A^T)")
     for axis, value in spec.default.items():

@@ -258,11 +258,11 @@ def test_a_damaged_manifest_loads_the_same_or_raises_manifest_error(mutations):
 @pytest.mark.parametrize("text,match", [
     ("{not json", "is not readable JSON"),
     ("[1, 2]", "holds a JSON list, not a manifest table"),
-    ('{"schema": 2, "nvcc": "13.0", "build_hash": "x", "created": "x", "kernels": {}}',
+    ('{"schema": 3, "nvcc": "13.0", "build_hash": "x", "created": "x", "kernels": {}}',
      "kernels must be a list of kernel entries, got {}"),
-    ('{"schema": 2, "nvcc": "13.0", "build_hash": "x", "kernels": []}', r"the top level: missing \['created'\]"),
-    ('{"schema": 2, "nvcc": 13, "build_hash": "x", "created": "x", "kernels": []}', "nvcc must be a string, got 13"),
-    ('{"schema": 2, "nvcc": "13.0", "build_hash": "x", "created": "x", "kernels": ["k"]}',
+    ('{"schema": 3, "nvcc": "13.0", "build_hash": "x", "kernels": []}', r"the top level: missing \['created'\]"),
+    ('{"schema": 3, "nvcc": 13, "build_hash": "x", "created": "x", "kernels": []}', "nvcc must be a string, got 13"),
+    ('{"schema": 3, "nvcc": "13.0", "build_hash": "x", "created": "x", "kernels": ["k"]}',
      "a kernel declaration must be a table, got 'k'"),
 ])
 def test_a_broken_manifest_file_names_the_problem_and_the_rebuild(tmp_path, text, match):
