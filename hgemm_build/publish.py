@@ -161,8 +161,12 @@ def publish(catalog: list[Family], built: dict[tuple[str, str], Built], failed: 
         atomic_write(out / rel, src.read_bytes())
     atomic_write(out / "manifest.json", (json.dumps(manifest, indent=1) + "\n").encode())
     keep = referenced(entries)
-    for sub in [*(out / f"sm_{a}" for a in ARCHS), out / "ptx"]:
-        for p in sub.glob("*") if sub.is_dir() else []:
-            if p.relative_to(out).as_posix() not in keep:
-                p.unlink()
+    unlisted = [p for sub in [*(out / f"sm_{a}" for a in ARCHS), out / "ptx"] for p in (sub.glob("*") if sub.is_dir()
+                else []) if p.relative_to(out).as_posix() not in keep]
+    if note is None:
+        for p in unlisted:
+            p.unlink()
+    elif unlisted:  # without a readable manifest a file may be a good build this one did not redo: left in place
+        notes.append(f"kept {len(unlisted)} file(s) the unreadable manifest may have listed (not in the new one): "
+                     f"run `python build_kernels.py` for every family and arch to list or replace them")
     return manifest, ([note] if note else []) + notes
