@@ -271,15 +271,13 @@ def _alive(pid):
         return False
 
 
-def test_ctrl_c_stops_within_2_s_with_one_line_kills_nvcc_and_leaves_artifacts_alone(tmp_path):
+def _build_on_a_fake_nvcc(tmp_path):
+    """A build of two families whose (fake) nvcc processes are both running: (tree, build process, their pids)."""
     tree = make_tree(tmp_path, "naive", "hgemm_cuda_sliced_k")
     fake, pids = tmp_path / "nvcc", tmp_path / "pids"
     fake.write_text(FAKE_NVCC)
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     pids.mkdir()
-    art = tree / "artifacts"
-    art.mkdir()
-    (art / "manifest.json").write_text("the previous build\n")
     # (SIGINT as a foreground terminal delivers it: a suite started in the background, `pytest &` from a script,
     # inherits SIGINT ignored, and so would the build)
     proc = subprocess.Popen([sys.executable, str(ROOT / "build_kernels.py"), "--src", str(tree), "--nvcc", str(fake),
@@ -291,6 +289,14 @@ def test_ctrl_c_stops_within_2_s_with_one_line_kills_nvcc_and_leaves_artifacts_a
         time.sleep(0.05)
     started = [int(p) for f in pids.iterdir() for p in f.read_text().split()]
     assert len(started) == 4, "the fake nvcc did not start twice"
+    return tree, proc, started
+
+
+def test_ctrl_c_stops_within_2_s_with_one_line_kills_nvcc_and_leaves_artifacts_alone(tmp_path):
+    art = tmp_path / "artifacts"  # the previous build, in the tree the helper makes
+    art.mkdir()
+    (art / "manifest.json").write_text("the previous build\n")
+    tree, proc, started = _build_on_a_fake_nvcc(tmp_path)
     t0 = time.monotonic()
     proc.send_signal(signal.SIGINT)  # to the build only: it must stop the compilers itself
     _, err = proc.communicate(timeout=10)
@@ -372,19 +378,7 @@ def test_an_arch_that_no_chosen_family_declares_is_an_error_not_an_empty_build(t
 
 
 def test_sigterm_stops_the_compilers_and_cleans_up_as_ctrl_c_does(tmp_path):
-    tree = make_tree(tmp_path, "naive", "hgemm_cuda_sliced_k")
-    fake, pids = tmp_path / "nvcc", tmp_path / "pids"
-    fake.write_text(FAKE_NVCC)
-    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
-    pids.mkdir()
-    proc = subprocess.Popen([sys.executable, str(ROOT / "build_kernels.py"), "--src", str(tree), "--nvcc", str(fake),
-                             "--arch", "90", "-j", "2"], stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "FAKE_NVCC_PIDS": str(pids)})
-    deadline = time.monotonic() + 30
-    while len(list(pids.iterdir())) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    started = [int(p) for f in pids.iterdir() for p in f.read_text().split()]
-    assert len(started) == 4, "the fake nvcc did not start twice"
+    tree, proc, started = _build_on_a_fake_nvcc(tmp_path)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=10)
     assert proc.returncode == 130 and "Traceback" not in err, err
