@@ -40,7 +40,9 @@ class Family:
     kernels: tuple[KernelSpec, ...]
     cutlass: bool = False
     extra_flags: tuple[str, ...] = ()
-    raw: tuple[dict, ...] = field(default=(), repr=False, compare=False)  # the merged entries, build-only fields too
+    raw: tuple[dict, ...] = field(default=(), repr=False, compare=False)  # the merged declarations
+    # each kernel's `instance` template ("" for a kernel written out by hand): build-only, not in the manifest
+    instances: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
     @property
     def archs(self) -> tuple[str, ...]:
@@ -51,12 +53,12 @@ class Family:
 
     def generated(self) -> list[tuple[KernelSpec, str]]:
         """The kernels whose extern "C" symbols the build generates, with their `instance` templates."""
-        return [(spec, entry["instance"]) for spec, entry in zip(self.kernels, self.raw) if "instance" in entry]
+        return [(spec, template) for spec, template in zip(self.kernels, self.instances) if template]
 
     def instances_header(self) -> str | None:
         """The generated instantiation list the .cu includes, or None for a family written out by hand."""
         kernels = self.generated()
-        return instances_header(kernels, self.source.with_suffix(".toml")) if kernels else None
+        return instances_header(kernels, self.source.with_suffix(".toml"), self.archs) if kernels else None
 
 
 def family_options(data: Any, where: str) -> tuple[bool, tuple[str, ...]]:
@@ -123,13 +125,13 @@ def expand_entries(data: Mapping[str, Any], where: str) -> list[dict]:
     return out
 
 
-def _check_generated(toml_path: Path, source: Path, kernels: list[KernelSpec], raw: list[dict]) -> None:
+def _check_generated(toml_path: Path, source: Path, kernels: list[KernelSpec], instances: list[str]) -> None:
     """Every `instance` fills (no knob missing), and the .cu includes the generated list exactly when there is one."""
     generated = False
-    for spec, entry in zip(kernels, raw):
-        if "instance" in entry:
+    for spec, template in zip(kernels, instances):
+        if template:  # ("" : a kernel written out by hand in a generated family)
             try:
-                instance_lines(spec, entry["instance"])
+                instance_lines(spec, template)
             except ManifestError as exc:
                 raise ManifestError(f"{toml_path}: {exc}") from None
             generated = True
@@ -150,7 +152,7 @@ def load_family(toml_path: Path) -> Family:
     except tomllib.TOMLDecodeError as exc:
         raise ManifestError(f"{toml_path}: {exc}") from None
     cutlass, extra_flags = family_options(data.get("family", {}), str(toml_path))
-    raw, kernels = [], []
+    raw, kernels, instances = [], [], []
     for entry in expand_entries(data, str(toml_path)):
         entry = {**entry, "family": toml_path.stem}
         declared = {k: v for k, v in entry.items() if k not in BUILD_ONLY_FIELDS}
@@ -166,12 +168,13 @@ def load_family(toml_path: Path) -> Family:
             raise ManifestError(f"{toml_path}: {spec.name}: a helper kernel (role {spec.role}) has no step: only the "
                                 f"catalogue's ladders are ordered")
         kernels.append(spec)
-        raw.append(entry)
+        raw.append(declared)
+        instances.append(instance or "")
     if not kernels:
         raise ManifestError(f"{toml_path} declares no [[kernel]]")
-    _check_generated(toml_path, source, kernels, raw)
+    _check_generated(toml_path, source, kernels, instances)
     return Family(name=toml_path.stem, source=source, kernels=tuple(kernels), cutlass=cutlass,
-                  extra_flags=extra_flags, raw=tuple(raw))
+                  extra_flags=extra_flags, raw=tuple(raw), instances=tuple(instances))
 
 
 def load_catalog(cu_dir: Path) -> list[Family]:

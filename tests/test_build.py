@@ -387,3 +387,13 @@ def test_sigterm_stops_the_compilers_and_cleans_up_as_ctrl_c_does(tmp_path):
     assert not [p for p in started if _alive(p)]  # nvcc and its children ran in their own sessions
     assert not [p for p in (tree / "build" / "cache").iterdir()]  # the temp directories are gone
     assert not (tree / "artifacts").exists()
+
+
+def test_the_published_ptx_names_no_absolute_path_and_matches_its_sha256(tree):
+    assert build(tree) == 0
+    entry = next(e for e in manifest_of(tree)["kernels"] if e["ptx"])
+    data = (tree / "artifacts" / entry["ptx"]["path"]).read_bytes()
+    assert hashlib.sha256(data).hexdigest() == entry["ptx"]["sha256"]
+    files = [line for line in data.decode().splitlines() if line.strip().startswith(".file")]
+    assert files and not [f for f in files if '"/' in f], files
+    assert '"cu/naive.cu"' in files[0]
