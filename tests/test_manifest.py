@@ -308,3 +308,14 @@ def test_every_built_symbol_records_the_dynamic_smem_its_kernel_exports(manifest
              for sym, choice in zip(spec.symbols(), spec.variant_choices())
              for info in [b.symbols[sym]] if info.dynamic_smem != spec.dsmem_bytes(choice)]
     assert not wrong, f"{len(wrong)} symbols, e.g. (kernel, arch, symbol, exported, declared): {wrong[:5]}"
+
+
+@pytest.mark.parametrize("path", ["../x.cubin", "/etc/x.cubin", "sm_90/../../x.cubin"])
+def test_a_cubin_path_outside_the_artifacts_is_refused(path):
+    import copy
+
+    data = copy.deepcopy(VALID)
+    build = next(iter(data["kernels"][0]["builds"].values()))
+    build["cubin"] = path
+    with pytest.raises(ManifestError, match="must be a path inside the artifacts directory"):
+        Manifest.from_dict(data, ROOT, "m")
