@@ -169,7 +169,7 @@ def test_a_gemm_strided_wgmma_kernel_without_a_rate_is_refused(tmp_path):
     toml = f'[[kernel]]\nname = "k"\nrole = "gemm_strided_wgmma"\n{KERNEL}'
     with pytest.raises(ManifestError, match="declare rate_tflops"):
         _family(tmp_path, toml)
-    with pytest.raises(ManifestError, match="declare rate_tflops"):
+    with pytest.raises(ManifestError, match="rate_tflops 100.0 needs a rate_source"):
         _family(tmp_path, toml + "rate_tflops = 100.0\n")
 
 
