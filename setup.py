@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
@@ -20,15 +20,24 @@ ARTIFACTS = ROOT / "artifacts"
 BUILD_HINT = "run `python build_kernels.py` (or `hgemm-build`) in the checkout first"
 
 
+def checked_path(rel: object, where: str) -> str:
+    """A file path from the manifest, refused unless it stays inside the artifacts directory (relative, no `..`)."""
+    if not isinstance(rel, str) or not rel or PurePosixPath(rel).is_absolute() or "\\" in rel \
+            or ".." in PurePosixPath(rel).parts:
+        raise SetupError(f"{where}: the manifest names the file {rel!r}, which is not a path inside the artifacts "
+                         f"directory; {BUILD_HINT}")
+    return rel
+
+
 def referenced_files(manifest: dict) -> list[str]:
     """Every cubin and PTX file the manifest names, with its sha256: what a wheel must carry (older
     builds may have left other files in artifacts/)."""
     files = {}
     for kernel in manifest.get("kernels", []):
-        for build in kernel.get("builds", {}).values():
-            files[build["cubin"]] = build["sha256"]
+        for arch, build in kernel.get("builds", {}).items():
+            files[checked_path(build["cubin"], f"{kernel.get('name')} sm_{arch}")] = build["sha256"]
         if kernel.get("ptx"):
-            files[kernel["ptx"]["path"]] = kernel["ptx"]["sha256"]
+            files[checked_path(kernel["ptx"]["path"], f"{kernel.get('name')} ptx")] = kernel["ptx"]["sha256"]
     return sorted(files.items())
 
 

@@ -17,8 +17,5 @@
 
 using namespace hg::cc::rungs;  // the knobs of each rung
 
-HG_CUDA_RUNG(hgemm_t_8x8_sliced_k_f16x4, F16x4)
-HG_CUDA_RUNG(hgemm_t_8x8_sliced_k_f16x4_pack, F16x4Pack)
-HG_CUDA_RUNG(hgemm_t_8x8_sliced_k_f16x4_bcf, F16x4Bcf)
-HG_CUDA_RUNG(hgemm_t_8x8_sliced_k_f16x4_pack_bcf, F16x4PackBcf)
-HG_CUDA_RUNG(hgemm_t_4x4_sliced_k_f16x4_pack_bcf, T4x4PackBcf)
+#include "common/instances.cuh"
+#include "hgemm_cuda_f16x4.instances.cuh"

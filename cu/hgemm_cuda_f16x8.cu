@@ -24,9 +24,5 @@
 
 using namespace hg::cc::rungs;  // the knobs of each rung
 
-HG_CUDA_RUNG(hgemm_t_8x8_sliced_k_f16x8_pack_bcf, F16x8PackBcf)
-HG_CUDA_RUNG(hgemm_t_8x8_sliced_k_f16x8_pack_bcf_dbuf, F16x8PackBcfDbuf)
-HG_CUDA_RUNG_ACC(hgemm_t_8x8_sliced_k16_f16x8_pack_dbuf, K16Dbuf)
-HG_CUDA_RUNG_ACC(hgemm_t_8x8_sliced_k16_f16x8_pack_dbuf_async, K16DbufAsync)
-HG_CUDA_RUNG_ACC(hgemm_t_8x8_sliced_k32_f16x8_pack_dbuf, K32Dbuf)
-HG_CUDA_RUNG_ACC(hgemm_t_8x8_sliced_k32_f16x8_pack_dbuf_async, K32DbufAsync)
+#include "common/instances.cuh"
+#include "hgemm_cuda_f16x8.instances.cuh"

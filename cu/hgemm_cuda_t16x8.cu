@@ -17,5 +17,5 @@
 
 using namespace hg::cc::rungs;  // the knobs of each rung
 
-HG_CUDA_RUNG_ACC(hgemm_t_16x8_sliced_k32_f16x8_pack_dbuf, T16x8Dbuf)
-HG_CUDA_RUNG_ACC(hgemm_t_16x8_sliced_k32_f16x8_pack_dbuf_async, T16x8DbufAsync)
+#include "common/instances.cuh"
+#include "hgemm_cuda_t16x8.instances.cuh"

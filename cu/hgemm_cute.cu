@@ -38,31 +38,21 @@ template <int S>
 using CuteTnWarp2x2Cfg = hg::cute_tn::Config<Variant<CuteTnWarp2x2, cute::half_t, S>>;
 }  // namespace
 
-#define HGEMM_CUTE_TN(ACC_NAME, ACC_T, STAGES)                                                            \
-  extern "C" __global__ void __launch_bounds__(CuteTnCfg<ACC_T, STAGES>::kThreads, 1)                    \
-      hgemm_mma_stages_block_swizzle_tn_cute__acc##ACC_NAME##__stages##STAGES(                            \
-          const half* A, const half* B, half* C, int M, int N, int K) {                                   \
-    hg::cute_tn::gemm_tn<CuteTnCfg<ACC_T, STAGES>>(A, B, C, M, N, K);                                     \
+// One declared symbol (hgemm_cute.toml's instance lines): the accumulator token (f16|f32) and the stage count.
+#define HG_CUTE_ACC_T_f16 cute::half_t
+#define HG_CUTE_ACC_T_f32 float
+#define HGEMM_CUTE_TN(SYM, ACC, STAGES)                                                                   \
+  extern "C" __global__ void __launch_bounds__(CuteTnCfg<HG_CUTE_ACC_T_##ACC, STAGES>::kThreads, 1)       \
+      SYM(const half* A, const half* B, half* C, int M, int N, int K) {                                   \
+    hg::cute_tn::gemm_tn<CuteTnCfg<HG_CUTE_ACC_T_##ACC, STAGES>>(A, B, C, M, N, K);                        \
   }                                                                                                       \
-  HG_EXPORT_DSMEM(hgemm_mma_stages_block_swizzle_tn_cute__acc##ACC_NAME##__stages##STAGES,                 \
-                  CuteTnCfg<ACC_T, STAGES>::smem_bytes())
+  HG_EXPORT_DSMEM(SYM, CuteTnCfg<HG_CUTE_ACC_T_##ACC, STAGES>::smem_bytes())
 
-HGEMM_CUTE_TN(f16, cute::half_t, 2)
-HGEMM_CUTE_TN(f16, cute::half_t, 3)
-HGEMM_CUTE_TN(f16, cute::half_t, 4)
-HGEMM_CUTE_TN(f32, float, 2)
-HGEMM_CUTE_TN(f32, float, 3)
-HGEMM_CUTE_TN(f32, float, 4)
-
-#define HGEMM_CUTE_TN_WARP2X2(STAGES)                                                                     \
+#define HGEMM_CUTE_TN_WARP2X2(SYM, STAGES)                                                                \
   extern "C" __global__ void __launch_bounds__(CuteTnWarp2x2Cfg<STAGES>::kThreads, 2)                     \
-      hgemm_mma_stages_block_swizzle_tn_cute_warp2x2__stages##STAGES(const half* A, const half* B, half* C, \
-                                                                     int M, int N, int K) {               \
+      SYM(const half* A, const half* B, half* C, int M, int N, int K) {                                   \
     hg::cute_tn::gemm_tn<CuteTnWarp2x2Cfg<STAGES>>(A, B, C, M, N, K);                                      \
   }                                                                                                       \
-  HG_EXPORT_DSMEM(hgemm_mma_stages_block_swizzle_tn_cute_warp2x2__stages##STAGES,                          \
-                  CuteTnWarp2x2Cfg<STAGES>::smem_bytes())
+  HG_EXPORT_DSMEM(SYM, CuteTnWarp2x2Cfg<STAGES>::smem_bytes())
 
-HGEMM_CUTE_TN_WARP2X2(2)
-HGEMM_CUTE_TN_WARP2X2(3)
-HGEMM_CUTE_TN_WARP2X2(4)
+#include "hgemm_cute.instances.cuh"

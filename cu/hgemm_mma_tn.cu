@@ -22,5 +22,5 @@
 
 using namespace hg::mma::rungs;  // the knobs of each rung (cu/common/mma_ladder.cuh)
 
-HG_MMA_ACC_STAGES(hgemm_mma_m16n8k16_mma2x4_warp4x4_stages_dsmem_tn, Tn)
-HG_MMA_F16_STAGES(hgemm_mma_m16n8k16_mma2x4_warp4x4x2_stages_dsmem_tn_swizzle_x4, TnSwizzleX4)
+#include "common/instances.cuh"
+#include "hgemm_mma_tn.instances.cuh"

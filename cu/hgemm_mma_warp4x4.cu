@@ -15,6 +15,5 @@
 
 using namespace hg::mma::rungs;  // the knobs of each rung (cu/common/mma_ladder.cuh)
 
-HG_MMA_KERNEL(hgemm_mma_m16n8k16_mma2x4_warp4x4, Warp4x4)
-HG_MMA_ACC_STAGES(hgemm_mma_m16n8k16_mma2x4_warp4x4_stages, Warp4x4)
-HG_MMA_ACC_STAGES(hgemm_mma_m16n8k16_mma2x4_warp4x4_stages_dsmem, Warp4x4StagesDsmem)
+#include "common/instances.cuh"
+#include "hgemm_mma_warp4x4.instances.cuh"

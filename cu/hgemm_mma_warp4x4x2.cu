@@ -21,7 +21,5 @@
 
 using namespace hg::mma::rungs;  // the knobs of each rung (cu/common/mma_ladder.cuh)
 
-HG_MMA_ACC_STAGES(hgemm_mma_m16n8k16_mma2x4_warp4x4x2_stages_dsmem, X2)
-HG_MMA_ACC_STAGES(hgemm_mma_m16n8k16_mma2x4_warp4x4x2_stages_dsmem_x4, X2X4)
-HG_MMA_ACC_STAGES(hgemm_mma_m16n8k16_mma2x4_warp4x4x2_stages_dsmem_rr, X2RR)
-HG_MMA_ACC_STAGES(hgemm_mma_m16n8k16_mma2x4_warp4x4x2_stages_dsmem_swizzle, X2Swizzle)
+#include "common/instances.cuh"
+#include "hgemm_mma_warp4x4x2.instances.cuh"

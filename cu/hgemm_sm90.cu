@@ -33,6 +33,7 @@
 // The code (knobs, rungs, Config, TileSched, epilogues, sm90_gemm) is in cu/common/sm90_gemm.cuh, shared
 // with util_sm90_fused.cu (its kFused rung); this file declares the catalogue's symbols.
 #include "common/dsmem.cuh"
+#include "common/declared_rung.cuh"
 #include "common/sm90_gemm.cuh"
 
 using namespace hg90g;  // the knobs, rungs and sm90_gemm (cu/common/sm90_gemm.cuh)
@@ -49,32 +50,21 @@ using namespace hg90g;  // the knobs, rungs and sm90_gemm (cu/common/sm90_gemm.c
   HG_EXPORT_DSMEM(NAME, Config<RUNG>::kSmemBytes)
 // TMA-store kernels, one symbol per stage count: variants = { stages = [3, 4] } (3 stages +
 // whole-tile staging, or 4 stages + half-tile staging).
-#define HG90_KERNEL_TMAC1(NAME, RUNG, STAGES)                                                            \
+#define HG90_KERNEL_TMAC(SYM, RUNG, STAGES)                                                              \
   extern "C" __global__ void __launch_bounds__(kThreads, 1)                                              \
-      NAME##__stages##STAGES(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB, \
-                             const __grid_constant__ CUtensorMap tmC, int M, int N, int K) {             \
+      SYM(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,              \
+          const __grid_constant__ CUtensorMap tmC, int M, int N, int K) {                                \
     sm90_gemm<Config<Stages<RUNG, STAGES>>>(tmA, tmB, tmC, M, N, K);                                     \
   }                                                                                                      \
-  HG_EXPORT_DSMEM(NAME##__stages##STAGES, Config<Stages<RUNG, STAGES>>::kSmemBytes)
-#define HG90_KERNEL_TMAC(NAME, RUNG) HG90_KERNEL_TMAC1(NAME, RUNG, 3) HG90_KERNEL_TMAC1(NAME, RUNG, 4)
+  HG_EXPORT_DSMEM(SYM, Config<Stages<RUNG, STAGES>>::kSmemBytes)
+// One declared symbol (hgemm_sm90.toml's instance lines): BASE the rung before the toml's dtype and layout.
+#define HG90_PTRC_SYM(SYM, BASE, T, NN)               \
+  using SYM##_rung = DeclaredRung<BASE, T, NN>::type; \
+  HG90_KERNEL_PTRC(SYM, SYM##_rung)
+#define HG90_TMAC_SYM(SYM, BASE, T, NN, STAGES)       \
+  using SYM##_rung = DeclaredRung<BASE, T, NN>::type; \
+  HG90_KERNEL_TMAC(SYM, SYM##_rung, STAGES)
 
-HG90_KERNEL_PTRC(hgemm_sm90_wgmma_tma_ws_tn, Ws)
-HG90_KERNEL_PTRC(hgemm_sm90_wgmma_tma_ws_nn, Nn<Ws>)
-HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_tn, Persistent)
-HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_nn, Nn<Persistent>)
-HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_cluster2_tn, Cluster2)
-HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_cluster2_nn, Nn<Cluster2>)
-HG90_KERNEL_PTRC(hgemm_sm90_wgmma_tma_ws_persistent_cluster2_direct_tn, Cluster2Direct)
-HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_cluster2_tn_bf16, Bf16<Cluster2>)
-HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_cluster2_nn_bf16, Bf16<Nn<Cluster2>>)
-HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_acol_tn, Acol)
-HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_acol_nn, Nn<Acol>)
-HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_acol_tn_bf16, Bf16<Acol>)
-HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_acol_nn_bf16, Bf16<Nn<Acol>>)
-HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_tn_bf16, Bf16<Persistent>)
-HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_nn_bf16, Bf16<Nn<Persistent>>)
-struct PersistentN192 : Bn<Persistent, 192> {};  // (the macros take a rung without commas)
-HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_n192_tn, PersistentN192)
-HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_n192_nn, Nn<PersistentN192>)
-HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_n192_tn_bf16, Bf16<PersistentN192>)
-HG90_KERNEL_TMAC(hgemm_sm90_wgmma_tma_ws_persistent_n192_nn_bf16, Bf16<Nn<PersistentN192>>)
+struct PersistentN192 : Bn<Persistent, 192> {};  // (a knob names a rung without commas)
+
+#include "hgemm_sm90.instances.cuh"

@@ -44,9 +44,5 @@ extern "C" __global__ void __launch_bounds__(32)
     wg::kernel_body<wg::Config<RUNG>>(A, B, C, M, N, K);                                             \
   }
 
-HG_WMMA_STATIC_KERNEL(hgemm_wmma_m16n16k16_mma4x2, Mma4x2)
-HG_WMMA_STATIC_KERNEL(hgemm_wmma_m16n16k16_mma4x2_warp2x4, Warp2x4)
-HG_WMMA_STATIC_KERNEL(hgemm_wmma_m16n16k16_mma4x2_warp2x4_async, Warp2x4Async)
-HG_WMMA_STATIC_KERNEL(hgemm_wmma_m16n16k16_mma4x2_warp2x4_async_offset, Warp2x4AsyncOffset)
-HG_WMMA_STATIC_KERNEL(hgemm_wmma_m16n16k16_mma4x2_warp2x4_dbuf_async, Warp2x4DbufAsync)
-HG_WMMA_STATIC_KERNEL(hgemm_wmma_m32n8k16_mma2x4_warp2x4_dbuf_async, M32n8Dbuf)
+#include "common/instances.cuh"
+#include "hgemm_wmma.instances.cuh"

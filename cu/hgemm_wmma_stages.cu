@@ -44,7 +44,5 @@ using namespace hg::wmma_gemm::rungs;  // the knobs of each rung (cu/common/wmma
 #define HG_WMMA_STAGES_ACC(SYM, RUNG) \
   HG_WMMA_STAGES_ACC1(SYM, RUNG, 2) HG_WMMA_STAGES_ACC1(SYM, RUNG, 3) HG_WMMA_STAGES_ACC1(SYM, RUNG, 4)
 
-HG_WMMA_STAGES(hgemm_wmma_m16n16k16_mma4x2_warp2x4_stages, Warp2x4Stages)
-HG_WMMA_STAGES_ACC(hgemm_wmma_m16n16k16_mma4x2_warp2x4_stages_dsmem, Warp2x4StagesDsmem)
-HG_WMMA_STAGES_ACC(hgemm_wmma_m16n16k16_mma4x2_warp4x4_stages_dsmem, Mma4x2Warp4x4StagesDsmem)
-HG_WMMA_STAGES(hgemm_wmma_m16n16k16_mma4x4_warp4x4_stages_dsmem, Mma4x4Warp4x4StagesDsmem)
+#include "common/instances.cuh"
+#include "hgemm_wmma_stages.instances.cuh"

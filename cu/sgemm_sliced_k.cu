@@ -155,8 +155,5 @@ __device__ __forceinline__ void sgemm_t8x8(const float* __restrict__ A, const fl
     sgemm_t8x8<RUNG>(A, B, C, M, N, K);                                                                \
   }
 
-SGEMM_T8X8(sgemm_t_8x8_sliced_k_f32x4, T8x8)
-SGEMM_T8X8(sgemm_t_8x8_sliced_k_f32x4_bcf, T8x8Bcf)
-SGEMM_T8X8(sgemm_t_8x8_sliced_k_f32x4_bcf_dbuf, T8x8BcfDbuf)
-SGEMM_T8X8(sgemm_t_8x8_sliced_k16_f32x4_bcf_dbuf, K16BcfDbuf)
-SGEMM_T8X8(sgemm_t_8x8_sliced_k16_f32x4_bcf_dbuf_async, K16BcfDbufAsync)
+#include "common/instances.cuh"
+#include "sgemm_sliced_k.instances.cuh"

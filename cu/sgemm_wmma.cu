@@ -208,5 +208,4 @@ __device__ __forceinline__ void sgemm_wmma_tf32_stages(const float* __restrict__
   }                                                                                                  \
   HG_EXPORT_DSMEM(symbol, sgw::kSmemBytes<sgw::kBK, stages>)
 
-SGEMM_WMMA_STAGES(sgemm_wmma_m16n16k8_mma4x2_warp2x4_stages__stages2, 2)
-SGEMM_WMMA_STAGES(sgemm_wmma_m16n16k8_mma4x2_warp2x4_stages__stages3, 3)
+#include "sgemm_wmma.instances.cuh"

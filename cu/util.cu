@@ -776,7 +776,7 @@ __device__ __forceinline__ void split_f16x3(const float* __restrict__ src, __hal
 
 }  // namespace
 
-// ---- extern "C" entry points (one per declared symbol, see util.toml) ----
+// ---- extern "C" entry points: the splits written out, the rest instantiated from util.toml (util.instances.cuh) ----
 extern "C" __global__ void __launch_bounds__(kCopyThreads)
     util_split_tf32(const float* src, float* dst, int src_rows, int src_cols, int srs, int scs) {
   hg::griddep_begin();
@@ -802,36 +802,24 @@ extern "C" __global__ void __launch_bounds__(kCopyThreads, 2)
     copy2d<T>(src, dst, M, N, src_rows, src_cols, srs, scs, drs, dcs, alpha_bits, beta_bits, bias, bias_stride, \
               epi, scale_bits, batch_inner, bss_o, bss_i, bsd_o, bsd_i);                                    \
   }
-UTIL_COPY2D(util_copy2d_f16, __half)
-UTIL_COPY2D(util_copy2d_bf16, __nv_bfloat16)
-UTIL_COPY2D(util_copy2d_f32, float)
 
-#define UTIL_MMA_ONE(NAME, SUFFIX, T, BM, WMW, WNW, ST, BROW)                                             \
+#define UTIL_MMA_ONE(SYM, T, BM, WMW, WNW, ST, BROW)                                                     \
   extern "C" __global__ void __launch_bounds__(WMW * WNW * 32, 1)                                        \
-      NAME##SUFFIX(const T* A, const T* B, T* C, int M, int N, int K, int lda, int ldb, int ldc_r,       \
-                   int ldc_c, int alpha_bits, int beta_bits, const T* bias, int bias_stride, int epi,  \
-                   int scale_bits, int batch_inner, long long bsa_o, long long bsa_i, long long bsb_o,  \
-                   long long bsb_i, long long bsc_o, long long bsc_i) {                                 \
+      SYM(const T* A, const T* B, T* C, int M, int N, int K, int lda, int ldb, int ldc_r,                \
+          int ldc_c, int alpha_bits, int beta_bits, const T* bias, int bias_stride, int epi,            \
+          int scale_bits, int batch_inner, long long bsa_o, long long bsa_i, long long bsb_o,           \
+          long long bsb_i, long long bsc_o, long long bsc_i) {                                          \
     hg::griddep_begin();                                                                                 \
     gemm_mma<MmaCfg<T, BM, WMW, WNW, ST, BROW>>(A, B, C, M, N, K, lda, ldb, ldc_r, ldc_c, alpha_bits,    \
                                                 beta_bits, bias, bias_stride, epi, scale_bits,           \
                                                 batch_inner, bsa_o, bsa_i, bsb_o, bsb_i, bsc_o, bsc_i);  \
   }                                                                                                      \
-  HG_EXPORT_DSMEM(NAME##SUFFIX, MmaCfg<T, BM, WMW, WNW, ST, BROW>::kSmemBytes)
-// BM, warps along M x N, stages: 16 and 32 rows keep every warp on the full tile height (4 warps
-// along N); 64 and 128 use 2 x 4 warps. Deeper pipelines where the stage is small (memory-bound
-// skinny shapes want more bytes in flight per SM).
-#define UTIL_MMA(NAME, T, BM, WMW, WNW, ST)          \
-  UTIL_MMA_ONE(NAME, __brow, T, BM, WMW, WNW, ST, true) \
-  UTIL_MMA_ONE(NAME, __bcol, T, BM, WMW, WNW, ST, false)
-UTIL_MMA(util_gemm_mma_f16_m16, __half, 16, 1, 4, 6)
-UTIL_MMA(util_gemm_mma_f16_m32, __half, 32, 1, 4, 6)
-UTIL_MMA(util_gemm_mma_f16_m64, __half, 64, 2, 4, 5)
-UTIL_MMA(util_gemm_mma_f16_m128, __half, 128, 2, 4, 4)
-UTIL_MMA(util_gemm_mma_bf16_m16, __nv_bfloat16, 16, 1, 4, 6)
-UTIL_MMA(util_gemm_mma_bf16_m32, __nv_bfloat16, 32, 1, 4, 6)
-UTIL_MMA(util_gemm_mma_bf16_m64, __nv_bfloat16, 64, 2, 4, 5)
-UTIL_MMA(util_gemm_mma_bf16_m128, __nv_bfloat16, 128, 2, 4, 4)
+  HG_EXPORT_DSMEM(SYM, MmaCfg<T, BM, WMW, WNW, ST, BROW>::kSmemBytes)
+// One symbol of the gemm_strided_mma ABI: BM, warps along M x N, stages (the knobs in util.toml) and the `b`
+// variant (row: B K x N, col: B N x K).
+#define HG_B_ROW_row true
+#define HG_B_ROW_col false
+#define UTIL_MMA_SYM(SYM, T, BM, WMW, WNW, ST, B) UTIL_MMA_ONE(SYM, T, BM, WMW, WNW, ST, HG_B_ROW_##B)
 
 #define UTIL_SIMT(NAME, T)                                                                                \
   extern "C" __global__ void __launch_bounds__(kSimtThreads)                                              \
@@ -843,6 +831,5 @@ UTIL_MMA(util_gemm_mma_bf16_m128, __nv_bfloat16, 128, 2, 4, 4)
     gemm_simt<T>(A, B, C, M, N, K, ars, acs, brs, bcs, crs, ccs, alpha_bits, beta_bits, bias, bias_stride, \
                  epi, scale_bits, batch_inner, bsa_o, bsa_i, bsb_o, bsb_i, bsc_o, bsc_i);                  \
   }
-UTIL_SIMT(util_gemm_simt_f16, __half)
-UTIL_SIMT(util_gemm_simt_bf16, __nv_bfloat16)
-UTIL_SIMT(util_gemm_simt_f32, float)
+
+#include "util.instances.cuh"

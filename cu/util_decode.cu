@@ -368,7 +368,7 @@ __device__ __forceinline__ void gemm_decode_rowb(const T* __restrict__ A, const 
 
 }  // namespace
 
-// ---- extern "C" entry points (one per declared symbol, see util_decode.toml) ----
+// ---- extern "C" entry points: instantiated from util_decode.toml (util_decode.instances.cuh) ----
 // Before sm_90 one CTA's ring fills most of an SM's shared memory anyway; ptxas's own register target
 // there (80) made the batched kernels spill, so it is told the real occupancy. sm_90 keeps its choice.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
@@ -376,29 +376,28 @@ __device__ __forceinline__ void gemm_decode_rowb(const T* __restrict__ A, const 
 #else
 #define HG_DECODE_BOUNDS __launch_bounds__(kThreads)
 #endif
-// 4 ring stages: 2 to 8 stream alike once two CTAs (16 warps) share an SM (docs/dev/tuning_log.md, util_decode).
-#define UTIL_DECODE(NAME, T)                                                                            \
+// STAGES ring stages (util_decode.toml's knob: 4; 2 to 8 stream alike once two CTAs (16 warps) share an SM,
+// docs/dev/tuning_log.md, util_decode)
+#define UTIL_DECODE(SYM, T, STAGES)                                                                     \
   extern "C" __global__ void HG_DECODE_BOUNDS                                                          \
-      NAME##__bcol(const T* A, const T* B, T* C, int M, int N, int K, int lda, int ldb, int ldc_r,       \
+      SYM(const T* A, const T* B, T* C, int M, int N, int K, int lda, int ldb, int ldc_r,       \
                    int ldc_c, int alpha_bits, int beta_bits, const T* bias, int bias_stride, int epi,  \
                    int scale_bits, int batch_inner, long long bsa_o, long long bsa_i, long long bsb_o,  \
                    long long bsb_i, long long bsc_o, long long bsc_i) {                                 \
-    gemm_decode<T, 4>(A, B, C, M, N, K, lda, ldb, ldc_r, ldc_c, alpha_bits, beta_bits, bias, bias_stride, epi, \
+    gemm_decode<T, STAGES>(A, B, C, M, N, K, lda, ldb, ldc_r, ldc_c, alpha_bits, beta_bits, bias, bias_stride, epi, \
                       scale_bits, batch_inner, bsa_o, bsa_i, bsb_o, bsb_i, bsc_o, bsc_i);                 \
   }                                                                                                     \
-  HG_EXPORT_DSMEM(NAME##__bcol, ring_bytes<4>())
-UTIL_DECODE(util_gemm_decode_tn_f16, __half)
-UTIL_DECODE(util_gemm_decode_tn_bf16, __nv_bfloat16)
+  HG_EXPORT_DSMEM(SYM, ring_bytes<STAGES>())
 // B as K x N (b = row): two CTAs or more an SM (RowB: 8 warps, no ring).
-#define UTIL_DECODE_ROWB(NAME, T)                                                                       \
+#define UTIL_DECODE_ROWB(SYM, T)                                                                        \
   extern "C" __global__ void __launch_bounds__(RowB::kThreads)                                         \
-      NAME##__brow(const T* A, const T* B, T* C, int M, int N, int K, int lda, int ldb, int ldc_r,       \
+      SYM(const T* A, const T* B, T* C, int M, int N, int K, int lda, int ldb, int ldc_r,       \
                    int ldc_c, int alpha_bits, int beta_bits, const T* bias, int bias_stride, int epi,  \
                    int scale_bits, int batch_inner, long long bsa_o, long long bsa_i, long long bsb_o,  \
                    long long bsb_i, long long bsc_o, long long bsc_i) {                                 \
     gemm_decode_rowb<T>(A, B, C, M, N, K, lda, ldb, ldc_r, ldc_c, alpha_bits, beta_bits, bias, bias_stride, \
                         epi, scale_bits, batch_inner, bsa_o, bsa_i, bsb_o, bsb_i, bsc_o, bsc_i);           \
   }                                                                                                     \
-  HG_EXPORT_DSMEM(NAME##__brow, RowB::kRedBytes)
-UTIL_DECODE_ROWB(util_gemm_decode_nn_f16, __half)
-UTIL_DECODE_ROWB(util_gemm_decode_nn_bf16, __nv_bfloat16)
+  HG_EXPORT_DSMEM(SYM, RowB::kRedBytes)
+
+#include "util_decode.instances.cuh"

@@ -819,8 +819,6 @@ __device__ __forceinline__ void kgroups_sum(const float* __restrict__ work, T* C
            const T* bias, int bias_stride, int epi, int scale_bits, int k_groups) {                                 \
     kgroups_sum<T>(work, C, M, N, ldc_r, ldc_c, alpha_bits, beta_bits, bias, bias_stride, epi, scale_bits, k_groups); \
   }
-UTIL_KGROUPS_SUM(util_kgroups_sum_f16, __half)
-UTIL_KGROUPS_SUM(util_kgroups_sum_bf16, __nv_bfloat16)
 
 // One kernel of the gemm_strided_wgmma ABI (util_sm90.toml) over the configuration CFG (a WCfg)
 #define UTIL_WGMMA_KERNEL(SYM, CFG)                                                                                \
@@ -836,64 +834,17 @@ UTIL_KGROUPS_SUM(util_kgroups_sum_bf16, __nv_bfloat16)
 #define UTIL_WGMMA_SYM_OCC(SYM, T, BM, BN, NN, STAGES, MC, OCC) \
   using SYM##_cfg = WCfg<T, BM, BN, NN, STAGES, 0, MC, OCC>;     \
   UTIL_WGMMA_KERNEL(SYM, SYM##_cfg)
-#define UTIL_WGMMA_SYM(SYM, T, BM, BN, NN, STAGES, MC) UTIL_WGMMA_SYM_OCC(SYM, T, BM, BN, NN, STAGES, MC, 1)
-#define UTIL_WGMMA(NAME, T, BM, BN, NN, STAGES) UTIL_WGMMA_SYM(NAME, T, BM, BN, NN, STAGES, 1)
-// The kernels with the `mc` variant (util_sm90.toml): NAME__mc1 (unicast), NAME__mc2 (B multicast pairs), where
-// B beyond L2 made the pair pay (128-row tiles, fp16/bf16; docs/dev/code_measurements.md, "B multicast pairs")
-#define UTIL_WGMMA_MC(NAME, T, BM, BN, NN, STAGES)             \
-  UTIL_WGMMA_SYM(NAME##__mc1, T, BM, BN, NN, STAGES, 1) \
-  UTIL_WGMMA_SYM(NAME##__mc2, T, BM, BN, NN, STAGES, 2)
-// The kernels with the `occ` variant (util_sm90.toml): NAME__occ1 (one CTA an SM, the STAGES ring), NAME__occ2 (two,
-// each with half of it), for batches of short-K tiles that one CTA an SM runs in two waves; as the only build it
-// lost on every other shape measured (docs/dev/code_measurements.md, "occ variant")
-#define UTIL_WGMMA_OCC(NAME, T, BM, BN, NN, STAGES)                 \
-  UTIL_WGMMA_SYM_OCC(NAME##__occ1, T, BM, BN, NN, STAGES, 1, 1) \
-  UTIL_WGMMA_SYM_OCC(NAME##__occ2, T, BM, BN, NN, STAGES / 2, 1, 2)
-// 4 stages of 48 KB at BM = 128, 5 of 40 KB at BM = 64 (as deep as 227 KB allows); the narrower
-// tiles keep a ~192 KB ring: BN = 128 in 6 stages of 32 KB (BM = 128) or 8 of 24 KB (BM = 64),
-// BN = 64 in 8 of 24 KB (BM = 128) or 12 of 16 KB (BM = 64).
-UTIL_WGMMA(util_gemm_wgmma_f16_m64_tn, __half, 64, 256, false, 5)
-UTIL_WGMMA(util_gemm_wgmma_f16_m64_nn, __half, 64, 256, true, 5)
-UTIL_WGMMA_MC(util_gemm_wgmma_f16_m128_tn, __half, 128, 256, false, 4)
-UTIL_WGMMA_MC(util_gemm_wgmma_f16_m128_nn, __half, 128, 256, true, 4)
-UTIL_WGMMA(util_gemm_wgmma_bf16_m64_tn, __nv_bfloat16, 64, 256, false, 5)
-UTIL_WGMMA(util_gemm_wgmma_bf16_m64_nn, __nv_bfloat16, 64, 256, true, 5)
-UTIL_WGMMA_MC(util_gemm_wgmma_bf16_m128_tn, __nv_bfloat16, 128, 256, false, 4)
-UTIL_WGMMA_MC(util_gemm_wgmma_bf16_m128_nn, __nv_bfloat16, 128, 256, true, 4)
-UTIL_WGMMA(util_gemm_wgmma_f16_m64n128_tn, __half, 64, 128, false, 8)
-UTIL_WGMMA(util_gemm_wgmma_f16_m64n128_nn, __half, 64, 128, true, 8)
-UTIL_WGMMA_MC(util_gemm_wgmma_f16_m128n128_tn, __half, 128, 128, false, 6)
-UTIL_WGMMA_MC(util_gemm_wgmma_f16_m128n128_nn, __half, 128, 128, true, 6)
-UTIL_WGMMA(util_gemm_wgmma_f16_m64n64_tn, __half, 64, 64, false, 12)
-UTIL_WGMMA(util_gemm_wgmma_f16_m64n64_nn, __half, 64, 64, true, 12)
-UTIL_WGMMA_OCC(util_gemm_wgmma_f16_m128n64_tn, __half, 128, 64, false, 8)
-UTIL_WGMMA_OCC(util_gemm_wgmma_f16_m128n64_nn, __half, 128, 64, true, 8)
-UTIL_WGMMA(util_gemm_wgmma_bf16_m64n128_tn, __nv_bfloat16, 64, 128, false, 8)
-UTIL_WGMMA(util_gemm_wgmma_bf16_m64n128_nn, __nv_bfloat16, 64, 128, true, 8)
-UTIL_WGMMA_MC(util_gemm_wgmma_bf16_m128n128_tn, __nv_bfloat16, 128, 128, false, 6)
-UTIL_WGMMA_MC(util_gemm_wgmma_bf16_m128n128_nn, __nv_bfloat16, 128, 128, true, 6)
-UTIL_WGMMA(util_gemm_wgmma_bf16_m64n64_tn, __nv_bfloat16, 64, 64, false, 12)
-UTIL_WGMMA(util_gemm_wgmma_bf16_m64n64_nn, __nv_bfloat16, 64, 64, true, 12)
-UTIL_WGMMA_OCC(util_gemm_wgmma_bf16_m128n64_tn, __nv_bfloat16, 128, 64, false, 8)
-UTIL_WGMMA_OCC(util_gemm_wgmma_bf16_m128n64_nn, __nv_bfloat16, 128, 64, true, 8)
-// TF32 (fp32 operands, tn only: tf32 wgmma reads K-major operands): the same stage bytes and rings (a k-block
-// of 32 fp32 is one 128-byte row, as 64 fp16 are); matmul's accumulate="tf32" on fp32 inputs and, over the
-// operands util_split_tf32 makes, its 3xTF32 products at fp32 accuracy.
-UTIL_WGMMA(util_gemm_wgmma_tf32_m64_tn, float, 64, 256, false, 5)
-UTIL_WGMMA(util_gemm_wgmma_tf32_m128_tn, float, 128, 256, false, 4)
-UTIL_WGMMA(util_gemm_wgmma_tf32_m64n128_tn, float, 64, 128, false, 8)
-UTIL_WGMMA(util_gemm_wgmma_tf32_m128n128_tn, float, 128, 128, false, 6)
+// The symbols and their knobs are declared in util_sm90.toml, whose `instance` lines the build generates
+// (util_sm90.instances.cuh, included at the end): `mc` 2 multicasts the B tile to a pair of CTAs along M, `occ` 2
+// runs two CTAs an SM, each with half the stages. The rings: 4 stages of 48 KB at BM = 128, 5 of 40 KB at BM = 64
+// (as deep as 227 KB allows); the narrower tiles keep a ~192 KB ring. TF32 (fp32 operands, tn only: tf32 wgmma
+// reads K-major operands) takes the same stage bytes (a k-block of 32 fp32 is one 128-byte row, as 64 fp16 are).
 // 3xTF32 from the fp32 operands as they are (role gemm_strided_wgmma, acc f32: fp32 accuracy): the residuals made in
-// shared memory (split_stage_tf32), whose second ring halves the stages of the TF32 kernels' ~192 KB.
+// shared memory (split_stage_tf32), whose second ring halves the stages of the TF32 kernels' ~192 KB; nn takes B
+// as K x N (MN-major chunks), transposed into the stage's K-major tile by the split.
 #define UTIL_TF32X3S(NAME, BM, BN, NN, STAGES)                         \
   using NAME##_cfg = WCfg<float, BM, BN, NN, STAGES, 0, 1, 1, true>; \
   UTIL_WGMMA_KERNEL(NAME, NAME##_cfg)
-UTIL_TF32X3S(util_gemm_tf32x3s_m128n128_tn, 128, 128, false, 3)
-UTIL_TF32X3S(util_gemm_tf32x3s_m128n64_tn, 128, 64, false, 4)
-UTIL_TF32X3S(util_gemm_tf32x3s_m64n64_tn, 64, 64, false, 6)
-// nn: B as K x N (MN-major chunks), transposed into the stage's K-major tile by the split
-UTIL_TF32X3S(util_gemm_tf32x3s_m128n128_nn, 128, 128, true, 3)
-UTIL_TF32X3S(util_gemm_tf32x3s_m64n64_nn, 64, 64, true, 6)
 // 3xTF32 (role gemm_tf32x3): A and B as util_split_tf32's planes, each k-block's products added in fp32 FMA.
 #define UTIL_TF32X3(NAME, BM, BN, STAGES, PROMOTE)                                                                \
   extern "C" __global__ void __launch_bounds__(WCfg<float, BM, BN, false, STAGES, PROMOTE>::kThreads, 1)         \
@@ -905,11 +856,8 @@ UTIL_TF32X3S(util_gemm_tf32x3s_m64n64_nn, 64, 64, true, 6)
                                                            0, nullptr, 1);                                      \
   }                                                                                                               \
   HG_EXPORT_DSMEM(NAME, WCfg<float, BM, BN, false, STAGES, PROMOTE>::kSmemBytes)
-// Promotion every 4 k-blocks (128 of K): as fast as rarer promotion, as accurate as every 3, and more accurate than
-// cuBLAS SGEMM (docs/dev/code_measurements.md, "3xTF32 promotion").
-UTIL_TF32X3(util_gemm_tf32x3_m128n128_tn, 128, 128, 6, 4)
-UTIL_TF32X3(util_gemm_tf32x3_m128n64_tn, 128, 64, 8, 4)
-UTIL_TF32X3(util_gemm_tf32x3_m128n192_tn, 128, 192, 5, 4)
+// The 3xTF32 products promote their partial sums every 4 k-blocks (128 of K; the toml's instance knob): as
+// fast as rarer promotion, as accurate as every 3 (docs/dev/code_measurements.md, "3xTF32 promotion").
 // 3xFP16 (role gemm_f16x3): A and B as util_split_f16x3's scaled fp16 planes and their rows' exponents, C fp32.
 #define UTIL_F16X3(NAME, BM, BN, STAGES, PROMOTE)                                                                  \
   extern "C" __global__ void __launch_bounds__(WCfg<__half, BM, BN, false, STAGES, PROMOTE>::kThreads, 1)         \
@@ -923,7 +871,4 @@ UTIL_TF32X3(util_gemm_tf32x3_m128n192_tn, 128, 192, 5, 4)
                                                              a_shift, b_shift);                                     \
   }                                                                                                                 \
   HG_EXPORT_DSMEM(NAME, WCfg<__half, BM, BN, false, STAGES, PROMOTE>::kSmemBytes)
-// Promotion every 2 k-blocks (128 of K, as 3xTF32's 4 of 32)
-UTIL_F16X3(util_gemm_f16x3_m128n128_tn, 128, 128, 6, 2)
-UTIL_F16X3(util_gemm_f16x3_m128n64_tn, 128, 64, 8, 2)
-UTIL_F16X3(util_gemm_f16x3_m128n192_tn, 128, 192, 5, 2)
+#include "util_sm90.instances.cuh"

@@ -50,6 +50,7 @@
 //   operands with 16-byte-multiple row strides (TMA's rule; partial tiles read C_old's pairs as 4-byte
 //   words).
 #include "common/dsmem.cuh"
+#include "common/declared_rung.cuh"
 #include "common/sm90_gemm.cuh"
 
 using namespace hg90g;  // the knobs, rungs and sm90_gemm (cu/common/sm90_gemm.cuh)
@@ -73,28 +74,22 @@ using namespace hg90g;  // the knobs, rungs and sm90_gemm (cu/common/sm90_gemm.c
                                                HG_UNPAREN TAIL_ARGS});                                           \
   }                                                                                                              \
   HG_EXPORT_DSMEM(NAME, Config<RUNG>::kSmemBytes)
-// The `queue` variant (util_sm90_fused.toml): NAME__queue0 walks the static tile order, NAME__queue1 takes its tiles
-// from the producer's TileQueue (the dynamic order where `work` is a counter).
+// One declared symbol (util_sm90_fused.toml's instance lines): BASE the rung before the toml's dtype and layout, the
+// `queue` variant 1 taking its tiles from the producer's TileQueue (the dynamic order where `work` is a counter).
 #define UTIL_FUSED_VARIANT(NAME, RUNG)                                                          \
   UTIL_FUSED_KERNEL(NAME, RUNG, (const int* group, int group_mode, int groups, float* work), \
                     (group, group_mode, groups, work))
-#define UTIL_FUSED(NAME, RUNG)                  \
-  UTIL_FUSED_VARIANT(NAME##__queue0, RUNG) \
-  UTIL_FUSED_VARIANT(NAME##__queue1, Queue<RUNG>)
-
-UTIL_FUSED(util_gemm_wgmma_fused_f16_tn, Fused)
-UTIL_FUSED(util_gemm_wgmma_fused_f16_nn, Nn<Fused>)
-UTIL_FUSED(util_gemm_wgmma_fused_bf16_tn, Bf16<Fused>)
-UTIL_FUSED(util_gemm_wgmma_fused_bf16_nn, Bf16<Nn<Fused>>)
+#define UTIL_FUSED_SYM(SYM, BASE, T, NN, QUEUE)                                                                   \
+  using SYM##_rung = std::conditional_t<QUEUE != 0, Queue<DeclaredRung<BASE, T, NN>::type>,                      \
+                                        DeclaredRung<BASE, T, NN>::type>;                                         \
+  UTIL_FUSED_VARIANT(SYM, SYM##_rung)
 
 // Stream-K (cu/common/sm90_gemm.cuh, StreamK): the same GEMM and epilogue; the last sk_tiles tiles (the last
 // partial wave) cut along K into one piece per CTA, partial tiles summed through the workspace `work` (fp32;
-// its flags zero between launches). For the shapes whose last wave of tiles leaves SMs idle (1024 x 6144 x
-// 4096: 192 tiles on 132 SMs) or that have fewer tiles than SMs (256 x 4096 x 14336: 32). No grouped GEMM.
-#define UTIL_STREAMK(NAME, RUNG) \
-  UTIL_FUSED_KERNEL(NAME, RUNG, (float* work, int sk_tiles), (nullptr, 0, 0, work, sk_tiles))
+// its flags zero between launches). For the shapes whose last wave of tiles leaves SMs idle or that have fewer
+// tiles than SMs. No grouped GEMM.
+#define UTIL_STREAMK_SYM(SYM, BASE, T, NN)                  \
+  using SYM##_rung = DeclaredRung<BASE, T, NN>::type;       \
+  UTIL_FUSED_KERNEL(SYM, SYM##_rung, (float* work, int sk_tiles), (nullptr, 0, 0, work, sk_tiles))
 
-UTIL_STREAMK(util_gemm_wgmma_streamk_f16_tn, FusedStreamK)
-UTIL_STREAMK(util_gemm_wgmma_streamk_f16_nn, Nn<FusedStreamK>)
-UTIL_STREAMK(util_gemm_wgmma_streamk_bf16_tn, Bf16<FusedStreamK>)
-UTIL_STREAMK(util_gemm_wgmma_streamk_bf16_nn, Bf16<Nn<FusedStreamK>>)
+#include "util_sm90_fused.instances.cuh"

@@ -30,7 +30,7 @@ from hgemm_rt.manifest import ARCHS
 
 from .catalog import Family, load_catalog, select_families
 from .jobs import BuildError, Built, Job, Runner, cached, compile_job, job_key, verify
-from .publish import publish
+from .publish import previous_entries, publish
 from .toolchain import ToolchainError, cutlass_include, find_nvcc, nvcc_version
 
 DEFAULT_ARCHS = ("80", "86", "89", "90", "90a")
@@ -68,18 +68,42 @@ def parse_archs(values: list[str] | None) -> tuple[str, ...]:
     return tuple(dict.fromkeys(archs))
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # each stops the build as Ctrl-C does
+
+
+def _interrupt(sig, frame) -> None:
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def stop_signals_interrupt():
+    """SIGTERM and SIGHUP (a CI cancel, `timeout`, a closed terminal) raise KeyboardInterrupt as Ctrl-C does, so
+    that one path stops the compilers and cleans up."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, _interrupt) for sig in STOP_SIGNALS[1:]}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 @contextlib.contextmanager
 def sigint_deferred():
-    """A Ctrl-C inside this block takes effect at its end: the artifacts are never left half-written."""
+    """A Ctrl-C (or SIGTERM/SIGHUP) inside this block takes effect at its end: the artifacts are never left
+    half-written."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     pending: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda sig, frame: pending.append(sig))
+    previous = {sig: signal.signal(sig, lambda sig, frame: pending.append(sig)) for sig in STOP_SIGNALS}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     if pending:
         raise KeyboardInterrupt
 
@@ -130,7 +154,32 @@ def _compile_all(todo: list[Job], args, nvcc: Path, cu: Path, cutlass_dir: Path 
     return errors
 
 
+def recoverable_jobs(families: list[Family], jobs: list[Job], nvcc_ver: str, cu: Path, cache: Path) -> list[Job]:
+    """The family builds outside `jobs` whose compiled cubin the cache holds for today's sources: published with this
+    build when the previous manifest cannot be merged into, so that a partial build does not forget them."""
+    have = {(j.family.name, j.arch) for j in jobs}
+    try:
+        cutlass_dir = cutlass_include() if any(f.cutlass for f in families) else None
+    except ToolchainError:
+        cutlass_dir = None
+    found = []
+    for f in families:
+        if f.cutlass and cutlass_dir is None:
+            continue
+        for a in f.archs:
+            if (f.name, a) not in have:
+                job = Job(f, a, job_key(f, a, nvcc_ver, cu, cutlass_dir if f.cutlass else None), cache)
+                if cached(job):
+                    found.append(job)
+    return found
+
+
 def build(argv: list[str] | None, prog: str) -> int:
+    with stop_signals_interrupt():
+        return _build(argv, prog)
+
+
+def _build(argv: list[str] | None, prog: str) -> int:
     args = _arg_parser(prog).parse_args(argv)
     src = checkout(args.src)
     cu, out = src / "cu", (args.out or src / "artifacts").resolve()
@@ -145,11 +194,17 @@ def build(argv: list[str] | None, prog: str) -> int:
     chosen = select_families(families, args.kernels)
     if not chosen:
         raise BuildError(f"no kernel matches {args.kernels!r}")
+    if not any(a in archs for f in chosen for a in f.archs):
+        declared = sorted({a for f in chosen for a in f.archs})
+        raise BuildError(f"nothing to build: {', '.join(f.name for f in chosen)} declare(s) sm_{', sm_'.join(declared)}, "
+                         f"none of --arch {','.join(archs)}")
     nvcc = find_nvcc(args.nvcc)
     nvcc_ver = nvcc_version(nvcc)
     cutlass_dir = cutlass_include() if any(f.cutlass for f in chosen) else None
     jobs = [Job(f, a, job_key(f, a, nvcc_ver, cu, cutlass_dir if f.cutlass else None), cache)
             for f in chosen for a in f.archs if a in archs]
+    if previous_entries(out)[1] is not None:  # no manifest to merge into: what the cache holds is published too
+        jobs += recoverable_jobs(families, jobs, nvcc_ver, cu, cache)
     cache.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     # one build at a time per cache: concurrent builds would race on the manifest; the jobs left to

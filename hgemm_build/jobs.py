@@ -25,6 +25,7 @@ from hgemm_rt.manifest import PTX_ARCH, sha256_file
 
 from .catalog import Family
 from .cubin import DSMEM_PREFIX, CubinError, dsmem_exports
+from .instances import header_name
 from .toolchain import host_compiler_hint, nvcc_command, parse_ptxas
 
 class BuildError(RuntimeError):
@@ -96,7 +97,8 @@ def family_flags(family: Family) -> list[str]:
 def job_key(family: Family, arch: str, nvcc_ver: str, cu: Path, cutlass_dir: Path | None) -> str:
     h = hashlib.sha256()
     flags = nvcc_command(Path("nvcc"), Path("x.cu"), arch, Path("x.cubin"), None, [], family_flags(family))
-    for part in (nvcc_ver, arch, " ".join(flags), family.source.read_text()):
+    header = family.instances_header()  # (a family without one keeps the key it had before generation existed)
+    for part in (nvcc_ver, arch, " ".join(flags), family.source.read_text()) + ((header,) if header else ()):
         h.update(part.encode() + b"\0")
     for header in local_includes(family.source, cu):
         h.update(header.name.encode() + b"\0" + header.read_bytes())
@@ -155,6 +157,12 @@ def compile_job(job: Job, nvcc: Path, cu: Path, cutlass_dir: Path | None, runner
         if keep:
             keep.mkdir()
         includes = [cu] + ([cutlass_dir] if cutlass_dir else [])
+        header = job.family.instances_header()
+        if header is not None:  # the family's generated instantiation list (hgemm_build.instances)
+            gen = tmp / "gen"
+            gen.mkdir()
+            (gen / header_name(job.family.name)).write_text(header)
+            includes.insert(0, gen)
         cubin = tmp / f"{job.family.name}.cubin"
         cmd = nvcc_command(nvcc, job.family.source, job.arch, cubin, keep, includes, family_flags(job.family))
         rc, log = runner.run(cmd, cwd)

@@ -24,6 +24,7 @@ from hgemm_rt.manifest import (ARCHS, DECLARED_FIELDS, PTX_ARCH, SCHEMA_VERSION,
 
 from .catalog import Family
 from .jobs import Built
+from .toolchain import portable_ptx
 
 
 def atomic_write(path: Path, data: bytes) -> None:
@@ -82,15 +83,15 @@ def _ptx_rel(family: str, arch: str) -> str:
 
 
 def merge(catalog: list[Family], built: dict[tuple[str, str], Built], failed: dict[str, list[str]],
-          previous: list[dict], out: Path) -> tuple[list[dict], dict[str, Path], list[str]]:
-    """The new manifest's kernel entries, the files to copy in (relative path -> cache file), and notes
-    for the user about what was kept or dropped."""
+          previous: list[dict], out: Path) -> tuple[list[dict], dict[str, "Path | bytes"], list[str]]:
+    """The new manifest's kernel entries, the files to copy in (relative path -> cache file, or the bytes to
+    write: the PTX without the builder's paths), and notes for the user about what was kept or dropped."""
     intact = _Intact(out)
     old_by_family: dict[str, dict[str, dict]] = {}
     for e in previous:
         old_by_family.setdefault(e["family"], {})[e["name"]] = e
     entries: list[dict] = []
-    copies: dict[str, Path] = {}
+    copies: dict[str, Path | bytes] = {}
     notes: list[str] = []
     gone = sorted(set(old_by_family) - {f.name for f in catalog})
     if gone:
@@ -116,8 +117,10 @@ def merge(catalog: list[Family], built: dict[tuple[str, str], Built], failed: di
                     builds[arch] = {"cubin": rel, "sha256": b.sha256, "symbols": {s: b.symbols[s] for s in syms},
                                     "warnings": [w for w in b.warnings if any(s in w for s in syms)]}
                     if b.ptx is not None:  # the sm_90 build and its PTX travel together
-                        copies[_ptx_rel(fam.name, arch)] = b.ptx
-                        ptx = {"arch": arch, "path": _ptx_rel(fam.name, arch), "sha256": sha256_file(b.ptx)}
+                        text = portable_ptx(b.ptx.read_bytes(), fam.source.parent.parent)
+                        copies[_ptx_rel(fam.name, arch)] = text
+                        ptx = {"arch": arch, "path": _ptx_rel(fam.name, arch),
+                               "sha256": hashlib.sha256(text).hexdigest()}
                 elif prev is not None and arch in prev["builds"] and intact(prev["builds"][arch]) \
                         and (arch != PTX_ARCH or intact(prev["ptx"])):
                     builds[arch] = prev["builds"][arch]
@@ -158,11 +161,15 @@ def publish(catalog: list[Family], built: dict[tuple[str, str], Built], failed: 
     # is a bug here, and leaves the previous manifest in place
     Manifest.from_dict(manifest, out, "the manifest this build would write")
     for rel, src in copies.items():
-        atomic_write(out / rel, src.read_bytes())
+        atomic_write(out / rel, src if isinstance(src, bytes) else src.read_bytes())
     atomic_write(out / "manifest.json", (json.dumps(manifest, indent=1) + "\n").encode())
     keep = referenced(entries)
-    for sub in [*(out / f"sm_{a}" for a in ARCHS), out / "ptx"]:
-        for p in sub.glob("*") if sub.is_dir() else []:
-            if p.relative_to(out).as_posix() not in keep:
-                p.unlink()
+    unlisted = [p for sub in [*(out / f"sm_{a}" for a in ARCHS), out / "ptx"] for p in (sub.glob("*") if sub.is_dir()
+                else []) if p.relative_to(out).as_posix() not in keep]
+    if note is None:
+        for p in unlisted:
+            p.unlink()
+    elif unlisted:  # without a readable manifest a file may be a good build this one did not redo: left in place
+        notes.append(f"kept {len(unlisted)} file(s) the unreadable manifest may have listed (not in the new one): "
+                     f"run `python build_kernels.py` for every family and arch to list or replace them")
     return manifest, ([note] if note else []) + notes

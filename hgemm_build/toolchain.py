@@ -142,6 +142,33 @@ def find_tool(name: str) -> Path | None:
     return Path(found) if found else None
 
 
+_PTX_FILE = re.compile(rb'^(\s*\.file\s+\d+\s+")([^"]*)(")', re.M)
+
+
+def portable_ptx(data: bytes, root: Path) -> bytes:
+    """The PTX with its `.file` paths made builder-independent (the debug line table only; the cubin is compiled
+    before and is not touched): a source of the checkout `root`'s cu/ relative to it (cu/naive.cu), a header of
+    an include tree from its `include/` (include/cuda_fp16.hpp, include/cute/...), another file of the checkout
+    relative to it, anything else its file name."""
+    prefix = str(root.resolve()).encode() + b"/"
+
+    def rel(m: re.Match) -> bytes:
+        path = m.group(2)
+        if not path.startswith(b"/"):
+            return m.group(0)
+        if path.startswith(prefix + b"cu/"):
+            short = path[len(prefix):]
+        elif b"/include/" in path:  # the toolkit's and CUTLASS's headers, wherever they are installed
+            short = b"include/" + path.rsplit(b"/include/", 1)[1].lstrip(b"/")
+        elif path.startswith(prefix):
+            short = path[len(prefix):]
+        else:
+            short = path.rsplit(b"/", 1)[-1]
+        return m.group(1) + short + m.group(3)
+
+    return _PTX_FILE.sub(rel, data)
+
+
 _FUNCTION = re.compile(r"^\s*Function\s*:\s*(\S+)", re.M)
 
 

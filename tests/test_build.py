@@ -271,15 +271,13 @@ def _alive(pid):
         return False
 
 
-def test_ctrl_c_stops_within_2_s_with_one_line_kills_nvcc_and_leaves_artifacts_alone(tmp_path):
+def _build_on_a_fake_nvcc(tmp_path):
+    """A build of two families whose (fake) nvcc processes are both running: (tree, build process, their pids)."""
     tree = make_tree(tmp_path, "naive", "hgemm_cuda_sliced_k")
     fake, pids = tmp_path / "nvcc", tmp_path / "pids"
     fake.write_text(FAKE_NVCC)
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     pids.mkdir()
-    art = tree / "artifacts"
-    art.mkdir()
-    (art / "manifest.json").write_text("the previous build\n")
     # (SIGINT as a foreground terminal delivers it: a suite started in the background, `pytest &` from a script,
     # inherits SIGINT ignored, and so would the build)
     proc = subprocess.Popen([sys.executable, str(ROOT / "build_kernels.py"), "--src", str(tree), "--nvcc", str(fake),
@@ -291,6 +289,14 @@ def test_ctrl_c_stops_within_2_s_with_one_line_kills_nvcc_and_leaves_artifacts_a
         time.sleep(0.05)
     started = [int(p) for f in pids.iterdir() for p in f.read_text().split()]
     assert len(started) == 4, "the fake nvcc did not start twice"
+    return tree, proc, started
+
+
+def test_ctrl_c_stops_within_2_s_with_one_line_kills_nvcc_and_leaves_artifacts_alone(tmp_path):
+    art = tmp_path / "artifacts"  # the previous build, in the tree the helper makes
+    art.mkdir()
+    (art / "manifest.json").write_text("the previous build\n")
+    tree, proc, started = _build_on_a_fake_nvcc(tmp_path)
     t0 = time.monotonic()
     proc.send_signal(signal.SIGINT)  # to the build only: it must stop the compilers itself
     _, err = proc.communicate(timeout=10)
@@ -350,3 +356,44 @@ def test_the_previous_manifest_must_load_to_be_merged_into(tree):
         Manifest.load(tree / "artifacts")
     assert build(tree) == 0  # replaced, not merged
     assert len(builds_of(tree)) == 2
+
+
+# -- nothing lost on interrupted or partial work -------------------------------------------------------------
+
+def test_a_partial_build_over_a_damaged_manifest_keeps_the_other_families(tmp_path, capsys):
+    tree = make_tree(tmp_path, "naive", "hgemm_cuda_sliced_k")
+    assert build(tree) == 0
+    before = builds_of(tree)
+    (tree / "artifacts" / "manifest.json").write_text("{ damaged")
+    assert build(tree, "--kernels", "hgemm_naive_f16") == 0
+    assert builds_of(tree) == before  # the other family's cached build is published again, not forgotten
+    assert (tree / "artifacts" / "sm_90" / "hgemm_cuda_sliced_k.cubin").is_file()
+    assert "previous manifest cannot be merged into" in capsys.readouterr().err
+
+
+def test_an_arch_that_no_chosen_family_declares_is_an_error_not_an_empty_build(tree, capsys):
+    assert build(tree, arch="90a") == 2
+    assert "nothing to build: naive declare(s) sm_80, sm_86, sm_89, sm_90, none of --arch 90a" in capsys.readouterr().err
+    assert not (tree / "artifacts").exists()
+
+
+def test_sigterm_stops_the_compilers_and_cleans_up_as_ctrl_c_does(tmp_path):
+    tree, proc, started = _build_on_a_fake_nvcc(tmp_path)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=10)
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    assert "interrupted: stopped 2 nvcc process(es) and published nothing" in err
+    time.sleep(0.2)
+    assert not [p for p in started if _alive(p)]  # nvcc and its children ran in their own sessions
+    assert not [p for p in (tree / "build" / "cache").iterdir()]  # the temp directories are gone
+    assert not (tree / "artifacts").exists()
+
+
+def test_the_published_ptx_names_no_absolute_path_and_matches_its_sha256(tree):
+    assert build(tree) == 0
+    entry = next(e for e in manifest_of(tree)["kernels"] if e["ptx"])
+    data = (tree / "artifacts" / entry["ptx"]["path"]).read_bytes()
+    assert hashlib.sha256(data).hexdigest() == entry["ptx"]["sha256"]
+    files = [line for line in data.decode().splitlines() if line.strip().startswith(".file")]
+    assert files and not [f for f in files if '"/' in f], files
+    assert '"cu/naive.cu"' in files[0]

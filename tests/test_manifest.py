@@ -258,11 +258,11 @@ def test_a_damaged_manifest_loads_the_same_or_raises_manifest_error(mutations):
 @pytest.mark.parametrize("text,match", [
     ("{not json", "is not readable JSON"),
     ("[1, 2]", "holds a JSON list, not a manifest table"),
-    ('{"schema": 2, "nvcc": "13.0", "build_hash": "x", "created": "x", "kernels": {}}',
+    ('{"schema": 3, "nvcc": "13.0", "build_hash": "x", "created": "x", "kernels": {}}',
      "kernels must be a list of kernel entries, got {}"),
-    ('{"schema": 2, "nvcc": "13.0", "build_hash": "x", "kernels": []}', r"the top level: missing \['created'\]"),
-    ('{"schema": 2, "nvcc": 13, "build_hash": "x", "created": "x", "kernels": []}', "nvcc must be a string, got 13"),
-    ('{"schema": 2, "nvcc": "13.0", "build_hash": "x", "created": "x", "kernels": ["k"]}',
+    ('{"schema": 3, "nvcc": "13.0", "build_hash": "x", "kernels": []}', r"the top level: missing \['created'\]"),
+    ('{"schema": 3, "nvcc": 13, "build_hash": "x", "created": "x", "kernels": []}', "nvcc must be a string, got 13"),
+    ('{"schema": 3, "nvcc": "13.0", "build_hash": "x", "created": "x", "kernels": ["k"]}',
      "a kernel declaration must be a table, got 'k'"),
 ])
 def test_a_broken_manifest_file_names_the_problem_and_the_rebuild(tmp_path, text, match):
@@ -308,3 +308,14 @@ def test_every_built_symbol_records_the_dynamic_smem_its_kernel_exports(manifest
              for sym, choice in zip(spec.symbols(), spec.variant_choices())
              for info in [b.symbols[sym]] if info.dynamic_smem != spec.dsmem_bytes(choice)]
     assert not wrong, f"{len(wrong)} symbols, e.g. (kernel, arch, symbol, exported, declared): {wrong[:5]}"
+
+
+@pytest.mark.parametrize("path", ["../x.cubin", "/etc/x.cubin", "sm_90/../../x.cubin"])
+def test_a_cubin_path_outside_the_artifacts_is_refused(path):
+    import copy
+
+    data = copy.deepcopy(VALID)
+    build = next(iter(data["kernels"][0]["builds"].values()))
+    build["cubin"] = path
+    with pytest.raises(ManifestError, match="must be a path inside the artifacts directory"):
+        Manifest.from_dict(data, ROOT, "m")

@@ -225,3 +225,13 @@ def test_every_environment_variable_is_in_the_readme_table():
     used = {v for p in sources if p.is_file() for v in re.findall(r"\bHGEMM_[A-Z0-9_]+\b", p.read_text())}
     table = set(re.findall(r"^\| `(HGEMM_[A-Z0-9_]+)` \|", (ROOT / "README.md").read_text(), re.M))
     assert used and not used - table, f"HGEMM_ variables missing from the README's table: {sorted(used - table)}"
+
+
+@pytest.mark.parametrize("path", ["../outside.cubin", "/etc/passwd", "sm_80/../../x.cubin"])
+def test_wheel_build_refuses_a_manifest_path_outside_the_artifacts(tmp_path, path):
+    setup = _setup_module()
+    manifest = _fake_build(tmp_path / "artifacts")
+    manifest["kernels"][0]["builds"]["80"]["cubin"] = path
+    (tmp_path / "artifacts" / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(setup.SetupError, match="not a path inside the artifacts directory"):
+        setup.copy_build(tmp_path / "artifacts", tmp_path / "out")
