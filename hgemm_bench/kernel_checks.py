@@ -121,4 +121,4 @@ def selected_specs(manifest, pattern: str | None, util: bool) -> list:
     def match(name: str) -> bool:
         return not globs or any(fnmatch.fnmatch(name, g) or g in name for g in globs)
 
-    return [s for s in manifest.kernels.values() if (s.ladder == "util") == util and match(s.name)]
+    return [s for s in manifest.kernels.values() if (not s.catalogue) == util and match(s.name)]

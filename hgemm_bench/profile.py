@@ -27,7 +27,7 @@ from hgemm_rt.manifest import variant_symbol
 from . import counters as ct
 from . import ncu
 from .cli import DEFAULT_SWEEP, GROUP_FLAGS, Settings
-from .selection import NOT_GEMM_LADDERS, aliases_of, ladder_rank, matches, unmatched_message
+from .selection import aliases_of, ladder_rank, matches, unmatched_message
 
 SCHEMA = "hgemm-ladder-profile/1"
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,7 +55,7 @@ class Batch:
 def rungs(entries: list[Any], s: Settings) -> list[Any]:
     """The kernels to profile: every rung of every ladder, or of the ladders the group flags name,
     narrowed by --kernels; in ladder order."""
-    kernels = [e for e in entries if not e.is_baseline and e.ladder not in NOT_GEMM_LADDERS]
+    kernels = [e for e in entries if not e.is_baseline and e.catalogue]
     if not s.all and any(s.groups.values()):
         ladders = {lad for flag, on in s.groups.items() if on for lad in GROUP_FLAGS[flag][0]}
         kernels = [e for e in kernels if e.ladder in ladders]

@@ -13,7 +13,6 @@ from .cli import GROUP_FLAGS, Settings
 # of; a ladder unknown here sorts after the known ones instead of being dropped.
 LADDER_ORDER = ("cuda", "wmma", "mma", "cute", "hopper", "sgemm", "cublas")
 TENSOR_CORE_LADDERS = ("wmma", "mma", "cute", "hopper")
-NOT_GEMM_LADDERS = ("util",)  # helpers in the manifest that are no GEMM (the GPU tests skip them too)
 
 
 def ladder_rank(ladder: str) -> int:
@@ -100,7 +99,7 @@ def default_set(entries: list[Any]) -> list[Any]:
 
 def select(entries: list[Any], s: Settings) -> list[Case]:
     """Cases in display order (ladder, step, name, variant), cuBLAS last."""
-    kernels = [e for e in entries if not e.is_baseline and e.ladder not in NOT_GEMM_LADDERS]
+    kernels = [e for e in entries if not e.is_baseline and e.catalogue]
     mode: dict[str, bool] = {}  # kernel name -> every variant?
 
     def add(e: Any, every: bool) -> None:
@@ -137,7 +136,7 @@ def select(entries: list[Any], s: Settings) -> list[Case]:
 def unmatched_message(entries: list[Any], patterns: list[str]) -> str | None:
     """The --kernels patterns that match no benchmarked kernel of the build (cuBLAS and the matmul helpers
     are none), said as an error; None when each matches one."""
-    kernels = [e for e in entries if not e.is_baseline and e.ladder not in NOT_GEMM_LADDERS]
+    kernels = [e for e in entries if not e.is_baseline and e.catalogue]
     unmatched = [p for p in patterns if not any(matches(e.name, [p], aliases_of(e)) for e in kernels)]
     if not unmatched:
         return None

@@ -127,7 +127,7 @@ def plan_keys(plan, prob, shape: str, manifest) -> set[tuple[str, str, str]]:
         elif isinstance(s, GroupSum):
             name = s.kernel
             feats = {""} | ({"alpha/beta"} if not prob.plain else set())
-        elif manifest.kernels[s.kernel].ladder == "util":
+        elif not manifest.kernels[s.kernel].catalogue:
             name = s.kernel
             # the symbol launched: the step's variant, its defaults filled in
             feats = {""} | {f"{k}={v}" for k, v in manifest.kernels[s.kernel].resolve_variant(dict(s.variant)).items()}

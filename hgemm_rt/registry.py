@@ -89,6 +89,7 @@ class CubinKernel:
 
     name = property(lambda self: self.spec.name)
     ladder = property(lambda self: self.spec.ladder)
+    catalogue = property(lambda self: self.spec.catalogue)  # a GEMM of the catalogue, not a matmul helper
     step = property(lambda self: self.spec.step)
     layout = property(lambda self: self.spec.layout)
     dtype = property(lambda self: self.spec.dtype)
@@ -158,6 +159,7 @@ class CublasKernel:
 
     is_baseline = True
     ladder = "cublas"
+    catalogue = True
     step = 0
     a_order = "row"
 
@@ -209,11 +211,11 @@ class Registry:
             self._entries[spec.name] = CubinKernel(manifest, spec)
 
     def names(self) -> list[str]:
-        """Every GEMM: cuBLAS baselines and cubin kernels (not the "util" helper kernels)."""
+        """Every GEMM: cuBLAS baselines and the catalogue's cubin kernels (not matmul's helper kernels)."""
         return [e.name for e in self.kernels()]
 
     def kernels(self) -> list[Any]:
-        return [e for e in self._entries.values() if e.ladder != "util"]
+        return [e for e in self._entries.values() if e.catalogue]
 
     def get(self, name: str) -> Any:
         canonical = self.manifest.canonical(name) or name

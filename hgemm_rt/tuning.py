@@ -251,7 +251,7 @@ def _scratch_like(ref: ArrayRef, device: int) -> tuple[ArrayRef, DeviceArray]:
 
 def _kind(recipe: Recipe, manifest: Manifest) -> str:
     spec = manifest.kernels[recipe.route.kernel]
-    return spec.ladder if spec.role == "gemm" else f"{spec.role}:{spec.tile[1]}"
+    return spec.ladder if spec.catalogue else f"{spec.role}:{spec.tile[1]}"
 
 
 def choose_candidates(ranked: list, manifest: Manifest, candidates: int) -> list:

@@ -12,7 +12,7 @@ from kernel_cases import load_manifest_or_none, refusal_shapes
 pytestmark = pytest.mark.gpu
 
 _M = load_manifest_or_none()
-SPECS = sorted((s for s in _M.kernels.values() if s.ladder != "util"), key=lambda s: (s.ladder, s.step, s.name)) if _M else []
+SPECS = sorted((s for s in _M.kernels.values() if s.catalogue), key=lambda s: (s.ladder, s.step, s.name)) if _M else []
 
 
 def _cases():

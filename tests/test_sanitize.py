@@ -53,7 +53,7 @@ def test_a_pattern_selects_only_matching_kernels():
     assert names == {"util_copy2d_f16", "util_copy2d_bf16", "util_copy2d_f32"}
     _sched, covered = T.util_schedule(MANIFEST, (9, 0), 132, names)
     assert {k for k, _f, _c in covered} == names and T.missing(names, covered) == []
-    assert all(s.ladder != "util" for s in selected_specs(MANIFEST, "hgemm_mma*", util=False))
+    assert all(s.catalogue for s in selected_specs(MANIFEST, "hgemm_mma*", util=False))
     assert selected_specs(MANIFEST, "util_copy2d_*", util=False) == []
     both = {s.name for s in selected_specs(MANIFEST, "util_copy2d_f16,util_gemm_wgmma_fused_*", util=True)}
     assert "util_copy2d_f16" in both and "util_gemm_wgmma_fused_f16_tn" in both and "util_copy2d_bf16" not in both

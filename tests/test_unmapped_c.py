@@ -78,7 +78,7 @@ def test_an_unmapped_operand_gets_a_zero_tensor_map():
     from hgemm_rt.manifest import kernel_spec_from_dict
 
     spec = kernel_spec_from_dict({
-        "name": "k", "family": "f", "role": "gemm_fused_wgmma", "ladder": "util", "step": 1, "layout": "TN", "dtype": "f16",
+        "name": "k", "family": "f", "role": "gemm_fused_wgmma", "ladder": "util", "step": None, "layout": "TN", "dtype": "f16",
         "acc": "f32", "out": "f16", "block": [384, 1, 1], "tile": [128, 256, 64], "grid": "persistent",
         "params": ["tmap:C", "ptr:C", "i32:M"], "tma": {"C": {"box": [64, 64], "swizzle": 128}},
         "technique": "t", "archs": ["90a"]}, "x.toml")
