@@ -6,7 +6,7 @@
 an on-disk cache that matmul (kernel="auto") consults before the heuristic.
 
 The cache is one JSON file per (GPU name, manifest build hash) in $HGEMM_CACHE_DIR, else
-~/.cache/hgemm. A new build (or another GPU) therefore never sees stale winners. On load the file is
+$XDG_CACHE_HOME/hgemm, else ~/.cache/hgemm (a new file's mode follows the umask). A new build (or another GPU) therefore never sees stale winners. On load the file is
 validated: JSON, schema, device name and build hash, a sha256 over the entries. A file failing any
 of these is not trusted at all: a warning says why, the cache starts empty and the next save rewrites
 the file. Then each entry: its route well-formed and runnable on the manifest (the kernel exists, its
@@ -32,8 +32,8 @@ import json
 import math
 import os
 import re
+import secrets
 import stat
-import tempfile
 import threading
 import warnings
 from pathlib import Path
@@ -60,8 +60,13 @@ _loaded: dict[str, dict] = {}  # path -> entries
 
 
 def cache_dir() -> Path:
+    """$HGEMM_CACHE_DIR, else $XDG_CACHE_HOME/hgemm (the XDG base-directory rule: only an absolute path counts),
+    else ~/.cache/hgemm."""
     env = os.environ.get("HGEMM_CACHE_DIR")
-    return Path(env) if env else Path.home() / ".cache" / "hgemm"
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    return (Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache") / "hgemm"
 
 
 def cache_path(device_name: str, build_hash: str) -> Path:
@@ -161,9 +166,13 @@ def save(entries: dict, device_name: str, build_hash: str, path: Path | None = N
              for k, e in entries.items()}
     doc = {"schema": SCHEMA, "device": device_name, "build_hash": build_hash, "entries": plain,
            "sha256": _checksum(plain)}
-    fd, tmp = tempfile.mkstemp(prefix=path.name, dir=path.parent)
+    # a new file's mode follows the umask (os.open applies it; mkstemp's would be 0600), a replaced one keeps its own
+    tmp = str(path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "w") as f:
+            if path.exists():
+                os.chmod(tmp, stat.S_IMODE(path.stat().st_mode))
             json.dump(doc, f, indent=1, sort_keys=True)
         os.replace(tmp, path)
     except BaseException:

@@ -1,7 +1,8 @@
 """The tuning cache's file on the CPU, as concurrent and careless users treat it: processes recording at
 once keep every winner, a cache that cannot be written still applies the winner in the process, a bad
 entry is left out with a warning instead of failing every kernel="auto" call, a build hash never
-reaches the file name unsanitised, and a read-only file is left as it is."""
+reaches the file name unsanitised, a read-only file is left as it is, new files follow the umask and the folder
+$XDG_CACHE_HOME."""
 from __future__ import annotations
 
 import hashlib
@@ -9,6 +10,7 @@ import json
 import multiprocessing
 import stat
 import warnings
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -139,3 +141,28 @@ def test_a_cache_file_that_cannot_be_read_as_one_warns_and_starts_empty(damage):
         path.write_bytes(b"\xff\xfe\x00garbage" if damage == "binary" else b"[" * 100000)
     with pytest.warns(RuntimeWarning, match="not trusted"):
         assert tuning.lookup(INFO, MANIFEST, "k") is None
+
+
+def test_a_new_cache_file_follows_the_umask_and_a_replaced_one_keeps_its_mode(cache_dir):
+    import os
+
+    old = os.umask(0o027)
+    try:
+        path = tuning.record(INFO, MANIFEST, "k", results())
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640  # (mkstemp's 0600 would not follow it)
+    path.chmod(0o644)
+    tuning.record(INFO, MANIFEST, "k2", results())
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    assert not [p for p in path.parent.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_the_cache_folder_honours_xdg_cache_home(monkeypatch, tmp_path):
+    monkeypatch.delenv("HGEMM_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert tuning.cache_dir() == tmp_path / "xdg" / "hgemm"
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/dir")  # (the spec: a relative path is ignored)
+    assert tuning.cache_dir() == Path.home() / ".cache" / "hgemm"
+    monkeypatch.setenv("HGEMM_CACHE_DIR", str(tmp_path / "mine"))
+    assert tuning.cache_dir() == tmp_path / "mine"
