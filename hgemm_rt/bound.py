@@ -25,7 +25,7 @@ from .registry import get_registry
 GRAPH_AFTER_REPEATS = 4
 # ... unless it is one kernel the cost model gives this many microseconds or more: there the GPU paces back-to-back
 # calls, and behind another kernel a graph launch costs GPU time a plain (programmatic dependent) launch does not
-# (H100, fp16, plain against graph launches: docs/dev/tuning_log.md, "Repeat calls through a CUDA graph")
+# (H100, fp16, plain against graph launches: docs/dev/code_measurements.md, "Repeat calls through a CUDA graph")
 GRAPH_BELOW_US = 12.0
 
 
