@@ -14,8 +14,15 @@ from typing import Mapping
 
 from .manifest import KernelSpec, Manifest
 from .dtypes import ITEMSIZE
-from .problem import KERNEL_LEVELS, SPLIT_FORMATS, Copy, Gemm, GroupSum, Recipe, View, kernel_batch, split_format
-from .tma import TMA_FAST_ROW_BYTES
+from .problem import Copy, Gemm, GroupSum, Recipe, Split, kernel_batch
+from .roles import HANDLERS, SPLIT_FORMATS, GemmRole, gemm_handler
+from .roles.base import OCC
+from .roles.gemm import HOPPER_TILE_COLS, ODD_N_DIRECT_STORE, narrow_hopper
+from .roles.gemm_fused_wgmma import streamk_splits
+from .roles.gemm_strided_stream import STREAM_CTA_SHARE, STREAM_SPLIT_COST
+from .roles.gemm_strided_wgmma import SMEM_SPLIT_FIXED_US, SMEM_SPLIT_SUM_US, TF32_SHARE, smem_split
+from .roles.glue import distinct_matrices, tma_slow_rows
+from .roles.tma_gemm import QUEUE
 
 
 @dataclass(frozen=True)
@@ -71,29 +78,8 @@ class ArchRates:
     k_sum_bytes_per_s: float = 0.0  # ... and the rate it reads the planes (from L2) and writes C at
 
 
-def _matrices(view: View, batch: tuple[int, ...]) -> int:
-    """Distinct matrices of `view` one batched launch touches: the kernel levels along which it varies
-    (a broadcast operand is read once from DRAM, and L2 serves the rest)."""
-    n = 1
-    for level in range(max(len(batch) - KERNEL_LEVELS, 0), len(batch)):
-        if view.bstride(level):
-            n *= batch[level]
-    return n
-
-
 LADDER_FLOOR = 0.25  # the first rung of a ladder runs at about this fraction of its last (naive kernels)
-HOPPER_TILE_COLS = 256  # the Hopper catalogue's tile width (its 128 x 192 kernels are "narrow": hopper_bonus)
 REUSE_FULL = 42.0  # BM*BN/(BM+BN) of a 128 x 64 tile: smaller tiles re-read operands from L2 more
-# A streaming kernel's split-K launch, by split count: the share its stream slows by (shorter K slices, clusters
-# across the SMs). H100, fp16, L2 flushed, B as N x K: 1 x 4096 x 4096 17.6 us unsplit, 18.7 split 2, 23.3 split 4;
-# as K x N (util_gemm_decode_nn): 1 x 14336 x 4096 50.0 / 55.6 / 62.3, 1 x 4096 x 4096 split 2 21.8, 4 27.6, 8 29.6
-STREAM_SPLIT_COST = {1: 0.0, 2: 0.06, 4: 0.32, 8: 0.45}
-# The share of stream_sm_bytes_per_s one CTA of a streaming kernel pulls alone, by its `b` variant where it is not
-# all of it: util_gemm_decode_nn (b = row) holds one chunk's loads a warp in flight, no ring (H100, fp16, 64 CTAs,
-# one an SM: 16 x 4096 x 4096 27.8 us, 1 x 4096 x 4096 27.5, ~26 GB/s of a CTA's panel bytes at 16 rows, fewer
-# at 1 where the time is the same); two or more CTAs an SM add up to the SM's rate.
-STREAM_CTA_SHARE = {"row": 0.58}
-ODD_N_DIRECT_STORE = 0.85  # direct-store epilogues fall back to element stores when N is odd (4095^3)
 # gemm_fused_wgmma with C stored through its pointer (Gemm.c_unmapped): the threads write the staged passes (H100,
 # fp16, 4096 x 4097 x 4096 stream-K 211-219 us against 195.7 with a 4104-wide C through its map)
 C_UNMAPPED_SHARE = 0.9
@@ -114,7 +100,6 @@ C_STORE_SHARE = {"tma": 1.0, "staged": 0.8, "direct": 0.4}
 # 32 x 1024^3 118 -> 121, 16384 x 4096 x 4096 863 -> 871), each claim's round trip waiting on the one before it,
 # and so did many tiles whose output L2 holds (at least DYNAMIC_MIN_OUT_BYTES of C: 1024 x (128 x 128 x 64), 32 MiB,
 # 29.5 -> 31.6 us). Priced as QUEUE_SCALE of the static launch.
-QUEUE = "queue"  # the variant axis (1: the tile queue)
 DYNAMIC_MIN_TILES = 1024
 DYNAMIC_MAX_K = 128
 DYNAMIC_MIN_OUT_BYTES = 128 << 20
@@ -132,7 +117,6 @@ def dynamic_order_pays(tiles: int, K: int, batched: bool, out_bytes: int) -> boo
 # 25.9 -> 24.2, 128 x (...) 42.1 -> 41.2, 64 x (1024 x 64 x 1024) 65.6 -> 64.8, 256 x (...) and 32 x (512 x 64 x
 # 256) alike; unbatched it lost: 1024^3 11.1 -> 12.5, 256 x 4096 x 4096 23.7 -> 30.4, 512^3 8.0 -> 8.6. Priced as
 # OCC2_SCALE of the one-CTA launch.
-OCC = "occ"  # the variant axis (2: two CTAs an SM)
 OCC2_MAX_K = 1024
 OCC2_SCALE = {True: 0.95, False: 1.10}  # (where it pays, elsewhere)
 
@@ -140,17 +124,6 @@ OCC2_SCALE = {True: 0.95, False: 1.10}  # (where it pays, elsewhere)
 def two_ctas_pay(K: int, batched: bool) -> bool:
     """Whether a launch of the `occ` kernels runs faster at two CTAs an SM: batched, with a short K."""
     return batched and K <= OCC2_MAX_K
-
-
-def smem_split(spec: KernelSpec) -> bool:
-    """A gemm_strided_wgmma kernel at fp32 accuracy on fp32 operands (acc "f32"): 3xTF32 whose split into heads and
-    residuals happens in shared memory (the gemm_tf32x3s kernels), not in a copy step before it."""
-    return spec.role == "gemm_strided_wgmma" and spec.dtype == "f32" and spec.acc == "f32"
-
-
-def narrow_hopper(spec: KernelSpec) -> bool:
-    """One of the catalogue's 128 x 192 Hopper kernels (narrower than the ladder's 128 x 256 tile)."""
-    return spec.ladder == "hopper" and spec.tile[1] < HOPPER_TILE_COLS
 
 
 # Split-K launches of the Hopper strided kernels (a cluster of CTAs along K, partial tiles summed through
@@ -166,15 +139,6 @@ def narrow_hopper(spec: KernelSpec) -> bool:
 # 14.3-14.7 -> 12.5-12.9 us, 128 x 512 x 4096 13.4-13.7 -> 12.0-12.1, 128 x 1024 x 4096 16.6-17.3 -> 14.2-14.5,
 # 256 x 512 x 4096 16.3-16.7 -> 14.3-14.7 (torch.matmul 12.0-13.3).
 SPLIT_K_SHORT_K = 1300.0
-# A split-K slice of a smem_split kernel: what it costs beyond its K at the kernel's rate (fill, the first stage's split,
-# the cluster's DSMEM sum). H100, fp32, B as K x N, against that model: 256^3 m64n64 splits=4 9.8 us (9.0), splits=8
-# 14.4 (14.1), m128n128 splits=8 13.4; 384^3 m64n64 splits=2 12.6, m128n128 splits=4 15.9, splits=8 15.3; 512^3 m64n64
-# splits=2 14.6, m128n128 splits=4 17.7; 768^3 m128n128 splits=2 29.6, splits=4 36.7; 1024^3 m128n128 splits=2 35.6
-# (unsplit 65.7): 4-5 us, whatever the tile
-SMEM_SPLIT_FIXED_US = 5.5
-# ... and per piece beyond two, its cluster's sum of a 128 x 128 fp32 tile (in proportion for other tiles): m128n128
-# at splits=8 ran 2.4-4.7 us over that model (256^3 13.4, 384^3 15.3, 512^3 25.6, 768^3 42.6), at splits=4 0.8-2.4
-SMEM_SPLIT_SUM_US = 0.6
 # util_sm90's multicast pair pays with B in L2 where this many rows of tiles re-read a B of at least these bytes
 # (H100, fp16, m128n128 unicast -> paired: 512 x 4096 x 3584, B 29 MB, 32.4 -> 28.4 us; 512 x 3072 x 3072, 19 MB,
 # 25.9 -> 23.6)
@@ -186,8 +150,7 @@ MC_REREAD_ROWS, MC_REREAD_B_BYTES = (4, 8), 16 << 20
 # (256 x 8192 x 28672: paired 207.9 against stream-K's 192.4): there DRAM, not the L2, feeds the pair.
 MC_PAIR_COMPUTE_SHARE = 0.88
 SPLIT_PRODUCTS = tuple(SPLIT_FORMATS)  # fp32 at fp32 accuracy: three tensor-core products of split operands
-ONE_CTA_PER_SM = ("gemm_strided_wgmma", *SPLIT_PRODUCTS)  # roles whose CTAs take a whole SM
-TF32_SHARE = 0.5  # the TF32 tensor-core rate over the fp16/bf16 one (H100 datasheet)
+ONE_CTA_PER_SM = tuple(n for n, h in HANDLERS.items() if isinstance(h, GemmRole) and h.one_cta_per_sm)
 # A TMA map reads rows at full speed where their byte stride is a multiple of 32 (tma.TMA_FAST_ROW_BYTES). At an odd
 # multiple of 16 bytes (fp16 K = 1000 or 3000) every box row straddles one sector more, and the TMA-fed kernels ran
 # 1.4-1.7x slower with 256-byte L2 promotion (H100, fp16, L2 flushed: 1024 x 1024 x 1000 m128n64 16.8-17.0 us
@@ -199,18 +162,6 @@ TF32_SHARE = 0.5  # the TF32 tensor-core rate over the fp16/bf16 one (H100 datas
 TMA_SLOW_ROW_FACTOR = 1.4
 
 
-def tma_slow_rows(view: View, itemsize: int) -> bool:
-    """Are `view`'s rows, as a kernel reads them (its unit-stride orientation), off 32-byte boundaries?"""
-    stride, rows = (view.rs, view.rows) if view.cs == 1 else (view.cs, view.cols)
-    return rows > 1 and stride * itemsize % TMA_FAST_ROW_BYTES != 0
-
-
-def streamk_splits(sk_tiles: int, ctas: int, k_blocks: int) -> int:
-    """The pieces each stream-K tile is cut into (cu/common/sm90_gemm.cuh, sk_config): one per CTA, at least a
-    k-block each."""
-    return max(min(ctas // sk_tiles, k_blocks), 1)
-
-
 # Tiles of at most this many pieces: the owner adds its peers' partials itself; more: every piece sums and stores
 # its share of the tile (kSkSerialPieces in cu/common/sm90_gemm.cuh)
 SK_SERIAL_PIECES = 4
@@ -218,9 +169,10 @@ KG_SUM_LOADS = 4  # the K groups' sum: L2 loads in flight per thread (cu/util_sm
 
 
 def c_store_kind(spec: KernelSpec) -> str:
+    """How a kernel stores C (C_STORE_SHARE): its TMA map, else its role's way."""
     if "tmap:C" in spec.params:
         return "tma"
-    return "direct" if spec.role == "gemm" else "staged"
+    return gemm_handler(spec.role).c_store
 
 # H100/H200 (measured): Hopper persistent ~775 TFLOPS at 4096^3, gemm_strided_mma ~217, SGEMM 8x8 ~40,
 # SIMT fp32 ~20; util_copy2d 2.5 / 1.5 / 0.75 TB/s (row-major / transposing / unaligned destination).
@@ -375,20 +327,15 @@ class CostModel:
         return 1.0 if hi == lo else (spec.step - lo) / (hi - lo)
 
     def kernel_tflops(self, spec: KernelSpec) -> float:
+        """The kernel's sustained rate once the grid is full: its role's (GemmRole.tflops)."""
+        return gemm_handler(spec.role).tflops(self, spec)
+
+    def ladder_tflops(self, spec: KernelSpec) -> float:
+        """A catalogue kernel's rate: its ladder's best (TF32 for the sgemm ladder's TF32 kernels), the Hopper
+        steps' bonuses (alternatives, not a maturity ladder), the others' rungs from LADDER_FLOOR up; smaller
+        tiles less (REUSE_FULL)."""
         r = self.rates
         BM, BN, _ = spec.tile
-        if spec.role == "gemm_strided_mma":
-            return r.strided_mma_tflops.get(BM, 100.0)
-        if smem_split(spec):
-            return r.smem_split_tflops.get((BM, BN), 40.0) * (r.smem_split_nn_share if spec.layout == "NN" else 1.0)
-        if spec.role == "gemm_strided_wgmma":  # TF32 wgmma: half the fp16/bf16 rate (494.7 vs 989.4 TFLOPS dense)
-            return r.strided_wgmma_tflops.get((BM, BN), 400.0) * (TF32_SHARE if spec.acc == "tf32" else 1.0)
-        if spec.role in SPLIT_PRODUCTS:
-            return r.split_tflops.get(spec.role, {}).get((BM, BN), 40.0)
-        if spec.role == "gemm_fused_wgmma":
-            return r.fused_wgmma_tflops
-        if spec.role == "gemm_strided_simt":
-            return r.simt_tflops.get(spec.dtype, 6.0)
         rate = r.tf32_tflops if spec.ladder == "sgemm" and spec.acc == "tf32" else r.ladder_tflops.get(spec.ladder, 10.0)
         if spec.ladder == "hopper":  # the Hopper steps are alternatives, not a maturity ladder
             bonus = r.hopper_bonus
@@ -401,7 +348,12 @@ class CostModel:
         return rate * min(1.0, BM * BN / (BM + BN) / REUSE_FULL)
 
     def gemm_us(self, spec: KernelSpec, g: Gemm, dtype: str, beta_zero: bool = True) -> float:
-        """Estimated microseconds of one GEMM launch: the slowest of compute (at the class rate, scaled by
+        """Estimated microseconds of one GEMM launch, as its role prices it (GemmRole.gemm_us: tiled_gemm_us but
+        for the streaming role)."""
+        return gemm_handler(spec.role).gemm_us(self, spec, g, dtype, beta_zero)
+
+    def tiled_gemm_us(self, spec: KernelSpec, g: Gemm, dtype: str, beta_zero: bool = True) -> float:
+        """Estimated microseconds of one GEMM launch of a tiled kernel: the slowest of compute (at the class rate, scaled by
         how evenly the CTAs spread over the SMs), DRAM traffic, and the operand panels one SM must stream.
         A batched launch has every matrix's tiles in its grid (the wave terms) and the bytes of every
         distinct matrix it reads and writes (a broadcast operand's once)."""
@@ -411,10 +363,8 @@ class CostModel:
         outer, inner = kernel_batch(g.batch)
         nb = outer * inner
         c_bytes = g.M * g.N * nb * isz  # C over the batch
-        tiles = self._tiles(spec, g)
-        if spec.role == "gemm_strided_stream":
-            return self._stream_us(g, BM, BN, isz, math.ceil(tiles / self.sm_count),
-                                   STREAM_CTA_SHARE.get(dict(g.variant).get("b", ""), 1.0))
+        role = gemm_handler(spec.role)
+        tiles = self.grid_ctas(spec, g)
         load = math.ceil(tiles / self.cta_slots(spec, g.splits))  # CTAs on the busiest SM
         if g.ctas:  # stream-K: the busiest CTA's k-blocks, whole tiles and pieces
             load = self._streamk_blocks(spec, g) / math.ceil(g.K / spec.tile[2])
@@ -424,8 +374,8 @@ class CostModel:
             wave = min(tiles, self.cta_slots(spec, g.splits))
             dram = min(r.k_sum_dram_bytes_per_s, wave * r.k_sum_cta_bytes_per_s) if g.k_deferred else \
                 min(r.k_groups_dram_bytes_per_s, wave * r.k_groups_cta_bytes_per_s)
-        memory = (g.M * g.K * _matrices(g.a, g.batch) + g.K * g.N * _matrices(g.b, g.batch) +
-                  g.M * g.N * _matrices(g.c, g.batch) / C_STORE_SHARE[c_store_kind(spec)]) * isz / dram
+        memory = (g.M * g.K * distinct_matrices(g.a, g.batch) + g.K * g.N * distinct_matrices(g.b, g.batch) +
+                  g.M * g.N * distinct_matrices(g.c, g.batch) / C_STORE_SHARE[c_store_kind(spec)]) * isz / dram
         # the operand panels each CTA streams, by the busiest SM and by all. A multicast pair shares its B tile: it
         # gains where B does not fit in L2 (H100, fp16: 256 x 8192 x 8192, B 128 MB, 78.0 -> 66.5 us), and where 4 or
         # more rows of tiles re-read a B of 16 MiB or more from L2 (m128n128, 512 x 4096 x 4096 34.6 -> 30.4,
@@ -441,13 +391,13 @@ class CostModel:
         if rereads and b_bytes <= r.l2_fit_bytes and b_shared > 1:  # the L2 feeds the class rate; the pair reads less
             compute *= MC_PAIR_COMPUTE_SHARE
         panel = load * panel_bytes / r.sm_bytes_per_s * self.split_factor(spec, g)
-        if spec.role == "gemm_strided_wgmma":
+        if role.l2_panel:
             panel = max(panel, tiles * panel_bytes / r.l2_bytes_per_s)
         # a multicast pair's cluster launch and barriers: ~1 us measured (H100, fp16, 512^3 and 1024^3: 8.1 -> 9.3
         # and 12.4 -> 13.3 us with the pairs)
         epilogue = r.cluster_launch_us * 1e-6 if g.cluster_m > 1 else 0.0
         latency = r.cluster_launch_us if g.splits > 1 else 0.0
-        if spec.role in ("gemm_strided_mma", "gemm_strided_wgmma", *SPLIT_PRODUCTS):  # fp32 tile through shared memory
+        if role.fp32_tile_epilogue:  # fp32 tile through shared memory
             tile_bytes = BM * BN * 4
             epilogue += load * (tile_bytes / r.smem_bytes_per_s +
                                (tile_bytes / r.dsmem_bytes_per_s if g.splits > 1 else 0.0))
@@ -462,7 +412,7 @@ class CostModel:
             # each consumer thread BN / (8 splits) quads over the groups, KG_SUM_LOADS loads in flight
             rounds = g.k_groups * math.ceil(BN / (8 * g.splits)) / KG_SUM_LOADS
             epilogue += (r.k_groups_fixup_us + rounds * r.k_groups_sum_round_us) * 1e-6
-        if spec.role == "gemm_fused_wgmma" and g.epilogue and not beta_zero:
+        if role.reads_c_old and g.applies_alpha_beta and not beta_zero:
             epilogue = c_bytes / r.fused_c_read_bytes_per_s
         if g.ctas:  # stream-K: the pieces' partial tiles published, waited for and added by the owners
             epilogue += self._streamk_fixup_us(spec, g) * 1e-6
@@ -504,13 +454,11 @@ class CostModel:
             per_sm = self.kernel_tflops(spec) * 1e12 / self.sm_count
             return 2.0 * BM * BN * spec.tile[2] * self._streamk_blocks(spec, g) / per_sm
         nb = math.prod(kernel_batch(g.batch))
-        tiles = self._tiles(spec, g)
+        tiles = self.grid_ctas(spec, g)
         eff = tiles / (math.ceil(tiles / self.cta_slots(spec, g.splits)) * self.sm_count)  # how evenly the CTAs spread
         # what the tiles compute, wasted or not (a half_tiles kernel's last narrow tile computes BN/2 columns)
         Mt, Nt = self.tile_rows(g, BM) * BM, spec.computed_cols(g.N, g.swiglu)
-        rate = self.kernel_tflops(spec)
-        if spec.role == "gemm" and "ptr:C" in spec.params and g.N % 2:
-            rate *= ODD_N_DIRECT_STORE
+        rate = self.kernel_tflops(spec) * gemm_handler(spec.role).rate_factor(spec, g)
         return 2.0 * Mt * Nt * g.K * nb / (rate * 1e12 * eff) * self.split_factor(spec, g)
 
     @staticmethod
@@ -518,7 +466,7 @@ class CostModel:
         """Rows of tiles the grid runs: whole multicast pairs (the last odd row's pair computes nothing)."""
         return -(-math.ceil(g.M / BM) // g.cluster_m) * g.cluster_m
 
-    def _tiles(self, spec: KernelSpec, g: Gemm) -> int:
+    def grid_ctas(self, spec: KernelSpec, g: Gemm) -> int:
         """The CTAs of a launch (stream-K aside): its tiles times its K pieces, over the kernel's batch."""
         BM, BN, _ = spec.tile
         return self.tile_rows(g, BM) * math.ceil(g.N / BN) * g.splits * g.k_groups * math.prod(kernel_batch(g.batch))
@@ -526,7 +474,7 @@ class CostModel:
     def cta_slots(self, spec: KernelSpec, cluster_size: int) -> int:
         """The wave of a launch in clusters of `cluster_size`: the SM count, less the SMs that such clusters
         of the Hopper strided kernels (one CTA an SM: their rings fill the shared memory) leave idle."""
-        if spec.role not in ONE_CTA_PER_SM:
+        if not gemm_handler(spec.role).one_cta_per_sm:
             return self.sm_count
         share = self.rates.cluster_sm_share.get(cluster_size, 1.0)
         return max(int(self.sm_count * share) // cluster_size * cluster_size, cluster_size)
@@ -537,40 +485,21 @@ class CostModel:
         memory system best; a stream-K step's fix-up counts: it is work, not waiting on memory)."""
         specs = [(self.manifest.kernels[s.kernel], s) for s in recipe.steps if isinstance(s, Gemm)]
         return sum(1e6 * self._compute_s(spec, s) + self._streamk_fixup_us(spec, s)
-                   for spec, s in specs if spec.role != "gemm_strided_stream")
+                   for spec, s in specs if gemm_handler(spec.role).in_compute_tie)
 
     def split_factor(self, spec: KernelSpec, g: Gemm) -> float:
-        """How much slower than its rate a split-K launch of the strided kernels runs: more, the shorter each
-        CTA's share of K (SPLIT_K_SHORT_K); 1 unsplit and for the other roles. The mma.sync kernels' splits measured
-        alike (H100, fp16, 512 x 512 x 1000: m64 splits=4 17.2 us against 6.4 estimated at their rate, m32
-        splits=2 12.0 against 7.4). A smem_split kernel's slice costs SMEM_SPLIT_FIXED_US more than its share of K at
-        its rate, uncapped: the K that its CTA computes in that time is the short K; unsplit, where the grid is one
-        wave (H100, B as K x N, m64n64: 256^3 12.3 us, 512^3 18.2; beyond a wave the model's rates hold: 12 x (1024^2
-        x 64) m128n128 50.1 against 55 with the cost)."""
+        """How much slower than its rate a split-K launch runs: its role's rule (GemmRole.split_factor: the
+        smem_split kernels'), else for the roles whose split launches slow with short K slices
+        (GemmRole.split_k_slowdown; the mma.sync kernels' splits measured alike, docs/dev/cost_model.md#split-k)
+        1 + SPLIT_K_SHORT_K / (K per CTA); 1 unsplit and for the other roles."""
+        role = gemm_handler(spec.role)
+        own = role.split_factor(self, spec, g)
+        if own is not None:
+            return own
         pieces = g.splits * g.k_groups
-        if smem_split(spec) and (pieces > 1 or self._tiles(spec, g) <= self.cta_slots(spec, 1)):
-            cta_flops_per_s = self.kernel_tflops(spec) * 1e12 / self.sm_count
-            short_k = SMEM_SPLIT_FIXED_US * 1e-6 * cta_flops_per_s / (2.0 * spec.tile[0] * spec.tile[1])
-            return 1.0 + short_k / (g.K / pieces)
-        if pieces == 1 or spec.role not in ("gemm_strided_wgmma", "gemm_strided_mma", *SPLIT_PRODUCTS):
+        if pieces == 1 or not role.split_k_slowdown:
             return 1.0
         return 1.0 + SPLIT_K_SHORT_K / (g.K / pieces)
-
-    def _stream_us(self, g: Gemm, BM: int, BN: int, isz: int, load: int, cta_share: float = 1.0) -> float:
-        """A streaming kernel reads B once per BM rows of C, at the DRAM rate, or at what its busiest SM
-        pulls where the grid leaves SMs idle: `load` CTAs, each at `cta_share` of the SM's rate, at most all
-        of it. Splitting K costs a cluster launch and a share of the stream (STREAM_SPLIT_COST), so it pays
-        only where it fills idle SMs."""
-        r = self.rates
-        row_tiles = math.ceil(g.M / BM)
-        nb = kernel_batch(g.batch)
-        nbytes = (row_tiles * g.K * g.N * _matrices(g.b, g.batch) + g.M * g.K * _matrices(g.a, g.batch) +
-                  g.M * g.N * nb[0] * nb[1]) * isz
-        memory = nbytes / r.stream_bytes_per_s * (1.0 + STREAM_SPLIT_COST[g.splits])
-        sm_rate = r.stream_sm_bytes_per_s * min(1.0, load * cta_share)
-        panel = load * (min(g.M, BM) + BN) * (g.K / g.splits) * isz / sm_rate
-        latency = r.cluster_launch_us if g.splits > 1 else 0.0
-        return max(memory, panel) * 1e6 + latency
 
     def group_sum_us(self, s: GroupSum, dtype: str, beta_zero: bool = True) -> float:
         """A deferred K-groups sum: every group's fp32 plane read (from L2) and C written (and read for beta)."""
@@ -578,14 +507,15 @@ class CostModel:
         nbytes = s.groups * s.M * s.N * 4 + s.M * s.N * ITEMSIZE[dtype] * (1 if beta_zero else 2)
         return r.k_sum_latency_us + nbytes / r.k_sum_bytes_per_s * 1e6
 
-    def copy_us(self, c: Copy, dtype: str, beta_zero: bool = True) -> float:
-        """A copy step: bytes over the rate its destination's access pattern reaches."""
+    def copy_us(self, c: Copy | Split, dtype: str, beta_zero: bool = True) -> float:
+        """A copy or split step: bytes over the rate its destination's access pattern reaches."""
         r = self.rates
         isz = ITEMSIZE[dtype]
         outer, inner = kernel_batch(c.batch)  # (the loop levels: estimate_us)
-        reads = split_format(c.split).reads if c.split else 1  # (a scaled split reads its source twice)
+        split = c.format if isinstance(c, Split) else None
+        reads = split.reads if split else 1  # (a scaled split reads its source twice)
         nbytes = (reads * c.src_rows * c.src_cols + c.dst.rows * c.dst.cols) * isz * outer * inner
-        if c.epilogue and not beta_zero:
+        if c.applies_alpha_beta and not beta_zero:
             nbytes += c.dst.rows * c.dst.cols * isz * outer * inner
         if c.dst.cs != 1 and c.dst.rows > 1:
             rate = r.copy_transpose_bytes_per_s if c.dst.align >= 16 and (c.dst.cols == 1 or c.dst.cs * isz % 16 == 0) \
@@ -594,7 +524,7 @@ class CostModel:
             rate = r.copy_unaligned_bytes_per_s
         else:
             rate = r.copy_bytes_per_s
-        latency = r.scaled_split_us if c.split and split_format(c.split).scaled else 0.0
+        latency = r.scaled_split_us if split and split.scaled else 0.0
         return nbytes / rate * 1e6 + latency
 
     @staticmethod

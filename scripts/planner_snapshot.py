@@ -36,11 +36,12 @@ from hgemm_rt.manifest import Manifest  # noqa: E402
 from hgemm_rt.problem import Problem, View, batch_align, ptr_alignment  # noqa: E402
 
 DEVICES = (((9, 0), 132), ((8, 9), 128), ((8, 0), 108))
-RENAMED = {"epilogue": "applies_alpha_beta"}  # old field name -> new
+RENAMED = {"epilogue": "applies_alpha_beta", "format": "split"}  # old field name -> new (a Split's format: its role)
 STEP_TYPES = {"Copy+split": "Split"}  # old step type (a Copy with `split` set) -> new
 NEUTRAL = {"splits": 1, "k_groups": 1, "ctas": 0, "sk_tiles": 0, "group": 0, "groups": 0, "k_deferred": False,
            "c_unmapped": False, "swizzle": False, "swizzle_stride": None, "work": None, "a_shift": None,
-           "b_shift": None, "shift": None, "split": "", "epi": None, "bias": None, "variant": (), "batch": ()}
+           "b_shift": None, "shift": None, "split": "", "epi": None, "bias": None, "variant": (), "batch": (),
+           "applies_alpha_beta": False, "scalars": "ab", "options": None}
 ESTIMATE_RTOL = 1e-9
 
 
@@ -209,11 +210,12 @@ class _FakeLaunch:
 def _stub_gpu() -> None:
     """Every hgemm_rt module's `prepare` and `KernelLaunch` replaced by the stubs (wherever the refactor put them)."""
     from hgemm_rt import launcher
+    prepare, kernel_launch = launcher.prepare, launcher.KernelLaunch
     for name, mod in list(sys.modules.items()):
-        if name.startswith("hgemm_rt") and mod is not None:
-            if getattr(mod, "prepare", None) is launcher.prepare:
+        if name.startswith("hgemm_rt") and name != "hgemm_rt.launcher" and mod is not None:
+            if getattr(mod, "prepare", None) is prepare:
                 mod.prepare = _fake_prepare
-            if getattr(mod, "KernelLaunch", None) is launcher.KernelLaunch:
+            if getattr(mod, "KernelLaunch", None) is kernel_launch:
                 mod.KernelLaunch = _FakeLaunch
 
 
@@ -240,6 +242,8 @@ def launches(recipe: Any, manifest: Manifest, cc: tuple, sm_count: int) -> list:
 # ------------------------------------------------------------------------------------------------------------------
 
 def _value(v: Any) -> Any:
+    if type(v).__name__ == "SplitFormat":  # (a Split step's format, compared as the role of its kernel)
+        return v.role
     if dataclasses.is_dataclass(v) and not isinstance(v, type):
         return repr(v)
     if isinstance(v, tuple):

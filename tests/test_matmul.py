@@ -23,6 +23,7 @@ from hgemm_rt import DeviceArray, costmodel, planner, problem, tuning
 from hgemm_rt.api import repeat_key
 from hgemm_rt.dtypes import ITEMSIZE, STORAGE, storage_to_f64
 from hgemm_rt.errors import UnknownKernelError, ValidationError
+from hgemm_rt.roles import SPLIT_FORMATS, split_format
 from hgemm_rt.testing import GuardedArray, download, each_route, error_floor
 from kernel_cases import load_manifest_or_none
 from interop import OnlyDlpack
@@ -159,7 +160,7 @@ def _check_plan_contract(plan, prob, manifest):
     temps = {t.name: t for t in plan.temps}
     for step in plan.steps:
         if isinstance(step, problem.Copy) and step.split:  # a head and a residual plane per k-block, 128-byte rows
-            fmt = problem.split_format(step.split)
+            fmt = split_format(step.split)
             assert step.dst.cols == planner.SPLIT_ROW and step.dst.rows == 2 * -(-step.src_cols // fmt.block) * step.src_rows
             assert (step.shift is not None) == fmt.scaled and (not fmt.scaled or step.shift.cols == step.src_rows)
             continue
@@ -198,13 +199,13 @@ def _check_plan_contract(plan, prob, manifest):
                 assert v.cs == 1 and v.align >= 16 and v.rs * ITEMSIZE[prob.dtype] % 16 == 0 and v.rs >= cols
                 assert rows == dims[0] and cols >= dims[1]  # a packed operand may carry zero columns
             assert step.splits in planner.SPLITS
-        elif step.role in problem.SPLIT_FORMATS:  # A's and B^T's planes (and exponents), as their split steps wrote them
+        elif step.role in SPLIT_FORMATS:  # A's and B^T's planes (and exponents), as their split steps wrote them
             made = {s.dst.base: s for s in plan.steps if isinstance(s, problem.Copy) and s.split}
             sa, sb = made[step.a.base], made[step.b.base]
             assert (sa.src_rows, sb.src_rows) == (step.M, step.N) and sa.src_cols == sb.src_cols == step.K
-            assert sa.split == sb.split == problem.SPLIT_FORMATS[step.role].role
+            assert sa.split == sb.split == SPLIT_FORMATS[step.role].role
             assert (step.a_shift, step.b_shift) == (sa.shift, sb.shift)
-            assert step.splits in planner.SPLITS and (not prob.batched or problem.SPLIT_FORMATS[step.role].batched)
+            assert step.splits in planner.SPLITS and (not prob.batched or SPLIT_FORMATS[step.role].batched)
     last = plan.steps[-1]
     assert (last.dst.base if isinstance(last, problem.Copy) else last.c.base) == "C"
 

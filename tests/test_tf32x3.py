@@ -13,6 +13,7 @@ import pytest
 
 import hgemm_rt as hg
 from hgemm_rt import costmodel, executor, planner, problem
+from hgemm_rt.roles import SPLIT_FORMATS
 from hgemm_rt.testing import GuardedArray, each_route, rel_error
 from kernel_cases import load_manifest_or_none
 
@@ -37,9 +38,9 @@ def _tf32_rn(x: np.ndarray) -> np.ndarray:
 
 
 # The kinds of fp32-accurate tensor-core GEMM: the split products by role, and the kernels that split in shared memory
-KINDS = {**{role: (lambda spec, role=role: spec.role == role) for role in problem.SPLIT_FORMATS},
+KINDS = {**{role: (lambda spec, role=role: spec.role == role) for role in SPLIT_FORMATS},
          "smem_split": costmodel.smem_split}
-BATCHED_KINDS = [k for k in KINDS if k not in problem.SPLIT_FORMATS or problem.SPLIT_FORMATS[k].batched]
+BATCHED_KINDS = [k for k in KINDS if k not in SPLIT_FORMATS or SPLIT_FORMATS[k].batched]
 
 
 def _x3(recipe):
