@@ -18,6 +18,8 @@ from .problem import Copy, Gemm, GroupSum, Recipe, Split, kernel_batch
 from .roles import HANDLERS, SPLIT_FORMATS, GemmRole, gemm_handler
 from .roles.base import OCC
 from .roles.gemm import HOPPER_TILE_COLS, ODD_N_DIRECT_STORE, narrow_hopper
+from .roles.gemm_f16x3 import GemmF16x3
+from .roles.gemm_tf32x3 import GemmTf32x3
 from .roles.gemm_fused_wgmma import streamk_splits
 from .roles.gemm_strided_stream import STREAM_CTA_SHARE, STREAM_SPLIT_COST
 from .roles.gemm_strided_wgmma import SMEM_SPLIT_FIXED_US, SMEM_SPLIT_SUM_US, TF32_SHARE, smem_split
@@ -191,8 +193,8 @@ HOPPER = ArchRates(
     # the GEMM step alone, H100, 2048-8192^3 (three TF32 products; 2048^3 fills 176 of 264 slots at 128 x 192);
     # 128 x 64 not measured (the 128 x 128 rate scaled by its tile reuse, as REUSE_FULL does elsewhere).
     # 3xFP16, the GEMM step alone, H100, 2048-8192^3: 128 x 64 110-121 TFLOPS, 128 x 128 148-164, 128 x 192 174-183
-    split_tflops={"gemm_tf32x3": {(128, 64): 60.0, (128, 128): 79.0, (128, 192): 90.0},
-                  "gemm_f16x3": {(128, 64): 112.0, (128, 128): 156.0, (128, 192): 180.0}},
+    split_tflops={GemmTf32x3.name: {(128, 64): 60.0, (128, 128): 79.0, (128, 192): 90.0},
+                  GemmF16x3.name: {(128, 64): 112.0, (128, 128): 156.0, (128, 192): 180.0}},
     # H100, each kernel unsplit at 4096^3 (2048^3: 6-8% less): tn m128n128 100.4 TFLOPS, m128n64 72.5, m64n64 58.5; nn
     # m128n128 80.2, m64n64 47.0 (0.80 of tn; at 768-1024^3 nn without a copy ran 10-20% faster than a copy and tn)
     smem_split_tflops={(64, 64): 58.0, (128, 64): 72.0, (128, 128): 100.0},
