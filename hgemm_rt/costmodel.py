@@ -82,26 +82,17 @@ class ArchRates:
 
 LADDER_FLOOR = 0.25  # the first rung of a ladder runs at about this fraction of its last (naive kernels)
 REUSE_FULL = 42.0  # BM*BN/(BM+BN) of a 128 x 64 tile: smaller tiles re-read operands from L2 more
-# gemm_fused_wgmma with C stored through its pointer (Gemm.c_unmapped): the threads write the staged passes (H100,
-# fp16, 4096 x 4097 x 4096 stream-K 211-219 us against 195.7 with a 4104-wide C through its map)
+# gemm_fused_wgmma with C stored through its pointer: the threads write the staged passes
+# (docs/dev/cost_model.md#c-unmapped)
 C_UNMAPPED_SHARE = 0.9
-# The share of the DRAM rate at which a kernel's epilogue writes C, where writing C is what takes the time
-# (small K): a TMA store streams whole lines; the util kernels store 8-byte runs from a staged tile; the
-# catalogue's direct epilogues store 4-byte pairs from registers (H100, 8192 x 8192 x 16 fp16: 55.9 us
-# through a TMA store, 139.9 us through direct stores)
+# The share of the DRAM rate at which an epilogue writes C where that takes the time (small K): a TMA store streams
+# whole lines, the util kernels 8-byte runs from a staged tile, direct epilogues 4-byte pairs (docs/dev/cost_model.md#c-store)
 C_STORE_SHARE = {"tma": 1.0, "staged": 0.8, "direct": 0.4}
 
 
-# The fused kernel's `queue` variant: its tiles claimed from a counter (the dynamic order; TileQueue in
-# cu/common/sm90_gemm.cuh). It pays on batched launches of at least DYNAMIC_MIN_TILES tiles of at most
-# DYNAMIC_MAX_K, whose time is the output's writes: there the static order lets CTAs drift apart, reading operands
-# the output stream has pushed out of L2 (H100, fp16, do_bench: 256 x (2048 x 2048 x 128) 1016 us as one launch, 965
-# as 4 launches of 64), and the queue ran 1016 -> 878 us (torch 892), 64 x (...) 243 -> 228 (torch 229), 256 x (512 x
-# 512 x 64) 68.2 -> 67.9; unbatched, 32768 x 8192 x 128 225 -> 213, the catalogue kernel's time, which plain GEMMs
-# run on (only batched launches are priced as gaining). Elsewhere it lost 1-3% (64 x (512 x 512 x 64) 19.5 -> 21.2,
-# 32 x 1024^3 118 -> 121, 16384 x 4096 x 4096 863 -> 871), each claim's round trip waiting on the one before it,
-# and so did many tiles whose output L2 holds (at least DYNAMIC_MIN_OUT_BYTES of C: 1024 x (128 x 128 x 64), 32 MiB,
-# 29.5 -> 31.6 us). Priced as QUEUE_SCALE of the static launch.
+# The fused kernels' tile queue pays on batched launches of at least DYNAMIC_MIN_TILES tiles of at most DYNAMIC_MAX_K
+# with at least DYNAMIC_MIN_OUT_BYTES of C (the static order lets CTAs drift apart; each claim waits on the one
+# before it): priced as QUEUE_SCALE of the static launch (docs/dev/cost_model.md#tile-queue)
 DYNAMIC_MIN_TILES = 1024
 DYNAMIC_MAX_K = 128
 DYNAMIC_MIN_OUT_BYTES = 128 << 20
@@ -114,11 +105,8 @@ def dynamic_order_pays(tiles: int, K: int, batched: bool, out_bytes: int) -> boo
     return batched and tiles >= DYNAMIC_MIN_TILES and K <= DYNAMIC_MAX_K and out_bytes >= DYNAMIC_MIN_OUT_BYTES
 
 
-# The m128n64 util kernels' `occ` variant: two CTAs an SM, each with half the ring (cu/util_sm90.cu). H100, fp16,
-# do_bench, one CTA an SM -> two: batched, P.V 64 x (512 x 64 x 512) 25.9 -> 23.9 us (torch 23.6), B as N x K
-# 25.9 -> 24.2, 128 x (...) 42.1 -> 41.2, 64 x (1024 x 64 x 1024) 65.6 -> 64.8, 256 x (...) and 32 x (512 x 64 x
-# 256) alike; unbatched it lost: 1024^3 11.1 -> 12.5, 256 x 4096 x 4096 23.7 -> 30.4, 512^3 8.0 -> 8.6. Priced as
-# OCC2_SCALE of the one-CTA launch.
+# Two CTAs an SM (the m128n64 kernels' `occ` variant, each with half the ring) pay batched with a short K: priced as
+# OCC2_SCALE of the one-CTA launch (docs/dev/cost_model.md#two-ctas-an-sm)
 OCC2_MAX_K = 1024
 OCC2_SCALE = {True: 0.95, False: 1.10}  # (where it pays, elsewhere)
 
@@ -128,39 +116,18 @@ def two_ctas_pay(K: int, batched: bool) -> bool:
     return batched and K <= OCC2_MAX_K
 
 
-# Split-K launches of the Hopper strided kernels (a cluster of CTAs along K, partial tiles summed through
-# DSMEM) ran 1.15-2.3x their estimate at the unsplit rates on the H100, the more the shorter each CTA's K
-# (fp16, 256 x 6144 x 4096: splits=4 (K 1024 per CTA) 70.7 us against 30.5 estimated, splits=1 37.0 against
-# 34.5; 256 x 4096 x 4096 splits=2 (K 2048): 1.5-1.8x; 256 x 4096 x 14336 splits=2 (K 7168): 1.15-1.4x; at K
-# 8192-16384 per CTA (256 x 256 x 65536 splits=8) ~1.0x): the arithmetic and panel terms of a split launch
-# are scaled by 1 + SPLIT_K_SHORT_K / (K per CTA), uncapped: below 1300 of K per CTA the launches ran on past
-# 2x, as the law says (H100, fp16, B as nn.Linear holds it, measured / estimated with the factor capped at 2 ->
-# uncapped: 128 x 1024 x 4096 m128n128 splits=8 16.9 us / 11.8 -> 17.9, m128n64 splits=4 14.6 / 13.1 -> 14.4;
-# 512^3 m64n64 splits=4 17.2 / 6.3 -> 19.0; 1024^3 m128n64 splits=4 35.7 / 18.4 -> 43.4), and the picks of the
-# N = 512-1024, K = 4096 rows (a GQA model's k and v projections) moved to the faster launch: 64 x 1024 x 4096
-# 14.3-14.7 -> 12.5-12.9 us, 128 x 512 x 4096 13.4-13.7 -> 12.0-12.1, 128 x 1024 x 4096 16.6-17.3 -> 14.2-14.5,
-# 256 x 512 x 4096 16.3-16.7 -> 14.3-14.7 (torch.matmul 12.0-13.3).
+# A split-K launch of the strided kernels runs slower the shorter each CTA's K: its arithmetic and panel terms are
+# scaled by 1 + SPLIT_K_SHORT_K / (K per CTA), uncapped (docs/dev/cost_model.md#split-k)
 SPLIT_K_SHORT_K = 1300.0
-# util_sm90's multicast pair pays with B in L2 where this many rows of tiles re-read a B of at least these bytes
-# (H100, fp16, m128n128 unicast -> paired: 512 x 4096 x 3584, B 29 MB, 32.4 -> 28.4 us; 512 x 3072 x 3072, 19 MB,
-# 25.9 -> 23.6)
+# A multicast pair pays with B in L2 where this many rows of tiles re-read a B of at least these bytes ...
 MC_REREAD_ROWS, MC_REREAD_B_BYTES = (4, 8), 16 << 20
-# ... and there it runs its arithmetic in this share of the unicast launch's time: the m128n128 rate (560 TFLOPS) is
-# the L2's limit on one CTA an SM, not the tensor cores' (H100, fp16, unicast -> paired, us: 512 x 3072 x 3072
-# 25.9 -> 23.6, 512 x 3584 x 3584 30.8 -> 27.6, 512 x 3584 x 4096 33.7 -> 30.1, 512 x 4096 x 3584 32.4 -> 28.4, 512 x
-# 11008 x 4096 119.8 -> 100.8, 512 x 3072 x 8192 54.5 -> 49.1: 0.84-0.91 of the time). Not where B overflows the L2
-# (256 x 8192 x 28672: paired 207.9 against stream-K's 192.4): there DRAM, not the L2, feeds the pair.
+# ... running its arithmetic in this share of the unicast launch's time (there the L2, not the tensor cores,
+# limits one CTA an SM; docs/dev/cost_model.md#multicast)
 MC_PAIR_COMPUTE_SHARE = 0.88
 SPLIT_PRODUCTS = tuple(SPLIT_FORMATS)  # fp32 at fp32 accuracy: three tensor-core products of split operands
 ONE_CTA_PER_SM = tuple(n for n, h in HANDLERS.items() if isinstance(h, GemmRole) and h.one_cta_per_sm)
-# A TMA map reads rows at full speed where their byte stride is a multiple of 32 (tma.TMA_FAST_ROW_BYTES). At an odd
-# multiple of 16 bytes (fp16 K = 1000 or 3000) every box row straddles one sector more, and the TMA-fed kernels ran
-# 1.4-1.7x slower with 256-byte L2 promotion (H100, fp16, L2 flushed: 1024 x 1024 x 1000 m128n64 16.8-17.0 us
-# against 10.5 at K = 1024 and 1088 (12.0 at 1040: rows on 32 bytes but not on 128 cost little); 8192 x 8192 x 1000
-# persistent 335.8 us, torch.matmul 226.9; 1024 x 1024 x 3000 37.8, torch 20.7), ~1.4x with the 128-byte promotion
-# their maps now take (8192 x 8192 x 1000 287.7 against 203.9 at K = 1024; 1024 x 1024 x 1000 14.9 against 11.1).
-# The planner also offers such operands packed into 128-byte rows (the `pack` route option), which the copies' cost
-# then decides.
+# TMA-fed kernels read rows whose byte stride is off a multiple of 32 (tma.TMA_FAST_ROW_BYTES) this much slower;
+# the planner also offers such operands packed (the `pack` route option) (docs/dev/cost_model.md#tma-slow-rows)
 TMA_SLOW_ROW_FACTOR = 1.4
 
 
@@ -176,8 +143,7 @@ def c_store_kind(spec: KernelSpec) -> str:
         return "tma"
     return gemm_handler(spec.role).c_store
 
-# H100/H200 (measured): Hopper persistent ~775 TFLOPS at 4096^3, gemm_strided_mma ~217, SGEMM 8x8 ~40,
-# SIMT fp32 ~20; util_copy2d 2.5 / 1.5 / 0.75 TB/s (row-major / transposing / unaligned destination).
+# H100/H200, measured: each field's measurement in docs/dev/cost_model.md#hopper-rates
 HOPPER = ArchRates(
     name="sm_90 (H100/H200, measured)",
     ladder_tflops={"hopper": 640.0, "cute": 430.0, "mma": 250.0, "wmma": 180.0, "cuda": 20.0, "sgemm": 40.0},
@@ -185,85 +151,38 @@ HOPPER = ArchRates(
     strided_mma_tflops={16: 70.0, 32: 120.0, 64: 170.0, 128: 210.0},
     strided_wgmma_tflops={(64, 256): 520.0, (128, 256): 660.0, (64, 128): 400.0, (128, 128): 560.0,
                           (64, 64): 300.0, (128, 64): 450.0},
-    # the catalogue's persistent TMA-store kernel plus the epilogue's loads and math: a little below it, so
-    # that a plain product keeps the catalogue kernel and an epilogue saves its copy-out pass
-    fused_wgmma_tflops=740.0,
-    # beta = 1 at 4096 x 8192 x 2048 fp16 (64 MB of C_old, TMA-loaded per pass): 214.5 us against 189.6 plain (H100)
+    fused_wgmma_tflops=740.0,  # below the catalogue kernel's: a plain product keeps it, an epilogue saves a copy
     fused_c_read_bytes_per_s=2.6e12,
-    # the GEMM step alone, H100, 2048-8192^3 (three TF32 products; 2048^3 fills 176 of 264 slots at 128 x 192);
-    # 128 x 64 not measured (the 128 x 128 rate scaled by its tile reuse, as REUSE_FULL does elsewhere).
-    # 3xFP16, the GEMM step alone, H100, 2048-8192^3: 128 x 64 110-121 TFLOPS, 128 x 128 148-164, 128 x 192 174-183
     split_tflops={GemmTf32x3.name: {(128, 64): 60.0, (128, 128): 79.0, (128, 192): 90.0},
                   GemmF16x3.name: {(128, 64): 112.0, (128, 128): 156.0, (128, 192): 180.0}},
-    # H100, each kernel unsplit at 4096^3 (2048^3: 6-8% less): tn m128n128 100.4 TFLOPS, m128n64 72.5, m64n64 58.5; nn
-    # m128n128 80.2, m64n64 47.0 (0.80 of tn; at 768-1024^3 nn without a copy ran 10-20% faster than a copy and tn)
     smem_split_tflops={(64, 64): 58.0, (128, 64): 72.0, (128, 128): 100.0},
     smem_split_nn_share=0.85,
     simt_tflops={"f16": 15.0, "bf16": 15.0, "f32": 20.0},
-    dram_bytes_per_s=2.6e12,  # achievable on H100 SXM / H200 (3.35 / 4.8 TB/s peak)
+    dram_bytes_per_s=2.6e12,
     stream_bytes_per_s=2.9e12,
     stream_sm_bytes_per_s=45e9,
     copy_bytes_per_s=2.5e12,
     copy_transpose_bytes_per_s=1.5e12,
-    # a 4097 x 4096 fp16 temporary into a 4096 x 4097 row-major C as its transpose: 251 us
     copy_transpose_unaligned_bytes_per_s=0.27e12,
     copy_unaligned_bytes_per_s=0.75e12,
-    # 4096 x 4097 x 4096 fp16 as C^T = B^T A^T on util_gemm_wgmma_f16_m128_tn: 467 us, 255 into the row-major C
     strided_c_column_bytes_per_s=0.16e12,
-    sm_bytes_per_s=120e9,  # ~64 B/clk from L2 per SM
-    # H100, fp16, unsplit util_sm90 launches of 128 CTAs: 6.4-7.9 TB/s of operand panels (256 x 8192 x 8192 at
-    # 128 x 128 tiles: 537 MB in 78.0 us, 403 MB in 66.5 with B multicast; 256 x 4096 x 4096 at 128 x 64: 201 MB in
-    # 25.5 us, at 64 x 128: 31.6)
+    sm_bytes_per_s=120e9,
     l2_bytes_per_s=8.0e12,
-    l2_fit_bytes=64 << 20,  # H100 50 MB, H200 60 MB of L2
+    l2_fit_bytes=64 << 20,
     smem_bytes_per_s=200e9,
     dsmem_bytes_per_s=60e9,
-    # persistent grid with grouped tile order; B multicast across a 2-CTA cluster (no gain on the H200:
-    # 28.6 vs 29.6 us at 2048^3, 180.8 vs 182.1 at 4096^3); TMA-store epilogue overlapped with the next
-    # tile (180 vs 198 us at 4096^3); tiles narrower than 256 columns (128 x 192: more operand traffic per flop) ~3%
-    # slower per flop (2048 x 6144 x 4096, equal wave fill: 152.6 vs 147.7 us; 8192^3 1655 vs 1646 with 99.3% vs 97%
-    # of the last wave filled)
     hopper_bonus={"persistent": 40.0, "cluster": -3.0, "tma_store": 80.0, "narrow": -23.0},
-    # latencies, the floor of a tiny problem's time: warm per-launch GPU times at 64^3 (H100, CUDA-graph
-    # replay) of a split launch are 1.0-1.4 us above the same kernel unsplit, and the strided-role
-    # tiles add ~1.2-3 us per 128 x 128 (pipeline fill, fp32 epilogue through shared memory)
     cluster_launch_us=1.2,
     strided_tile_latency_us=1.5,
-    # H100, fp32 at fp32 accuracy, 512^3: the 3xFP16 route (two scaled splits, then the product at splits=8) 32.7 us
-    # against 16.8 estimated without this; a split step alone 7.6 us at 256^3 against 2.8
     scaled_split_us=4.0,
-    # cuOccupancyMaxActiveClusters of the util_sm90 kernels on an H100 SXM (132 SMs): 66 clusters of 2, 30 of 4,
-    # 15 of 8, so 120 CTAs at once in clusters of 4 or 8: a 128-CTA split-8 grid runs in two waves (256 x 256 x
-    # 65536 fp16, m64n64 splits=8: 76.6 us against 37.1 estimated; m128n64 splits=8, 64 CTAs: 47.9 against 48.8)
     cluster_sm_share={4: 120 / 132, 8: 120 / 132},
-    # H100 (scripts/streamk_probe.py, fp16, B as nn.Linear holds it): measured minus the k-block estimate,
-    # 256 x {4096, 6144} x 4096 +12.4 / +11.6 us, 256 x 8192 x 8192 +10.8, 256 x 4096 x 14336 +12.4 (2-4 pieces
-    # a tile), 1024 x {6144, 14336} x 4096 +3.3 / +9.3 (after a wave of whole tiles): whatever the pieces' length;
-    # tiles of 4 pieces (no whole tiles, 4 CTAs a tile) more: 1024 x 1024 x 4096 +14, 2048 x 512 x 3584 +15, 512 x
-    # 2048 x 3584 +14.6, 256 x 4096 x 14336 +15.4 (measured 28.4, 28.1, 27.6, 66.7 us), where the plain 128 x 64
-    # tiles, one a CTA, ran 22.9, 22.0, 23.1 at the first three
     streamk_fixup_us=11.0,
     streamk_fixup_piece_us=1.5,
-    # more than 4 pieces a tile (shared fix-up), fp16: measured minus the DRAM term, 256 x 256 x 65536
-    # and 128 x 128 x 131072 cut 66 / 132 ways +25.1 / +24.4 us, 64 x 64 x 65536 (132 ways) +22.2, 512 x 1024 x
-    # 16384 (8 ways) +27.7
     streamk_shared_fixup_us=25.0,
-    # K groups, H100, fp16, 128 x 128 x 131072 (64 MB of operands): ncu 39.1 us and 1.77 TB/s from DRAM at 112 CTAs
-    # (m128n64, splits 8, 7 groups), 41.0-42.3 at 96-128 CTAs (m64n64), against cuBLAS's split-K kernel's 29.2 us at
-    # 2.4 TB/s; with L2 flushed (do_bench) 44.9-45.5 us, and 256 x 256 x 65536 (m128n64, 16 groups) 48.6; 2 us
-    # priced 128 x 1024 x {4096, 8192} m128n64 splits=2 k_groups=4 2.2-2.6 us under its time (16.9, 20.1-20.6 us)
-    # and over splits=4 (14.4, 18.3-18.9), and the K-group launches of 256-1024 x 1024 x 4096 +1.2 us on average
     k_groups_fixup_us=3.5,
     k_groups_dram_bytes_per_s=1.5e12,
-    k_groups_cta_bytes_per_s=14e9,  # (96 CTAs of m64n64, 8 x 3 a tile: 45.7-45.9 us)
-    # kernel time (profiler), H100, fp16: 64 x 64 x 65536 (m64n64) in 66 groups of clusters of 2 +15.5 us and 128
-    # unclustered groups +52.5 against 15 groups of clusters of 8; 128 x 128 x 131072 m64n64 32 groups against 16
-    # groups of 2 +9.6, m128n64 28 groups of 2 and 56 of 1 against 7 of 8 +6.0 / +24.0 (issuing 4 quads' loads at
-    # a time ran 2-4x slower still)
+    k_groups_cta_bytes_per_s=14e9,
     k_groups_sum_round_us=0.2,
-    # deferred K groups, H100, fp16, L2 flushed: 128 x 128 x 131072 m128n64 x 64 groups 40.7 us (kernels 35.8), 256 x
-    # 256 x 65536 m128n64 x 16 41.3 (36.4), 512 x 512 x 32768 m128n128 x 8 47.4 (42.8), 64 x 64 x 65536 m64n64 x 64
-    # 18.4 (13.5; 64 CTAs), x 128 18.7 (13.9): the operands stream at ~2 TB/s, ~26 GB/s a CTA where few
     k_sum_publish_us=1.0,
     k_sum_dram_bytes_per_s=2.0e12,
     k_sum_cta_bytes_per_s=26e9,
@@ -378,14 +297,8 @@ class CostModel:
                 min(r.k_groups_dram_bytes_per_s, wave * r.k_groups_cta_bytes_per_s)
         memory = (g.M * g.K * distinct_matrices(g.a, g.batch) + g.K * g.N * distinct_matrices(g.b, g.batch) +
                   g.M * g.N * distinct_matrices(g.c, g.batch) / C_STORE_SHARE[c_store_kind(spec)]) * isz / dram
-        # the operand panels each CTA streams, by the busiest SM and by all. A multicast pair shares its B tile: it
-        # gains where B does not fit in L2 (H100, fp16: 256 x 8192 x 8192, B 128 MB, 78.0 -> 66.5 us), and where 4 or
-        # more rows of tiles re-read a B of 16 MiB or more from L2 (m128n128, 512 x 4096 x 4096 34.6 -> 30.4,
-        # 1024 x 4097 x 4096 74.1 -> 65.4, 512 x 11008 x 4096 119.8 -> 100.8), but not with 2 rows of tiles (256 x
-        # 4097 x 4096 29.2 -> 30.9) nor a B of 8 MB (1024 x 1024 x 4096 26.2 -> 29.0). With 16 rows it gains too (2048
-        # x 4097 x 4096 144.8 -> 126.3), but stream-K's 119.4 there is priced above it (the model's stream-K is high):
-        # measured 4-8 rows only. Elsewhere it is priced as unshared, and the pair's cost below keeps it behind the
-        # unicast launch
+        # a multicast pair shares its B tile: where B does not fit in L2, or where MC_REREAD_ROWS rows of tiles re-read
+        # a B of MC_REREAD_B_BYTES from L2 (docs/dev/cost_model.md#multicast); elsewhere priced as unshared
         b_bytes = g.N * g.K * isz
         rereads = MC_REREAD_ROWS[0] <= math.ceil(g.M / BM) <= MC_REREAD_ROWS[1] and b_bytes >= MC_REREAD_B_BYTES
         b_shared = g.cluster_m if b_bytes > r.l2_fit_bytes or rereads else 1
@@ -395,8 +308,7 @@ class CostModel:
         panel = load * panel_bytes / r.sm_bytes_per_s * self.split_factor(spec, g)
         if role.l2_panel:
             panel = max(panel, tiles * panel_bytes / r.l2_bytes_per_s)
-        # a multicast pair's cluster launch and barriers: ~1 us measured (H100, fp16, 512^3 and 1024^3: 8.1 -> 9.3
-        # and 12.4 -> 13.3 us with the pairs)
+        # a multicast pair's cluster launch and barriers (docs/dev/cost_model.md#multicast)
         epilogue = r.cluster_launch_us * 1e-6 if g.cluster_m > 1 else 0.0
         latency = r.cluster_launch_us if g.splits > 1 else 0.0
         if role.fp32_tile_epilogue:  # fp32 tile through shared memory
@@ -492,7 +404,7 @@ class CostModel:
     def split_factor(self, spec: KernelSpec, g: Gemm) -> float:
         """How much slower than its rate a split-K launch runs: its role's rule (GemmRole.split_factor: the
         smem_split kernels'), else for the roles whose split launches slow with short K slices
-        (GemmRole.split_k_slowdown; the mma.sync kernels' splits measured alike, docs/dev/cost_model.md#split-k)
+        (GemmRole.split_k_slowdown; docs/dev/cost_model.md#split-k)
         1 + SPLIT_K_SHORT_K / (K per CTA); 1 unsplit and for the other roles."""
         role = gemm_handler(spec.role)
         own = role.split_factor(self, spec, g)

@@ -199,9 +199,7 @@ def candidate_routes(prob: Problem, manifest: Manifest, cc: tuple[int, int], ker
 
 def _narrow_with_copies(recipe: Recipe, manifest: Manifest) -> bool:
     """A recipe that pairs the catalogue's 128 x 192 kernels with copies of the operands: not offered unless the
-    caller names the kernel. Measured in
-    place only (H100, fp16): 4097^3 with both operands packed ran 538.7 us on them, estimated below the util kernels'
-    packed route, which ran 320."""
+    caller names the kernel (measured in place only; docs/dev/planner.md#narrow-with-copies)."""
     gemms = [manifest.kernels[s.kernel] for s in recipe.steps if isinstance(s, Gemm)]
     return len(recipe.steps) > len(gemms) and any(narrow_hopper(s) for s in gemms)
 
@@ -232,15 +230,11 @@ def ranked_recipes(prob: Problem, manifest: Manifest, cc: tuple[int, int], sm_co
     """Every runnable recipe with its estimated microseconds, cheapest first; equal estimates (the same
     memory-bound time) in the order of their arithmetic time (CostModel.compute_us).
 
-    A problem with a side of at most DECODE_ROWS (decoding) only streams B: where kernels with tiles
-    that short can run it, taller tiles are not candidates (they waste most of each tile; measured on
-    an H100 at M = 1..16 they ran 1.1-1.6x slower than the best short-tile kernel, which the model's
-    rates alone do not see). Likewise with a side of at most SHORT_SIDE, recipes whose tiles leave half
-    their area or more empty rank after the rest where others fill their tiles over twice as well (H100,
-    fp16, 16384 x 64 / 128 x 4096: the 128 x 256-tile kernels ran 96.5 / 85.9 us, 128 x 64 / 128 x 128
-    tiles 60.5 / 62.7, at equal estimates), unless estimated over WASTE_MARGIN below the best of those (128 x
-    128 x 131072: stream-K's 128 x 256 tiles, estimated 20% below 64 x 64-tile split-K, ran 50.2 against 60.8
-    us); they stay listed (autotune and the sanitizer's schedule)."""
+    A problem with a side of at most DECODE_ROWS (decoding) only streams B: where kernels with tiles that short can
+    run it, taller tiles are not candidates (they waste most of each tile, which the model's rates do not see).
+    With a side of at most SHORT_SIDE, recipes whose tiles leave half their area or more empty rank after the rest
+    where others fill their tiles over twice as well, unless estimated over WASTE_MARGIN below the best of those;
+    they stay listed (autotune and the sanitizer's schedule). Measured: docs/dev/planner.md#ranking."""
     model = CostModel.for_device(cc, sm_count, manifest)
     out = []
     for route in candidate_routes(prob, manifest, cc, kernel, sm_count):
@@ -256,11 +250,9 @@ def ranked_recipes(prob: Problem, manifest: Manifest, cc: tuple[int, int], sm_co
         filled = min(e for e, r in out if fill[id(r)] > best / 2)
         wasteful = {id(r) for e, r in out if fill[id(r)] <= best / 2 and e >= filled * (1 - WASTE_MARGIN)}
     out.sort(key=lambda x: (id(x[1]) in wasteful, x[0], model.compute_us(x[1]), x[1].route.transpose, str(x[1].route)))
-    # Estimates within NEAR_TIE of the best are the same memory-bound time to the model's precision: of those
-    # with the best's split count, an untransposed one goes first (H100, fp16, 64 x 14336 x 4096: 53.9-55.3 us as
-    # it is, 60.1-62.8 as C^T = B^T A^T, where the weight is A, not the streamed B), then the one with the least
-    # arithmetic time (H100, fp16, 256 x (2048 x 128 x 2048): 64 x 64 tiles, estimated 0.03% under 128 x 128 ones,
-    # ran 1109.5 us; 128 x 128 tiles ran 1.01x cuBLAS at batch 64).
+    # Estimates within NEAR_TIE of the best are the same memory-bound time to the model's precision: of those with the
+    # best's split count, an untransposed one goes first, then the one with the least arithmetic time
+    # (docs/dev/planner.md#ranking)
     head = [x for x in out if id(x[1]) in wasteful] if out and id(out[0][1]) in wasteful else \
         [x for x in out if id(x[1]) not in wasteful]
     if head:

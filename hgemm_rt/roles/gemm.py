@@ -13,7 +13,7 @@ from .glue import PACK, Glue, Repack, acc_variant, dense, fits, rounds_before_ac
 HOPPER_TILE_COLS = 256  # the Hopper catalogue's tile width (its 128 x 192 kernels are "narrow": hopper_bonus)
 ODD_N_DIRECT_STORE = 0.85  # direct-store epilogues fall back to element stores when N is odd (4095^3)
 # The TMA-store kernels' `stages` at 3 stage the whole output tile for the store: where a tile is a single k-block
-# (the ring's depth buys nothing) or the launch is long (docs/dev/cost_model.md#whole-tile-staging)
+# (the ring's depth buys nothing) or the launch is long (docs/dev/planner.md#whole-tile-staging)
 STAGES, WHOLE_TILE_STAGES = "stages", 3
 LONG_LAUNCH_MACS = 2**39
 

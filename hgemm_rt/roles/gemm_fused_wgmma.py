@@ -20,7 +20,7 @@ from .tma_gemm import K_GROUPS, QUEUE, TmaGemmRole
 SK_FLAG_BYTES = 2048 * 4
 SK_PART_BYTES = 128 * 256 * 4
 SK_MAX_CTAS = 512  # the flags' slots, two per CTA
-# only behind at most this many waves of whole tiles (docs/dev/cost_model.md#stream-k-waves) ...
+# only behind at most this many waves of whole tiles (docs/dev/planner.md#stream-k-waves) ...
 SK_MAX_WAVES = 4
 SK_MAX_SPLITS = SK_MAX_CTAS  # ... and with at most this many pieces a tile: one per CTA
 SK_MAX_BLOCKS = 2**31 - 1  # the kernel cuts K at j x k-blocks / pieces in 32 bits
@@ -109,8 +109,8 @@ class FusedWgmma(TmaGemmRole):
         return [Route(spec.name, t, order) for t in (False, True) for order in orders]
 
     def c_unmapped(self, p: Problem, spec: KernelSpec, opts: dict, isz: int) -> bool | None:
-        # C through a TMA store, which writes whole 16-byte runs: C's width must end on one (H100: a 97 x 141 fp16
-        # C with rows of 144 got its 3 padding columns zeroed). Any other C with contiguous rows goes through ptr:C.
+        # C through a TMA store, which writes whole 16-byte runs: C's width must end on one (else the store zeroes
+        # the padding columns after it). Any other C with contiguous rows goes through ptr:C.
         if "splits" in opts or ("ctas" in opts) != streamk(spec):
             return None
         unmapped = c_by_pointer(p.c, isz)

@@ -1,5 +1,5 @@
 """gemm_strided_stream: the decode kernels, which stream B once from HBM for a few rows of A (by pointer and
-leading dimension, split-K in clusters). Priced by their stream, not their arithmetic (docs/dev/cost_model.md#stream)."""
+leading dimension, split-K in clusters). Priced by their stream, not their arithmetic (docs/dev/cost_model.md#stream-split)."""
 from __future__ import annotations
 
 import math

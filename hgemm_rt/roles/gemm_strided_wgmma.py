@@ -18,7 +18,7 @@ from .tma_gemm import K_GROUPS, K_SUM, TmaGemmRole
 TF32_SHARE = 0.5  # the TF32 tensor-core rate over the fp16/bf16 one (H100 datasheet)
 # K groups: offered unbatched and unicast to the fp16/bf16 kernels of KG_TILE_ROWS x at most KG_TILE_COLS tiles, where
 # C fills a tile, with the group counts that fill a wave and a share of at least KG_MIN_BLOCKS k-blocks per CTA;
-# deferred (k_sum) unclustered, without SwiGLU, on the tallest tile C fills (docs/dev/cost_model.md#k-groups)
+# deferred (k_sum) unclustered, without SwiGLU, on the tallest tile C fills (docs/dev/planner.md#k-groups)
 KG_DTYPES = ("f16", "bf16")
 KG_TILE_ROWS, KG_TILE_COLS = 128, 128
 KG_MIN_BLOCKS = 4
