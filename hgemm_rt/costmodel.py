@@ -20,7 +20,8 @@ from .roles.base import OCC
 from .roles.gemm import HOPPER_TILE_COLS, ODD_N_DIRECT_STORE, narrow_hopper
 from .roles.gemm_f16x3 import GemmF16x3
 from .roles.gemm_tf32x3 import GemmTf32x3
-from .roles.gemm_fused_wgmma import streamk_splits
+from .roles.gemm_fused_wgmma import SK_SERIAL_PIECES, streamk_splits
+from .roles.gemm_strided_wgmma import KG_SUM_LOADS
 from .roles.gemm_strided_stream import STREAM_CTA_SHARE, STREAM_SPLIT_COST
 from .roles.gemm_strided_wgmma import SMEM_SPLIT_FIXED_US, SMEM_SPLIT_SUM_US, TF32_SHARE, smem_split
 from .roles.glue import distinct_matrices, tma_slow_rows
@@ -129,12 +130,6 @@ ONE_CTA_PER_SM = tuple(n for n, h in HANDLERS.items() if isinstance(h, GemmRole)
 # TMA-fed kernels read rows whose byte stride is off a multiple of 32 (tma.TMA_FAST_ROW_BYTES) this much slower;
 # the planner also offers such operands packed (the `pack` route option) (docs/dev/cost_model.md#tma-slow-rows)
 TMA_SLOW_ROW_FACTOR = 1.4
-
-
-# Tiles of at most this many pieces: the owner adds its peers' partials itself; more: every piece sums and stores
-# its share of the tile (kSkSerialPieces in cu/common/sm90_gemm.cuh)
-SK_SERIAL_PIECES = 4
-KG_SUM_LOADS = 4  # the K groups' sum: L2 loads in flight per thread (cu/util_sm90.cu, kgroups_fixup's unroll)
 
 
 def c_store_kind(spec: KernelSpec) -> str:
@@ -286,15 +281,9 @@ class CostModel:
         c_bytes = g.M * g.N * nb * isz  # C over the batch
         role = gemm_handler(spec.role)
         tiles = self.grid_ctas(spec, g)
-        load = math.ceil(tiles / self.cta_slots(spec, g.splits))  # CTAs on the busiest SM
-        if g.ctas:  # stream-K: the busiest CTA's k-blocks, whole tiles and pieces
-            load = self._streamk_blocks(spec, g) / math.ceil(g.K / spec.tile[2])
+        load = role.busiest_load(self, spec, g, tiles)  # tiles on the busiest SM
         compute = self._compute_s(spec, g) / (C_UNMAPPED_SHARE if g.c_unmapped else 1.0)
-        dram = r.dram_bytes_per_s
-        if g.k_groups > 1:  # the CTAs of one wave streaming
-            wave = min(tiles, self.cta_slots(spec, g.splits))
-            dram = min(r.k_sum_dram_bytes_per_s, wave * r.k_sum_cta_bytes_per_s) if g.k_deferred else \
-                min(r.k_groups_dram_bytes_per_s, wave * r.k_groups_cta_bytes_per_s)
+        dram = role.dram_bytes_per_s(self, spec, g, tiles)
         memory = (g.M * g.K * distinct_matrices(g.a, g.batch) + g.K * g.N * distinct_matrices(g.b, g.batch) +
                   g.M * g.N * distinct_matrices(g.c, g.batch) / C_STORE_SHARE[c_store_kind(spec)]) * isz / dram
         # a multicast pair shares its B tile: where B does not fit in L2, or where MC_REREAD_ROWS rows of tiles re-read
@@ -320,16 +309,10 @@ class CostModel:
                 epilogue += load * SMEM_SPLIT_SUM_US * 1e-6 * (g.splits - 2) * BM * BN / (128 * 128)
             if g.c.cs != 1 and g.c.rows > 1 and r.strided_c_column_bytes_per_s:  # one element a store, row by row
                 epilogue += c_bytes / r.strided_c_column_bytes_per_s
-        if g.k_deferred:  # each CTA writes its sums to its group's plane; a GroupSum step adds them (group_sum_us)
-            epilogue += r.k_sum_publish_us * 1e-6
-        elif g.k_groups > 1:  # every CTA publishes its rows of the tile; the last group's sums them all from L2,
-            # each consumer thread BN / (8 splits) quads over the groups, KG_SUM_LOADS loads in flight
-            rounds = g.k_groups * math.ceil(BN / (8 * g.splits)) / KG_SUM_LOADS
-            epilogue += (r.k_groups_fixup_us + rounds * r.k_groups_sum_round_us) * 1e-6
+        epilogue += role.pieces_sum_s(self, spec, g)  # (K groups' sums)
         if role.reads_c_old and g.applies_alpha_beta and not beta_zero:
             epilogue = c_bytes / r.fused_c_read_bytes_per_s
-        if g.ctas:  # stream-K: the pieces' partial tiles published, waited for and added by the owners
-            epilogue += self._streamk_fixup_us(spec, g) * 1e-6
+        epilogue += role.fixup_us(self, spec, g) * 1e-6  # (stream-K's partial tiles)
         variant = dict(g.variant)
         scale = QUEUE_SCALE[dynamic_order_pays(tiles, g.K, nb > 1, c_bytes)] if variant.get(QUEUE) == 1 else 1.0
         scale *= OCC2_SCALE[two_ctas_pay(g.K, nb > 1)] if variant.get(OCC) == 2 else 1.0
@@ -337,36 +320,13 @@ class CostModel:
         # a problem too small to keep the GPU busy costs the launch's latency instead
         return max((max(compute, memory, panel) + epilogue) * 1e6, latency)
 
-    @staticmethod
-    def _streamk_tiles(spec: KernelSpec, g: Gemm) -> tuple[int, int]:
-        """(tiles, k-blocks per tile) of a stream-K launch."""
-        return spec.output_tiles(g.M, g.N, g.swiglu) * math.prod(kernel_batch(g.batch)), math.ceil(g.K / spec.tile[2])
-
-    def _streamk_blocks(self, spec: KernelSpec, g: Gemm) -> int:
-        """The k-blocks of a stream-K launch's busiest CTA: its whole tiles, then its piece."""
-        tiles, nk = self._streamk_tiles(spec, g)
-        return (tiles - g.sk_tiles) // g.ctas * nk + math.ceil(nk / self._streamk_splits(spec, g))
-
-    def _streamk_splits(self, spec: KernelSpec, g: Gemm) -> int:
-        return streamk_splits(g.sk_tiles, g.ctas, self._streamk_tiles(spec, g)[1])
-
-    def _streamk_fixup_us(self, spec: KernelSpec, g: Gemm) -> float:
-        """What a stream-K launch takes beyond its k-blocks: the owners adding their peers' partials, or (more
-        pieces) the peers sharing the sum first; 0 for any other launch."""
-        if not g.ctas:
-            return 0.0
-        pieces = self._streamk_splits(spec, g)
-        if pieces <= SK_SERIAL_PIECES:
-            return self.rates.streamk_fixup_us + self.rates.streamk_fixup_piece_us * max(pieces - 2, 0)
-        return self.rates.streamk_shared_fixup_us
-
     def _compute_s(self, spec: KernelSpec, g: Gemm) -> float:
         """Seconds of arithmetic of one GEMM launch: the tiles' work, wasted or not, at the class rate over
-        the SMs its grid keeps busy (stream-K: the busiest CTA's k-blocks at the rate of one SM)."""
+        the SMs its grid keeps busy (or as its role counts it: GemmRole.compute_s)."""
+        own = gemm_handler(spec.role).compute_s(self, spec, g)
+        if own is not None:
+            return own
         BM, BN, _ = spec.tile
-        if g.ctas:
-            per_sm = self.kernel_tflops(spec) * 1e12 / self.sm_count
-            return 2.0 * BM * BN * spec.tile[2] * self._streamk_blocks(spec, g) / per_sm
         nb = math.prod(kernel_batch(g.batch))
         tiles = self.grid_ctas(spec, g)
         eff = tiles / (math.ceil(tiles / self.cta_slots(spec, g.splits)) * self.sm_count)  # how evenly the CTAs spread
@@ -398,7 +358,7 @@ class CostModel:
         estimates are the same memory-bound time (the one with the most arithmetic slack keeps up with the
         memory system best; a stream-K step's fix-up counts: it is work, not waiting on memory)."""
         specs = [(self.manifest.kernels[s.kernel], s) for s in recipe.steps if isinstance(s, Gemm)]
-        return sum(1e6 * self._compute_s(spec, s) + self._streamk_fixup_us(spec, s)
+        return sum(1e6 * self._compute_s(spec, s) + gemm_handler(spec.role).fixup_us(self, spec, s)
                    for spec, s in specs if gemm_handler(spec.role).in_compute_tie)
 
     def split_factor(self, spec: KernelSpec, g: Gemm) -> float:

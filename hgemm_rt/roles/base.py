@@ -4,6 +4,7 @@ recipes use: copy, split, sum) or `GemmRole` (a product the planner offers for a
 behaviour there; nothing outside hgemm_rt/roles/ compares a role's name."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
@@ -110,6 +111,26 @@ class GemmRole(RoleHandler):
 
     def gemm_us(self, model: Any, spec: KernelSpec, g: Gemm, dtype: str, beta_zero: bool) -> float:
         return model.tiled_gemm_us(spec, g, dtype, beta_zero)
+
+    def busiest_load(self, model: Any, spec: KernelSpec, g: Gemm, ctas: int) -> float:
+        """How many tiles the busiest SM runs (CostModel.tiled_gemm_us): its share of the grid's waves."""
+        return math.ceil(ctas / model.cta_slots(spec, g.splits))
+
+    def dram_bytes_per_s(self, model: Any, spec: KernelSpec, g: Gemm, ctas: int) -> float:
+        """The rate a launch reads and writes DRAM at."""
+        return model.rates.dram_bytes_per_s
+
+    def compute_s(self, model: Any, spec: KernelSpec, g: Gemm) -> float | None:
+        """Seconds of arithmetic where the role counts them its own way; None for the tiles' rule."""
+        return None
+
+    def pieces_sum_s(self, model: Any, spec: KernelSpec, g: Gemm) -> float:
+        """Seconds a launch spends summing the pieces of K its own way (K groups), beyond the tile epilogue."""
+        return 0.0
+
+    def fixup_us(self, model: Any, spec: KernelSpec, g: Gemm) -> float:
+        """Microseconds of work beyond the launch's k-blocks (stream-K's fix-up); 0 for most launches."""
+        return 0.0
 
     def describe(self, g: Gemm) -> str:
         """What describe() says of the step's options (after its variant)."""

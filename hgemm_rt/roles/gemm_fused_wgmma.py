@@ -5,12 +5,13 @@ tiles along K), C through its TMA map or its pointer, and the grouped GEMMs of g
 kernels, the same launch and epilogue, only the group table (`Grouped` options) added."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Any
 
 from ..dtypes import ITEMSIZE
 from ..manifest import KernelSpec
-from ..problem import Gemm, Problem, Recipe, Route, View
+from ..problem import Gemm, Problem, Recipe, Route, View, kernel_batch
 from .base import RoleOptions, RouteContext
 from .glue import Glue, c_by_pointer, prod
 from .tma_gemm import K_GROUPS, QUEUE, TmaGemmRole
@@ -24,6 +25,9 @@ SK_MAX_CTAS = 512  # the flags' slots, two per CTA
 SK_MAX_WAVES = 4
 SK_MAX_SPLITS = SK_MAX_CTAS  # ... and with at most this many pieces a tile: one per CTA
 SK_MAX_BLOCKS = 2**31 - 1  # the kernel cuts K at j x k-blocks / pieces in 32 bits
+# Tiles of at most this many pieces: the owner adds its peers' partials itself; more: every piece sums and stores
+# its share of the tile (kSkSerialPieces in cu/common/sm90_gemm.cuh)
+SK_SERIAL_PIECES = 4
 GROUP_MODES = {"contiguous": 1, "masked": 2}  # the kernels' i32:group_mode by Problem.group (0: not grouped)
 
 
@@ -149,6 +153,40 @@ class FusedWgmma(TmaGemmRole):
 
     def tflops(self, model: Any, spec: KernelSpec) -> float:
         return model.rates.fused_wgmma_tflops
+
+    @staticmethod
+    def _streamk_tiles(spec: KernelSpec, g: Gemm) -> tuple[int, int]:
+        """(tiles, k-blocks per tile) of a stream-K launch."""
+        return spec.output_tiles(g.M, g.N, g.swiglu) * prod(kernel_batch(g.batch)), math.ceil(g.K / spec.tile[2])
+
+    def streamk_blocks(self, spec: KernelSpec, g: Gemm) -> int:
+        """The k-blocks of a stream-K launch's busiest CTA: its whole tiles, then its piece."""
+        tiles, nk = self._streamk_tiles(spec, g)
+        return (tiles - g.sk_tiles) // g.ctas * nk + math.ceil(nk / streamk_splits(g.sk_tiles, g.ctas, nk))
+
+    def busiest_load(self, model: Any, spec: KernelSpec, g: Gemm, ctas: int) -> float:
+        if not g.ctas:
+            return super().busiest_load(model, spec, g, ctas)
+        return self.streamk_blocks(spec, g) / math.ceil(g.K / spec.tile[2])  # the busiest CTA's tiles and piece
+
+    def compute_s(self, model: Any, spec: KernelSpec, g: Gemm) -> float | None:
+        """Stream-K: the busiest CTA's k-blocks at the rate of one SM."""
+        if not g.ctas:
+            return None
+        BM, BN, BK = spec.tile
+        per_sm = model.kernel_tflops(spec) * 1e12 / model.sm_count
+        return 2.0 * BM * BN * BK * self.streamk_blocks(spec, g) / per_sm
+
+    def fixup_us(self, model: Any, spec: KernelSpec, g: Gemm) -> float:
+        """What a stream-K launch takes beyond its k-blocks: the owners adding their peers' partials, or (more
+        pieces) the peers sharing the sum first; 0 for any other launch."""
+        if not g.ctas:
+            return 0.0
+        pieces = streamk_splits(g.sk_tiles, g.ctas, self._streamk_tiles(spec, g)[1])
+        r = model.rates
+        if pieces <= SK_SERIAL_PIECES:
+            return r.streamk_fixup_us + r.streamk_fixup_piece_us * max(pieces - 2, 0)
+        return r.streamk_shared_fixup_us
 
     def grid(self, cfg: Any, spec: KernelSpec, dev: Any, step: Gemm, matrices: int) -> tuple:
         """Persistent over every matrix's tiles: one CTA per SM at most (stream-K: the recipe's grid), the batch in

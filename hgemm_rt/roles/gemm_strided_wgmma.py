@@ -4,6 +4,7 @@ of K, the last adding the others' sums from a workspace, or with `k_sum` a sum l
 accuracy (acc "f32") they are 3xTF32 with the split in shared memory (`smem_split`)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -28,6 +29,7 @@ KG_SUM_MIN_BLOCKS = 2  # (no group waits on another: short shares cost only thei
 # A smem_split kernel's split-K slice: its cost beyond its K at the kernel's rate (fill, the first stage's split, the
 # cluster's DSMEM sum), and per piece beyond two the sum of a 128 x 128 fp32 tile (docs/dev/cost_model.md#smem-split)
 SMEM_SPLIT_FIXED_US = 5.5
+KG_SUM_LOADS = 4  # the K groups' sum: L2 loads in flight per thread (cu/util_sm90.cu, kgroups_fixup's unroll)
 SMEM_SPLIT_SUM_US = 0.6
 
 
@@ -129,6 +131,28 @@ class StridedWgmma(SplitKRole, TmaGemmRole):
             BM, BN, _ = spec.tile
             return r.smem_split_tflops.get((BM, BN), 40.0) * (r.smem_split_nn_share if spec.layout == "NN" else 1.0)
         return strided_wgmma_rate(r, spec) * (TF32_SHARE if spec.acc == "tf32" else 1.0)
+
+    def dram_bytes_per_s(self, model: Any, spec: KernelSpec, g: Gemm, ctas: int) -> float:
+        """K groups: what the CTAs of one wave stream (deferred: nobody waiting on another) from DRAM at."""
+        r = model.rates
+        if g.k_groups == 1:
+            return r.dram_bytes_per_s
+        wave = min(ctas, model.cta_slots(spec, g.splits))
+        if g.k_deferred:
+            return min(r.k_sum_dram_bytes_per_s, wave * r.k_sum_cta_bytes_per_s)
+        return min(r.k_groups_dram_bytes_per_s, wave * r.k_groups_cta_bytes_per_s)
+
+    def pieces_sum_s(self, model: Any, spec: KernelSpec, g: Gemm) -> float:
+        """Deferred: each CTA writes its sums to its group's plane (a GroupSum step adds them). Else every CTA publishes
+        its rows of the tile and the last group's sums them all from L2, each consumer thread BN / (8 splits) quads
+        over the groups, KG_SUM_LOADS loads in flight."""
+        r = model.rates
+        if g.k_deferred:
+            return r.k_sum_publish_us * 1e-6
+        if g.k_groups == 1:
+            return 0.0
+        rounds = g.k_groups * math.ceil(spec.tile[1] / (8 * g.splits)) / KG_SUM_LOADS
+        return (r.k_groups_fixup_us + rounds * r.k_groups_sum_round_us) * 1e-6
 
     def split_factor(self, model: Any, spec: KernelSpec, g: Gemm) -> float | None:
         """A smem_split kernel's slice costs SMEM_SPLIT_FIXED_US more than its share of K at its rate, uncapped: the
