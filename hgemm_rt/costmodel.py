@@ -17,15 +17,16 @@ from .dtypes import ITEMSIZE
 from .problem import Copy, Gemm, GroupSum, Recipe, Split, kernel_batch
 from .roles import HANDLERS, SPLIT_FORMATS, GemmRole, gemm_handler
 from .roles.base import OCC
-from .roles.gemm import HOPPER_TILE_COLS, ODD_N_DIRECT_STORE, narrow_hopper
+from .roles.gemm import narrow_hopper
 from .roles.gemm_f16x3 import GemmF16x3
+from .roles.gemm_strided_wgmma import SMEM_SPLIT_SUM_US, smem_split
 from .roles.gemm_tf32x3 import GemmTf32x3
-from .roles.gemm_fused_wgmma import SK_SERIAL_PIECES, streamk_splits
-from .roles.gemm_strided_wgmma import KG_SUM_LOADS
-from .roles.gemm_strided_stream import STREAM_CTA_SHARE, STREAM_SPLIT_COST
-from .roles.gemm_strided_wgmma import SMEM_SPLIT_FIXED_US, SMEM_SPLIT_SUM_US, TF32_SHARE, smem_split
 from .roles.glue import distinct_matrices, tma_slow_rows
 from .roles.tma_gemm import QUEUE
+# names this module has always offered (tests), now their roles' (hgemm_rt/roles/)
+from .roles.gemm_fused_wgmma import SK_SERIAL_PIECES, streamk_splits  # noqa: F401
+from .roles.gemm_strided_stream import STREAM_SPLIT_COST  # noqa: F401
+from .roles.gemm_strided_wgmma import SMEM_SPLIT_FIXED_US  # noqa: F401
 
 
 @dataclass(frozen=True)
