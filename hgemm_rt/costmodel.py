@@ -88,7 +88,8 @@ REUSE_FULL = 42.0  # BM*BN/(BM+BN) of a 128 x 64 tile: smaller tiles re-read ope
 # (docs/dev/cost_model.md#c-unmapped)
 C_UNMAPPED_SHARE = 0.9
 # The share of the DRAM rate at which an epilogue writes C where that takes the time (small K): a TMA store streams
-# whole lines, the util kernels 8-byte runs from a staged tile, direct epilogues 4-byte pairs (docs/dev/cost_model.md#c-store)
+# whole lines, the util kernels 8-byte runs from a staged tile, direct epilogues 4-byte pairs
+# (docs/dev/cost_model.md#c-store)
 C_STORE_SHARE = {"tma": 1.0, "staged": 0.8, "direct": 0.4}
 
 
@@ -253,7 +254,8 @@ class CostModel:
         tiles less (REUSE_FULL)."""
         r = self.rates
         BM, BN, _ = spec.tile
-        rate = r.tf32_tflops if spec.ladder == "sgemm" and spec.acc == "tf32" else r.ladder_tflops.get(spec.ladder, 10.0)
+        tf32 = spec.ladder == "sgemm" and spec.acc == "tf32"
+        rate = r.tf32_tflops if tf32 else r.ladder_tflops.get(spec.ladder, 10.0)
         if spec.ladder == "hopper":  # the Hopper steps are alternatives, not a maturity ladder
             bonus = r.hopper_bonus
             rate += bonus.get("persistent", 0.0) if spec.grid == "persistent" else 0.0
@@ -270,8 +272,8 @@ class CostModel:
         return gemm_handler(spec.role).gemm_us(self, spec, g, dtype, beta_zero)
 
     def tiled_gemm_us(self, spec: KernelSpec, g: Gemm, dtype: str, beta_zero: bool = True) -> float:
-        """Estimated microseconds of one GEMM launch of a tiled kernel: the slowest of compute (at the class rate, scaled by
-        how evenly the CTAs spread over the SMs), DRAM traffic, and the operand panels one SM must stream.
+        """Estimated microseconds of one GEMM launch of a tiled kernel: the slowest of compute (at the class rate,
+        scaled by how evenly the CTAs spread over the SMs), DRAM traffic, and the operand panels one SM must stream.
         A batched launch has every matrix's tiles in its grid (the wave terms) and the bytes of every
         distinct matrix it reads and writes (a broadcast operand's once)."""
         r = self.rates

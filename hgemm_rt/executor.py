@@ -19,7 +19,6 @@ import math
 import struct
 import threading
 from collections import OrderedDict
-from dataclasses import replace
 from typing import Any
 
 from .device import get_device
@@ -28,10 +27,13 @@ from .launcher import ArrayRef, KernelLaunch, PackedParams, ParamPacker
 from .manifest import Manifest
 from .memory import DeviceArray
 from .problem import Copy, GroupSum, Recipe, Split, View, kernel_batch
-from .roles import handler
+from .roles import gemm_handler, handler
 from .roles.copy import copy_scalars
-from .roles.glue import batch_strides, kernel_levels
-from .roles.split_products import split_planes
+from .roles.glue import batch_strides
+# names this module has always offered (tests), now their roles' (hgemm_rt/roles/)
+from .roles.glue import kernel_levels  # noqa: F401
+from .roles.split_products import split_planes  # noqa: F401
+from .roles.gemm_strided_wgmma import K_GROUPS_DEFERRED  # noqa: F401
 
 PACKED_PER_EXECUTION = 32  # parameter sets kept per execution (one per distinct A, B, C addresses and scalars)
 REUSED_STREAMS = 16  # streams a thread's reusable parameter arrays keep bound launches for (transient())
@@ -115,10 +117,6 @@ def batched_launch(step: Any) -> bool:
     return kernel_batch(step.batch) != (1, 1)
 
 
-# i32:k_groups's bit for a deferred K-groups launch (cu/util_sm90.cu, kKgDeferred): each group's sums to its plane
-K_GROUPS_DEFERRED = 1 << 16
-
-
 def step_scalars(step: Any) -> dict[str, int]:
     """Every integer a step's kernel may declare, by its parameter name (alpha/beta excluded)."""
     if isinstance(step, GroupSum):
@@ -132,8 +130,7 @@ def step_scalars(step: Any) -> dict[str, int]:
     out = {"M": step.M, "N": step.N, "K": step.K, "lda": a.rs, "ldb": b.rs if b_row else b.cs,
            "ldc_r": c.rs, "ldc_c": c.cs, "ars": a.rs, "acs": a.cs, "brs": b.rs, "bcs": b.cs, "crs": c.rs,
            "ccs": c.cs, "batch_inner": inner, "batch_count": outer * inner, **epilogue_scalars(step),
-           "group_mode": step.group, "groups": step.groups, "sk_tiles": step.sk_tiles,
-           "k_groups": step.k_groups | (K_GROUPS_DEFERRED if step.k_deferred else 0)}
+           **gemm_handler(step.role).option_scalars(step)}
     levels = 0
     for name, v in (("A", a), ("B", b), ("C", c)):
         so, si = batch_strides(v, step.batch)

@@ -32,8 +32,8 @@ MAX_GRID_BATCH = 65535  # grid.z: splits x the kernel levels' batch must not exc
 ACCUMULATE = {"f16": ("f32", "f16"), "bf16": ("f32",), "f32": ("f32", "tf32")}
 
 __all__ = ["ACCUMULATE", "ITEMSIZE", "KERNEL_LEVELS", "MAX_GRID_BATCH", "Copy", "Gemm", "GroupSum", "Problem",
-           "Recipe", "Route", "Split", "SplitFormat", "Temp", "View", "batch_align", "kernel_batch", "problem_of_arrays",
-           "ptr_alignment", "view_of"]
+           "Recipe", "Route", "Split", "SplitFormat", "Temp", "View", "batch_align", "kernel_batch",
+           "problem_of_arrays", "ptr_alignment", "view_of"]
 
 
 def ptr_alignment(ptr: int) -> int:

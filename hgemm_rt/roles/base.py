@@ -136,6 +136,10 @@ class GemmRole(RoleHandler):
         """What describe() says of the step's options (after its variant)."""
         return ""
 
+    def option_scalars(self, g: Gemm) -> dict[str, int]:
+        """The integers of its options a GEMM kernel may declare (executor.step_scalars), at their neutral values."""
+        return {"group_mode": 0, "groups": 0, "sk_tiles": 0, "k_groups": 1}
+
     def launch(self, manifest: Manifest, spec: KernelSpec, dev: Any, step: Gemm) -> tuple[Any, LaunchConfig]:
         variant = spec.resolve_variant(dict(step.variant))  # declared axis order: the symbol name
         # SwiGLU: the kernel's N is C's width, its tiles span as many of B's 2N columns
@@ -175,7 +179,7 @@ class GemmRole(RoleHandler):
         return self.split_k and splits in SPLITS
 
     @staticmethod
-    def fused(p: Problem) -> dict:
+    def whole_epilogue(p: Problem) -> dict:
         """The Gemm fields of a kernel that applies the problem's whole epilogue itself."""
         return dict(applies_alpha_beta=True, batch=p.batch, epi=p.epi, bias=p.bias)
 

@@ -147,8 +147,8 @@ class FusedWgmma(TmaGemmRole):
             return None
         b = p.b if spec.layout == "NN" else p.b.T
         options = Fused(c_by_pointer(p.c, ITEMSIZE[p.dtype]), group=GROUP_MODES[p.group], groups=p.batch[0])
-        g = Gemm(spec.name, spec.role, p.a, b, p.c, p.M, p.c.cols, p.K, applies_alpha_beta=True, batch=p.batch, epi=p.epi,
-                 options=options)
+        g = Gemm(spec.name, spec.role, p.a, b, p.c, p.M, p.c.cols, p.K, applies_alpha_beta=True, batch=p.batch,
+                 epi=p.epi, options=options)
         return Recipe(route, (), (g,))
 
     def tflops(self, model: Any, spec: KernelSpec) -> float:
@@ -197,6 +197,9 @@ class FusedWgmma(TmaGemmRole):
             raise ValueError(f"{spec.name}: a stream-K grid of {ctas} CTAs on {dev.info.sm_count} SMs: its CTAs "
                              "wait on each other, so all must be resident")
         return replace(cfg, grid=(ctas, 1, 1)), 1
+
+    def option_scalars(self, g: Gemm) -> dict[str, int]:
+        return {**super().option_scalars(g), "group_mode": g.group, "groups": g.groups, "sk_tiles": g.sk_tiles}
 
     def describe(self, g: Gemm) -> str:
         extra = f" stream-K {g.sk_tiles} tiles over {g.ctas} CTAs" if g.ctas else ""

@@ -18,7 +18,8 @@ class StridedSimt(GemmRole):
     def recipe(self, route: Route, p: Problem, spec: KernelSpec, glue: Glue, opts: dict) -> Recipe | None:
         if route.transpose:
             return None  # strides are general: transposing buys nothing
-        return glue.recipe(route, Gemm(route.kernel, spec.role, p.a, p.b, p.c, p.M, p.N, p.K, **self.fused(p)))
+        g = Gemm(route.kernel, spec.role, p.a, p.b, p.c, p.M, p.N, p.K, **self.whole_epilogue(p))
+        return glue.recipe(route, g)
 
     def tflops(self, model: Any, spec: KernelSpec) -> float:
         return model.rates.simt_tflops.get(spec.dtype, 6.0)

@@ -1,5 +1,6 @@
 """gemm_strided_stream: the decode kernels, which stream B once from HBM for a few rows of A (by pointer and
-leading dimension, split-K in clusters). Priced by their stream, not their arithmetic (docs/dev/cost_model.md#stream-split)."""
+leading dimension, split-K in clusters). Priced by their stream, not their arithmetic
+(docs/dev/cost_model.md#stream-split)."""
 from __future__ import annotations
 
 import math
@@ -37,8 +38,8 @@ class StridedStream(LeadingDimRole):
         cta_share = STREAM_CTA_SHARE.get(dict(g.variant).get("b", ""), 1.0)
         row_tiles = math.ceil(g.M / BM)
         nb = kernel_batch(g.batch)
-        nbytes = (row_tiles * g.K * g.N * distinct_matrices(g.b, g.batch) + g.M * g.K * distinct_matrices(g.a, g.batch) +
-                  g.M * g.N * nb[0] * nb[1]) * isz
+        nbytes = (row_tiles * g.K * g.N * distinct_matrices(g.b, g.batch) +
+                  g.M * g.K * distinct_matrices(g.a, g.batch) + g.M * g.N * nb[0] * nb[1]) * isz
         memory = nbytes / r.stream_bytes_per_s * (1.0 + STREAM_SPLIT_COST[g.splits])
         sm_rate = r.stream_sm_bytes_per_s * min(1.0, load * cta_share)
         panel = load * (min(g.M, BM) + BN) * (g.K / g.splits) * isz / sm_rate

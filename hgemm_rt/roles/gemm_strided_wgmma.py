@@ -30,6 +30,7 @@ KG_SUM_MIN_BLOCKS = 2  # (no group waits on another: short shares cost only thei
 # cluster's DSMEM sum), and per piece beyond two the sum of a 128 x 128 fp32 tile (docs/dev/cost_model.md#smem-split)
 SMEM_SPLIT_FIXED_US = 5.5
 KG_SUM_LOADS = 4  # the K groups' sum: L2 loads in flight per thread (cu/util_sm90.cu, kgroups_fixup's unroll)
+K_GROUPS_DEFERRED = 1 << 16  # i32:k_groups's bit of a deferred launch (cu/util_sm90.cu, kKgDeferred)
 SMEM_SPLIT_SUM_US = 0.6
 
 
@@ -75,8 +76,8 @@ def strided_wgmma_rate(rates: Any, spec: KernelSpec) -> float:
     """The kernel's fp16/bf16-class rate: the one lookup of a strided wgmma kernel's measured TFLOPS (by tile)."""
     rate = rates.strided_wgmma_tflops.get(tuple(spec.tile[:2]))
     if rate is None:
-        raise ValueError(f"{spec.name}: no measured rate for a {spec.tile[0]} x {spec.tile[1]} gemm_strided_wgmma tile in "
-                         f"the cost model's {rates.name} table (ArchRates.strided_wgmma_tflops)")
+        raise ValueError(f"{spec.name}: no measured rate for a {spec.tile[0]} x {spec.tile[1]} gemm_strided_wgmma "
+                         f"tile in the cost model's {rates.name} table (ArchRates.strided_wgmma_tflops)")
     return rate
 
 
@@ -163,6 +164,9 @@ class StridedWgmma(SplitKRole, TmaGemmRole):
             short_k = SMEM_SPLIT_FIXED_US * 1e-6 * cta_flops_per_s / (2.0 * spec.tile[0] * spec.tile[1])
             return 1.0 + short_k / (g.K / pieces)
         return None
+
+    def option_scalars(self, g: Gemm) -> dict[str, int]:
+        return {**super().option_scalars(g), "k_groups": g.k_groups | (K_GROUPS_DEFERRED if g.k_deferred else 0)}
 
     def describe(self, g: Gemm) -> str:
         return (f" k_groups={g.k_groups}" if g.k_groups > 1 else "") + (" deferred" if g.k_deferred else "")

@@ -219,9 +219,10 @@ def tma_operands(p: Problem, spec: KernelSpec, glue: Glue, repack: Repack) -> tu
     return a, b
 
 
-__all__ = ["PACK", "SPLITS", "SPLIT_ROW", "STRIDED_MMA_ALIGN", "TMA_MAX_STRIDE", "TMA_ROW_BYTES",
-           "Glue", "NoCopyKernel", "Repack", "acc_variant", "applies_epilogue", "batch_strides", "c_by_pointer", "dense", "distinct_matrices", "fits",
-           "kernel_levels", "kernel_of_role", "prod", "round_up", "rounds_before_activation", "tma_operands", "tma_slow_rows", "tmap_operands"]
+__all__ = ["PACK", "SPLITS", "SPLIT_ROW", "STRIDED_MMA_ALIGN", "TMA_MAX_STRIDE", "TMA_ROW_BYTES", "Glue",
+           "NoCopyKernel", "Repack", "acc_variant", "applies_epilogue", "batch_strides", "c_by_pointer", "dense",
+           "distinct_matrices", "fits", "kernel_levels", "kernel_of_role", "prod", "round_up",
+           "rounds_before_activation", "tma_operands", "tma_slow_rows", "tmap_operands"]
 
 
 def kernel_levels(batch: tuple[int, ...]) -> tuple[int | None, int | None]:

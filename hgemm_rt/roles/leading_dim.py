@@ -29,5 +29,5 @@ class LeadingDimRole(SplitKRole):
         if b_layout not in spec.variants.get("b", ()):
             return None  # a kernel of the other B layout takes it
         g = Gemm(route.kernel, spec.role, a, b, p.c, M, N, K, variant=(("b", b_layout),),
-                 splits=int(opts.get("splits", 1)), **self.fused(p))
+                 splits=int(opts.get("splits", 1)), **self.whole_epilogue(p))
         return glue.recipe(route, g)

@@ -49,7 +49,7 @@ class SplitProduct(SplitKRole):
         (a3, a_shift), (b3, b_shift) = glue.split(fmt, "tA3", p.a), glue.split(fmt, "tB3", p.b.T)
         shifts = SplitShifts(a_shift, b_shift) if a_shift is not None or b_shift is not None else None
         return glue.recipe(route, Gemm(route.kernel, spec.role, a3, b3, p.c, p.M, p.c.cols, p.K,
-                                       splits=int(opts.get("splits", 1)), options=shifts, **self.fused(p)))
+                                       splits=int(opts.get("splits", 1)), options=shifts, **self.whole_epilogue(p)))
 
     def tflops(self, model: Any, spec: KernelSpec) -> float:
         return model.rates.split_tflops.get(self.name, {}).get(tuple(spec.tile[:2]), 40.0)

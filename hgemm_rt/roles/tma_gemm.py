@@ -29,7 +29,7 @@ class TmaGemmRole(GemmRole):
         variant = (("mc", mc),) * (mc != 1) + ((OCC, occ),) * (occ != 1)
         # (SwiGLU: the kernel's N is C's width, half of B's)
         g = Gemm(route.kernel, spec.role, ab[0], ab[1], p.c, p.M, p.c.cols, p.K, variant=variant,
-                 splits=int(opts.get("splits", 1)), options=self.default_options(unmapped), **self.fused(p))
+                 splits=int(opts.get("splits", 1)), options=self.default_options(unmapped), **self.whole_epilogue(p))
         if opts.get(K_SUM) and K_GROUPS not in opts:
             return None  # (a sum of no groups)
         return self.with_options(route, p, spec, glue, opts, g)
