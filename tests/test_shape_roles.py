@@ -6,6 +6,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import hgemm_rt
 from hgemm_rt.manifest import ROLES
 from hgemm_rt.roles import HANDLERS
@@ -121,3 +123,35 @@ def test_no_import_circle_through_the_roles_package():
 
     for m in graph:
         visit(m, [m])
+
+
+def test_a_grouped_problem_is_planned_as_one_launch_of_the_first_grouped_kernel(manifest):
+    """grouped_matmul's problem (Problem.group, the batch its experts) through the planner: the build's first grouped
+    gemm_fused_wgmma kernel of B's layout, one Gemm step with the group table's mode and count, the whole epilogue."""
+    from hgemm_rt import planner
+    from hgemm_rt.epilogue import Epilogue
+    from hgemm_rt.problem import Problem, Route, View
+    from hgemm_rt.roles.gemm_fused_wgmma import GROUP_MODES, grouped_kernel
+
+    E, M, N, K = 8, 256, 1024, 512
+    b_tn = View.make("B", N, K, K, 1, 256, (K * N,))  # an (E, N, K) weight, seen as K x N per expert
+    planned = 0
+    for mode, b, layout in (("contiguous", View.make("B", K, N, N, 1, 256, (K * N,)), "NN"),
+                            ("masked", b_tn.T, "TN")):
+        spec = grouped_kernel(manifest, "f16", layout)
+        if spec is None:
+            continue  # (a build without the grouped kernels)
+        bs = (0,) if mode == "contiguous" else (M * K,)
+        a = View.make("A", M, K, K, 1, 256, bs)
+        c = View.make("C", M, N, N, 1, 256, (0,) if mode == "contiguous" else (M * N,))
+        prob = Problem("f16", "f32", a, b, c, plain=True, beta_zero=True, batch=(E,), epi=Epilogue(None, "silu"),
+                       group=mode)
+        recipe = planner.grouped_recipe(prob, manifest)
+        (g,) = recipe.steps
+        assert recipe.route == Route(spec.name) and not recipe.temps and g.kernel == spec.name
+        assert (g.group, g.groups, g.applies_alpha_beta, g.epi, g.batch) == (GROUP_MODES[mode], E, True, prob.epi, (E,))
+        assert g.b == (b if layout == "NN" else b_tn) and (g.M, g.N, g.K) == (M, N, K)
+        assert planner.recipe_for(Route(spec.name, True), prob, manifest) is None  # (no transposed grouped route)
+        planned += 1
+    if not planned:
+        pytest.skip("no grouped kernels in this build")
