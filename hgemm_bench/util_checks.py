@@ -108,14 +108,14 @@ def util_cases(dtypes) -> list[UtilCase]:
 def plan_keys(plan, prob, shape: str, manifest) -> set[tuple[str, str, str]]:
     """(kernel, feature, shape class) for every util kernel a plan launches; feature "" is the
     launch itself, then its variant, split-K, alpha/beta, transposing / misaligned copies."""
-    from hgemm_rt.problem import Copy, GroupSum
+    from hgemm_rt.problem import Copy, GroupSum, Split
 
     def c_fast(v) -> bool:  # a view whose columns are adjacent in memory
         return abs(v.cs) <= abs(v.rs)
 
     keys = set()
     for s in plan.steps:
-        if isinstance(s, Copy):
+        if isinstance(s, (Copy, Split)):
             name = s.kernel
             feats = {""}
             if c_fast(s.src) != c_fast(s.dst):
@@ -145,6 +145,7 @@ def util_schedule(manifest, cc: tuple[int, int], sm_count: int, names: set[str])
     """[(case, plan)] to run, and the keys they cover: per case, matmul's plans cheapest first, each
     taken only if it covers a key of a selected kernel that no earlier plan covered."""
     from hgemm_rt import planner
+    from hgemm_rt.roles.gemm_fused_wgmma import FusedWgmma
 
     dtypes = sorted({manifest.kernels[n].dtype for n in names})
     covered: set = set()
@@ -154,7 +155,7 @@ def util_schedule(manifest, cc: tuple[int, int], sm_count: int, names: set[str])
         for _est, plan in planner.ranked_recipes(prob, manifest, cc, sm_count):
             new = {k for k in plan_keys(plan, prob, case.shape, manifest) if k[0] in names} - covered
             if case.shape == "ragged_mk":  # the class exists for the TMA-store kernels, which "ragged" cannot run
-                new = {k for k in new if manifest.kernels[k[0]].role == "gemm_fused_wgmma"}
+                new = {k for k in new if manifest.kernels[k[0]].role == FusedWgmma.name}
             if new:
                 out.append((case, plan))
                 covered |= new

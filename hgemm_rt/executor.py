@@ -17,18 +17,23 @@ import itertools
 import math
 import struct
 import threading
-from dataclasses import replace
 from typing import Any
 
 from .cache import Cache
 from .device import get_device
 from .dtypes import ITEMSIZE
-from .launcher import ArrayRef, KernelLaunch, PackedParams, ParamPacker, prepare
+from .launcher import ArrayRef, KernelLaunch, PackedParams, ParamPacker
 from .launchplan import LaunchPlan
 from .manifest import Manifest
 from .memory import DeviceArray
-from .problem import SPLIT_FORMATS, Copy, GroupSum, Recipe, View, kernel_batch, split_format
-from .validate import GemmShape
+from .problem import Copy, GroupSum, Recipe, Split, View, kernel_batch
+from .roles import gemm_handler, handler
+from .roles.copy import copy_scalars
+from .roles.glue import batch_strides
+# names this module has always offered (tests), now their roles' (hgemm_rt/roles/)
+from .roles.glue import kernel_levels  # noqa: F401
+from .roles.split_products import split_planes  # noqa: F401
+from .roles.gemm_strided_wgmma import K_GROUPS_DEFERRED  # noqa: F401
 
 def f32_bits(x: float) -> int:
     """The bit pattern of x as an fp32, as the i32 alpha_bits/beta_bits parameters carry it."""
@@ -46,6 +51,8 @@ def step_operands(step: Any) -> dict[str, View]:
     """The views a step's pointer and tensor-map parameters name (`bias` where the step applies one)."""
     if isinstance(step, Copy):
         views = {"src": step.src, "dst": step.dst}
+    elif isinstance(step, Split):
+        views = {"src": step.src, "dst": step.dst}
         if step.shift is not None:  # a scaled split's exponents
             views["shift"] = step.shift
     elif isinstance(step, GroupSum):
@@ -54,7 +61,7 @@ def step_operands(step: Any) -> dict[str, View]:
         views = {"A": step.a, "B": step.b, "C": step.c}
         if step.a_shift is not None:  # a scaled split product: the exponents of A's and B^T's rows
             views.update(a_shift=step.a_shift, b_shift=step.b_shift)
-    if step.epilogue and step.bias is not None:
+    if step.applies_alpha_beta and step.bias is not None:
         views["bias"] = step.bias
     if getattr(step, "work", None) is not None:  # a stream-K or K-groups GEMM's workspace (a K-groups sum's input)
         views["work"] = step.work
@@ -65,6 +72,8 @@ def step_writes(step: Any) -> set[str]:
     """The buffers (a view's base: A, B, C or a temporary) a step writes: a copy its destination, a GEMM or a sum C
     and its workspace (flags and counters it leaves zero, partials)."""
     if isinstance(step, Copy):
+        return {step.dst.base}
+    if isinstance(step, Split):
         return {step.dst.base} | ({step.shift.base} if step.shift is not None else set())
     work = getattr(step, "work", None)
     return {step.c.base} | ({work.base} if work is not None and not isinstance(step, GroupSum) else set())
@@ -88,36 +97,20 @@ OPTIONAL_POINTERS = ("bias", "group", "work")  # such a kernel parameter gets a 
 
 def epilogue_scalars(step: Any) -> dict[str, int]:
     """The fused-epilogue integers (cu/common/epilogue.cuh): what the step applies beyond alpha/beta."""
-    epi = step.epi if step.epilogue else None
+    epi = step.epi if step.applies_alpha_beta else None
     return {"epi": epi.flags if epi else 0, "scale_bits": f32_bits(epi.scale if epi else 1.0),
-            "bias_stride": step.bias.cs if step.epilogue and step.bias is not None else 0}
+            "bias_stride": step.bias.cs if step.applies_alpha_beta and step.bias is not None else 0}
 
 
 def alpha_beta_bits(step: Any, alpha: float, beta: float) -> dict[str, int]:
     """The i32:alpha_bits / i32:beta_bits a step's kernel gets: the caller's alpha and beta where the step applies
     them (its `scalars`), else alpha 1 and beta 0."""
-    return {"alpha_bits": f32_bits(alpha if step.epilogue and "a" in step.scalars else 1.0),
-            "beta_bits": f32_bits(beta) if step.epilogue and "b" in step.scalars else 0}
-
-
-def kernel_levels(batch: tuple[int, ...]) -> tuple[int | None, int | None]:
-    """The indices of the (outer, inner) batch levels a kernel takes (None where absent)."""
-    n = len(batch)
-    return (n - 2 if n >= 2 else None), (n - 1 if n >= 1 else None)
-
-
-def batch_strides(view: View, batch: tuple[int, ...]) -> tuple[int, int]:
-    """(outer, inner) batch strides of `view` in elements along the kernel's levels (0 where absent)."""
-    outer, inner = kernel_levels(batch)
-    return (view.bstride(outer) if outer is not None else 0, view.bstride(inner) if inner is not None else 0)
+    return {"alpha_bits": f32_bits(alpha if step.applies_alpha_beta and "a" in step.scalars else 1.0),
+            "beta_bits": f32_bits(beta) if step.applies_alpha_beta and "b" in step.scalars else 0}
 
 
 def batched_launch(step: Any) -> bool:
     return kernel_batch(step.batch) != (1, 1)
-
-
-# i32:k_groups's bit for a deferred K-groups launch (cu/util_sm90.cu, kKgDeferred): each group's sums to its plane
-K_GROUPS_DEFERRED = 1 << 16
 
 
 def step_scalars(step: Any) -> dict[str, int]:
@@ -125,21 +118,15 @@ def step_scalars(step: Any) -> dict[str, int]:
     if isinstance(step, GroupSum):
         return {"M": step.M, "N": step.N, "ldc_r": step.c.rs, "ldc_c": step.c.cs, "k_groups": step.groups,
                 **epilogue_scalars(step)}
+    if isinstance(step, (Copy, Split)):
+        return copy_scalars(step, epilogue_scalars(step))
     outer, inner = kernel_batch(step.batch)
-    if isinstance(step, Copy):
-        s, d = step.src, step.dst
-        (sso, ssi), (sdo, sdi) = batch_strides(s, step.batch), batch_strides(d, step.batch)
-        (seo, sei) = batch_strides(step.shift, step.batch) if step.shift is not None else (0, 0)
-        return {"M": d.rows, "N": d.cols, "src_rows": step.src_rows, "src_cols": step.src_cols,
-                "srs": s.rs, "scs": s.cs, "drs": d.rs, "dcs": d.cs, **epilogue_scalars(step),
-                "batch_inner": inner, "bss_o": sso, "bss_i": ssi, "bsd_o": sdo, "bsd_i": sdi, "bse_o": seo, "bse_i": sei}
     a, b, c = step.a, step.b, step.c
     b_row = dict(step.variant).get("b", "row") == "row"
     out = {"M": step.M, "N": step.N, "K": step.K, "lda": a.rs, "ldb": b.rs if b_row else b.cs,
            "ldc_r": c.rs, "ldc_c": c.cs, "ars": a.rs, "acs": a.cs, "brs": b.rs, "bcs": b.cs, "crs": c.rs,
            "ccs": c.cs, "batch_inner": inner, "batch_count": outer * inner, **epilogue_scalars(step),
-           "group_mode": step.group, "groups": step.groups, "sk_tiles": step.sk_tiles,
-           "k_groups": step.k_groups | (K_GROUPS_DEFERRED if step.k_deferred else 0)}
+           **gemm_handler(step.role).option_scalars(step)}
     levels = 0
     for name, v in (("A", a), ("B", b), ("C", c)):
         so, si = batch_strides(v, step.batch)
@@ -161,18 +148,6 @@ def tma_shape(view: View, batch: tuple[int, ...], isz: int) -> tuple[tuple, tupl
     return (outer[0], inner[0], view.rows, view.cols), (outer[1], inner[1], view.rs * isz, view.cs * isz)
 
 
-def split_planes(view: View, rows: int, isz: int, batch: tuple[int, ...] = ()) -> tuple[tuple, tuple]:
-    """(shape, byte strides) of a split product's operand's rank-4 TMA map: the split's planes (view: their
-    stack, planes x rows rows of `view.cols` elements) as (matrices, planes, rows, cols), one stack per matrix of
-    the kernel levels the operand varies on (1 unbatched)."""
-    planes = view.rows // rows
-    outer, inner = kernel_batch(batch)
-    so, si = batch_strides(view, batch)
-    matrices = (outer if so else 1) * (inner if si else 1)
-    stack = planes * rows * view.rs * isz
-    return (matrices, planes, rows, view.cols), (stack, rows * view.rs * isz, view.rs * isz, isz)
-
-
 def loop_offsets(recipe: Recipe, view: View) -> list[int]:
     """`view`'s element offset for each index of the recipe's loop levels, in launch order."""
     if not recipe.loop:
@@ -188,46 +163,8 @@ class _Step:
 
     def __init__(self, manifest: Manifest, step: Any, dev: Any, recipe: Recipe):
         self.spec = spec = manifest.kernels[step.kernel]
-        outer, inner = kernel_batch(step.batch)
-        if isinstance(step, GroupSum):  # a CTA per tile of C, the GEMM's programmatic dependent
-            fn, cfg = prepare(manifest, spec, dev, GemmShape(step.M, step.N, 1), {}, False, None)
-            splits = 1
-        elif isinstance(step, Copy):
-            # a split's grid covers its source (each CTA writes its tile's planes; a scaled split's CTA whole lines)
-            if step.split:
-                grid = GemmShape(step.src_rows, 1 if split_format(step.split).scaled else step.src_cols, 1)
-            else:
-                grid = GemmShape(step.dst.rows, step.dst.cols, 1)
-            variant = {}
-            fn, cfg = prepare(manifest, spec, dev, grid, variant, False, None)
-            splits = 1
-        else:
-            variant = spec.resolve_variant(dict(step.variant))  # declared axis order: the symbol name
-            # SwiGLU: the kernel's N is C's width, its tiles span as many of B's 2N columns
-            n_tiles = 2 * step.N if step.swiglu else step.N
-            fn, cfg = prepare(manifest, spec, dev, GemmShape(step.M, n_tiles, step.K), variant, step.swizzle,
-                              step.swizzle_stride)
-            splits = step.splits
-            if step.k_groups > 1 and (outer * inner > 1 or step.cluster_m > 1):
-                raise ValueError(f"{spec.name}: K groups need an unbatched launch without B multicast")
-            if splits > 1:  # split-K: one CTA per split of a tile, the splits of a tile in one cluster
-                cfg = replace(cfg, cluster=(1, 1, splits))
-            if step.cluster_m > 1:  # B multicast: neighbouring rows of tiles in pairs (a last odd row's pair is idle)
-                cm = step.cluster_m
-                cfg = replace(cfg, cluster=(1, cm, 1), grid=(cfg.grid[0], -(-cfg.grid[1] // cm) * cm, cfg.grid[2]))
-            if spec.role == "gemm_fused_wgmma":  # persistent over every matrix's tiles: one CTA per SM at most
-                tiles = spec.output_tiles(step.M, step.N, step.swiglu) * outer * inner
-                ctas = step.ctas or min(tiles, dev.info.sm_count)  # (stream-K: the recipe's grid)
-                if ctas > dev.info.sm_count:
-                    raise ValueError(f"{spec.name}: a stream-K grid of {ctas} CTAs on {dev.info.sm_count} SMs: its CTAs "
-                                     "wait on each other, so all must be resident")
-                cfg = replace(cfg, grid=(ctas, 1, 1))
-                outer = inner = 1  # (the batch is in the tile schedule, not on grid.z)
-        groups = getattr(step, "k_groups", 1)  # a GEMM's K groups take the batch's place on grid.z
-        if splits > 1 or outer * inner * groups > 1:  # grid.z: the splits of each matrix of the batch, batch slowest
-            if cfg.grid[2] != 1:
-                raise ValueError(f"{spec.name}: a batched or split launch needs grid.z, its grid is {cfg.grid}")
-            cfg = replace(cfg, grid=(cfg.grid[0], cfg.grid[1], splits * outer * inner * groups))
+        role = handler(spec.role)
+        fn, cfg = role.launch(manifest, spec, dev, step)  # its grid, cluster and batch on grid.z
         self.launch = KernelLaunch(fn, cfg)
         # operand name -> (which of A, B, C as 0-2, or a temporary's name; shape; byte strides; the byte
         # offset per loop index). A batched launch's TMA operand is described rank-4 (tma_shape).
@@ -236,8 +173,9 @@ class _Step:
         self.refs = {}
         for name, v in step_operands(step).items():
             where = OPERAND_SLOTS.get(v.base, v.base)
-            if name in tmaps and spec.role in SPLIT_FORMATS and name in ("A", "B"):
-                shape, strides = split_planes(v, step.M if name == "A" else step.N, isz, step.batch)
+            own = role.operand_map(name, v, step, isz) if name in tmaps else None
+            if own is not None:  # (a split product's planes)
+                shape, strides = own
             elif name in tmaps and batched_launch(step):
                 shape, strides = tma_shape(v, step.batch, isz)
             else:

@@ -30,19 +30,18 @@ from .device import get_device, stream_handle
 from .epilogue import SWIGLU, Epilogue
 from .errors import ArgumentTypeError, NotBuiltForDeviceError, ValidationError
 from .memory import DeviceArray
-from .planner import c_by_pointer
+from .planner import grouped_recipe
 from .plans import plans
-from .problem import ACCUMULATE, Gemm, Problem, Recipe, Route, View, batch_align, ptr_alignment
+from .problem import ACCUMULATE, Problem, View, batch_align, ptr_alignment
 from .registry import get_registry
+from .roles.gemm_fused_wgmma import GROUP_MODES, grouped_kernel
 from .streams import cai_stream, wait_for
 from .validate import I32_MAX, check_activation, check_group_index, check_option, fp32_scalar, one_device, \
     validate_out
 
 __all__ = ["grouped_matmul", "GROUP_MODES"]
 
-GROUP_MODES = {"contiguous": 1, "masked": 2}  # the kernels' i32:group_mode (0: not grouped)
 MAX_GROUPS = 492  # the kernels' shared-memory table of per-group tile prefix sums (cu/util_sm90_fused.cu)
-ROLE = "gemm_fused_wgmma"
 
 
 class GroupIndex:
@@ -90,11 +89,11 @@ def _index(x: Any, what: str) -> GroupIndex:
 
 
 def _kernel(manifest: Any, dtype: str, layout: str) -> str:
-    for spec in manifest.kernels.values():
-        if spec.role == ROLE and spec.dtype == dtype and spec.layout == layout and "ptr:group" in spec.params:
-            return spec.name
-    raise NotBuiltForDeviceError(f"grouped_matmul: this build has no {ROLE} kernel for {dtype} {layout} "
-                                 "(Hopper sm_90a only; rebuild with build_kernels.py)")
+    spec = grouped_kernel(manifest, dtype, layout)
+    if spec is None:
+        raise NotBuiltForDeviceError(f"grouped_matmul: this build has no grouped kernel for {dtype} {layout} "
+                                     "(Hopper sm_90a only; rebuild with build_kernels.py)")
+    return spec.name
 
 
 def grouped_matmul(a: Any, b: Any, out: Any = None, *, offsets: Any = None, counts: Any = None, alpha: float = 1.0,
@@ -138,7 +137,7 @@ def grouped_matmul(a: Any, b: Any, out: Any = None, *, offsets: Any = None, coun
     if dev.info.cc < (9, 0):
         raise NotBuiltForDeviceError(f"grouped_matmul runs on Hopper (sm_90a) GPUs; {dev.info.name} is "
                                      f"sm_{dev.info.cc[0]}{dev.info.cc[1]}")
-    kernel = _kernel(manifest, dtype, layout)
+    _kernel(manifest, dtype, layout)  # (a clear error where the build has none, before anything runs)
     av = _view(A, "A", M, K, isz)
     for v, name in ((av, "A"), (bview, "B")):
         _tma_ready(v, name, isz)
@@ -154,7 +153,7 @@ def grouped_matmul(a: Any, b: Any, out: Any = None, *, offsets: Any = None, coun
     cv = _view(C, "C", M, n_out, isz)  # (any alignment and width: a C that TMA cannot store goes through its pointer)
     prob = Problem(dtype, acc, av, bview if layout == "NN" else bview.T, cv, plain=alpha_f == 1.0 and beta_f == 0.0,
                    beta_zero=beta_f == 0.0, batch=(E,), epi=epi, group=mode)
-    ex = plans.execution(grouped_recipe(kernel, av, bview, cv, M, n_out, K, E, epi, mode, isz), prob, device, s)
+    ex = plans.execution(grouped_recipe(prob, manifest), prob, device, s)  # (the planner's grouped role)
     G.upload(device)
     ops.order_after_producers((A, B, C), s, device, explicit)
     wait_for(s, G.producer_stream, device)
@@ -219,12 +218,3 @@ def _tma_ready(v: View, name: str, isz: int) -> None:
     if v.align < 16 or (v.rows > 1 and v.rs * isz % 16) or any(x * isz % 16 for x in v.bs):
         raise ValidationError(f"grouped_matmul: {name} must be 16-byte aligned with 16-byte-multiple row and "
                               "expert strides (the kernels read and write it through TMA)")
-
-
-def grouped_recipe(kernel: str, av: View, bview: View, cv: View, M: int, n_out: int, K: int, experts: int,
-                   epi: Epilogue | None, mode: str, isz: int) -> Recipe:
-    """The one-step recipe of a grouped call: the persistent kernel over every expert's tiles (where the
-    planner's grouped entry takes over, this is the one function to replace)."""
-    g = Gemm(kernel, ROLE, av, bview, cv, M, n_out, K, epilogue=True, batch=(experts,), epi=epi,
-             group=GROUP_MODES[mode], groups=experts, c_unmapped=c_by_pointer(cv, isz))
-    return Recipe(Route(kernel), (), (g,))

@@ -9,7 +9,8 @@ Vocabulary of the matmul stack, one word per thing:
   merge, are a loop of launches over pointer offsets (`Problem.loop`).
 - `Route`: one kernel, whether the problem is solved as it stands or transposed (C^T = B^T A^T), and
   its launch options; the planner chooses it, the tuning cache remembers the measured best.
-- `Recipe`: what a route needs to run a problem: temporaries (`Temp`), then `Copy` and `Gemm` steps.
+- `Recipe`: what a route needs to run a problem: temporaries (`Temp`), then `Copy`, `Split`, `Gemm` and
+  `GroupSum` steps (each a kernel of a role, hgemm_rt/roles/).
 - `Execution` (executor.py): a Recipe made runnable on one device: temporaries allocated, launches
   prepared. `Matmul` (api.py): the public plan object that owns the choice and its Execution.
 """
@@ -18,7 +19,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 from .dtypes import ITEMSIZE
 from .epilogue import Epilogue
@@ -30,9 +31,9 @@ MAX_GRID_BATCH = 65535  # grid.z: splits x the kernel levels' batch must not exc
 # cores. The stricter choice is always allowed to run (an fp32-accumulating kernel satisfies "f16").
 ACCUMULATE = {"f16": ("f32", "f16"), "bf16": ("f32",), "f32": ("f32", "tf32")}
 
-__all__ = ["ACCUMULATE", "ITEMSIZE", "KERNEL_LEVELS", "MAX_GRID_BATCH", "SPLIT_FORMATS", "Copy", "Gemm", "Problem",
-           "Recipe", "Route", "SplitFormat", "Temp", "View", "batch_align", "kernel_batch", "problem_of_arrays",
-           "ptr_alignment", "split_format", "view_of"]
+__all__ = ["ACCUMULATE", "ITEMSIZE", "KERNEL_LEVELS", "MAX_GRID_BATCH", "Copy", "Gemm", "GroupSum", "Problem",
+           "Recipe", "Route", "Split", "SplitFormat", "Temp", "View", "batch_align", "kernel_batch",
+           "problem_of_arrays", "ptr_alignment", "view_of"]
 
 
 def ptr_alignment(ptr: int) -> int:
@@ -229,7 +230,8 @@ class SplitFormat:
     kernel that makes them (its role), the k-block of K each plane row holds (one 128-byte row: 32 TF32 or 64 fp16
     values), whether it scales each line by a power of two (and writes the exponents the GEMM takes back off), how
     many times it reads the source (a scaled split reads each line twice: its maximum, then the split), and whether
-    its kernels take a batch (grid.z over the matrices, cu/util.cu and cu/util_sm90.cu)."""
+    its kernels take a batch (grid.z over the matrices, cu/util.cu and cu/util_sm90.cu). The formats: the split
+    products' handlers (hgemm_rt/roles, roles.SPLIT_FORMATS)."""
 
     role: str
     block: int
@@ -237,17 +239,6 @@ class SplitFormat:
     reads: int
     batched: bool
     label: str
-
-
-SPLIT_FORMATS = {  # by the product's role
-    "gemm_tf32x3": SplitFormat("split_tf32", 32, False, 1, False, "TF32 hi/lo"),
-    "gemm_f16x3": SplitFormat("split_f16x3", 64, True, 2, True, "fp16 hi/lo, rows scaled by powers of two"),
-}
-
-
-def split_format(split_role: str) -> SplitFormat:
-    """The format a split kernel's role makes (a Copy step's `split`)."""
-    return next(f for f in SPLIT_FORMATS.values() if f.role == split_role)
 
 
 @dataclass(frozen=True)
@@ -259,24 +250,55 @@ class Copy:
     dst: View
     src_rows: int
     src_cols: int
-    epilogue: bool  # True: the user's alpha/beta; False: a plain copy (alpha 1, beta 0)
+    applies_alpha_beta: bool  # True: the user's alpha/beta (and `epi`); False: a plain copy (alpha 1, beta 0)
     batch: tuple[int, ...] = ()  # the problem's batch levels: one copy per matrix (views' `bs`)
-    scalars: str = "ab"  # with epilogue: which of the user's alpha ("a") and beta ("b") it takes (else 1 and 0)
-    epi: Epilogue | None = None  # with epilogue: the bias/activation/scale it applies too (SwiGLU:
+    scalars: str = "ab"  # with applies_alpha_beta: which of the user's alpha ("a") and beta ("b") it takes
+    epi: Epilogue | None = None  # with applies_alpha_beta: the bias/activation/scale it applies too (SwiGLU:
     bias: View | None = None  # src has 2 * dst.cols columns, gate | up)
-    # the role of a split kernel instead ("split_tf32", "split_f16x3"; "" for a copy): dst = src's head and
-    # residual planes, one 128-byte row a k-block (cu/util.cu): 2 ceil(src_cols / k-block) planes of src_rows rows,
-    # dst their stack (SplitFormat) ...
-    split: str = ""
-    shift: View | None = None  # ... and, for a scaled split, the int32 exponent of each of src's rows
+
+    @property
+    def epilogue(self) -> bool:
+        """The former name of applies_alpha_beta (read-only, for callers not yet renamed)."""
+        return self.applies_alpha_beta
+
+
+@dataclass(frozen=True)
+class Split:
+    """A split kernel's step (roles split_tf32, split_f16x3): dst = src's head and residual planes, one 128-byte row
+    a k-block (cu/util.cu): 2 ceil(src_cols / k-block) planes of src_rows rows, dst their stack (`format`), and for
+    a scaled format the int32 exponent of each of src's rows (`shift`)."""
+
+    kernel: str
+    src: View
+    dst: View
+    src_rows: int
+    src_cols: int
+    format: SplitFormat
+    batch: tuple[int, ...] = ()  # the problem's batch levels: one split per matrix (views' `bs`)
+    shift: View | None = None
+    # (a split applies none of the user's scalars nor the epilogue)
+    applies_alpha_beta: ClassVar[bool] = False
+    epilogue: ClassVar[bool] = False
+    scalars: ClassVar[str] = "ab"
+    epi: ClassVar[None] = None
+    bias: ClassVar[None] = None
+
+
+def _option(name: str, neutral: Any, doc: str) -> property:
+    """A read-only view of a role option of a Gemm step (Gemm.options), `neutral` where it has none."""
+    return property(lambda self: getattr(self.options, name, neutral), doc=doc)
 
 
 @dataclass(frozen=True)
 class Gemm:
+    """A product's step. What every GEMM launch has; the role's own options (stream-K, K groups, the grouped
+    table, split exponents) in `options`, the role handler's dataclass (hgemm_rt/roles/<role>.py), read here through
+    the properties below (their neutral value where the role has no such option)."""
+
     kernel: str
     role: str  # the kernel's declared role (manifest.ROLES)
     a: View
-    b: View  # "gemm": K x N (NN) or N x K (TN) as the kernel takes it; strided roles: as given (variant b)
+    b: View  # catalogue: K x N (NN) or N x K (TN) as the kernel takes it; strided roles: as given (variant b)
     c: View
     M: int
     N: int
@@ -284,22 +306,19 @@ class Gemm:
     variant: tuple[tuple[str, Any], ...] = ()
     swizzle: bool = False
     swizzle_stride: int | None = None
-    splits: int = 1
-    epilogue: bool = False  # the kernel applies the user's alpha/beta itself
+    splits: int = 1  # a cluster of CTAs along K per tile (split-K; grid.z)
+    applies_alpha_beta: bool = False  # the kernel applies the user's alpha/beta (and `epi`) itself
     batch: tuple[int, ...] = ()  # the problem's batch levels: one product per matrix (views' `bs`)
-    scalars: str = "ab"  # with epilogue: which of the user's alpha ("a") and beta ("b") it takes (else 1 and 0)
-    epi: Epilogue | None = None  # with epilogue: the bias/activation/scale it applies too
+    scalars: str = "ab"  # with applies_alpha_beta: which of the user's alpha ("a") and beta ("b") it takes
+    epi: Epilogue | None = None  # with applies_alpha_beta: the bias/activation/scale it applies too
     bias: View | None = None
-    group: int = 0  # grouped_matmul's i32:group_mode (grouped.GROUP_MODES; the batch is the experts)
-    groups: int = 0
-    ctas: int = 0  # stream-K (a kernel with i32:sk_tiles): its grid, ...
-    sk_tiles: int = 0  # ... how many of the last tiles it cuts along K, a piece per CTA ...
-    work: View | None = None  # ... and its workspace (a temporary; also K groups')
-    k_groups: int = 1  # the util_sm90 kernels' K groups: clusters of one tile along grid.z, each on a share of K
-    k_deferred: bool = False  # ... whose sums a GroupSum step adds (the GEMM writes each group's plane to `work`)
-    c_unmapped: bool = False  # gemm_fused_wgmma: C off TMA's rules, stored through ptr:C (no tmap:C; cu/CONTRACT.md)
-    a_shift: View | None = None  # gemm_f16x3: the exponents the split scaled A's rows and B^T's rows by
-    b_shift: View | None = None
+    work: View | None = None  # a workspace temporary its options need (stream-K, K groups, the tile queue)
+    options: Any = None  # the role's options object (None: none)
+
+    @property
+    def epilogue(self) -> bool:
+        """The former name of applies_alpha_beta (read-only, for callers not yet renamed)."""
+        return self.applies_alpha_beta
 
     @property
     def cluster_m(self) -> int:
@@ -311,6 +330,17 @@ class Gemm:
     def swiglu(self) -> bool:
         """The step pairs gate and up columns (its epilogue's SwiGLU): C's width N, B's 2N."""
         return self.epi is not None and self.epi.swiglu
+
+    # the role options' values, their neutral value where the step's role has no such option
+    ctas = _option("ctas", 0, "Stream-K: its grid (0: not stream-K).")
+    sk_tiles = _option("sk_tiles", 0, "Stream-K: how many of the last tiles it cuts along K, a piece per CTA.")
+    k_groups = _option("k_groups", 1, "K groups: clusters of one tile along grid.z, each on a share of K (1: none).")
+    k_deferred = _option("k_deferred", False, "K groups whose sums a GroupSum step adds (each group's plane in work).")
+    c_unmapped = _option("c_unmapped", False, "C off TMA's rules, stored through ptr:C (no tmap:C; cu/CONTRACT.md).")
+    group = _option("group", 0, "grouped_matmul's i32:group_mode (0: not grouped; the batch is the experts).")
+    groups = _option("groups", 0, "grouped_matmul's group count.")
+    a_shift = _option("a_shift", None, "A scaled split product: the exponents the split scaled A's rows by.")
+    b_shift = _option("b_shift", None, "... and B^T's rows by.")
 
 
 @dataclass(frozen=True)
@@ -324,18 +354,23 @@ class GroupSum:
     M: int
     N: int
     groups: int
-    epilogue: bool = True
+    applies_alpha_beta: bool = True
     scalars: str = "ab"
     epi: Epilogue | None = None
     bias: View | None = None
     batch: tuple[int, ...] = ()
+
+    @property
+    def epilogue(self) -> bool:
+        """The former name of applies_alpha_beta (read-only, for callers not yet renamed)."""
+        return self.applies_alpha_beta
 
 
 @dataclass(frozen=True)
 class Recipe:
     route: Route
     temps: tuple[Temp, ...]
-    steps: tuple[Any, ...]  # Copy | Gemm | GroupSum, in order
+    steps: tuple[Any, ...]  # Copy | Split | Gemm | GroupSum, in order
     copy_bytes: int = 0
     loop: tuple[int, ...] = ()  # the problem's loop levels: the steps run once per index, at pointer offsets
 

@@ -29,6 +29,7 @@ from hgemm_rt.launcher import ParamPacker
 from hgemm_rt.manifest import kernel_spec_from_dict
 from hgemm_bench.util_checks import download, stored_and_exact
 from hgemm_rt.numerics import error_floor
+from hgemm_rt.roles import SPLIT_FORMATS, split_format
 from guarded import GuardedArray, each_route
 from kernel_cases import load_manifest_or_none
 
@@ -777,7 +778,7 @@ def _simulate(heap, recipe, ptrs, alpha, beta, manifest):
             refs = {}
             for name, v in executor.step_operands(step).items():
                 base = ptrs["ABC".index(v.base)] if v.base in "ABC" else temps[v.base]
-                if name in tmaps and spec.role in problem.SPLIT_FORMATS and name in ("A", "B"):
+                if name in tmaps and spec.role in SPLIT_FORMATS and name in ("A", "B"):
                     shape, strides = executor.split_planes(v, step.M if name == "A" else step.N, isz, step.batch)
                 elif name in tmaps and executor.batched_launch(step):
                     shape, strides = executor.tma_shape(v, step.batch, isz)
@@ -805,7 +806,7 @@ def _split_slots(rows, K, block):
 def _kernel(heap, spec, p, o, i, b_row):
     mem, isz = heap.mem, heap.isz
     if spec.role in planner.SPLIT_ROLES:  # dst: the source's lines scaled by 2^shift (0 unscaled), zero past K
-        fmt = problem.split_format(spec.role)
+        fmt = split_format(spec.role)
         rows, K = p["src_rows"], p["src_cols"]
         rr, kk = np.meshgrid(np.arange(rows), np.arange(K), indexing="ij")
         x = mem[heap.index(p["src"]) + o * p.get("bss_o", 0) + i * p.get("bss_i", 0) + rr * p["srs"] + kk * p["scs"]]
@@ -830,8 +831,8 @@ def _kernel(heap, spec, p, o, i, b_row):
         mem[out] = alpha * val + (beta * mem[out] if beta else 0.0)
         return
     K = p["K"]
-    if spec.role in problem.SPLIT_FORMATS:  # A's and B^T's planes and exponents, matrix (o, i), their exponents off
-        fmt = problem.SPLIT_FORMATS[spec.role]
+    if spec.role in SPLIT_FORMATS:  # A's and B^T's planes and exponents, matrix (o, i), their exponents off
+        fmt = SPLIT_FORMATS[spec.role]
         lv, n_inner = p.get("tma_levels", 0), p.get("batch_inner", 1)
 
         def lines(ref, rows, shift, bits):  # ref: the map (matrices, planes, rows, 32); the matrix flat over its levels

@@ -108,7 +108,8 @@ def test_other_numbers_the_run_cannot_use_are_refused(argv, capsys):
 # -- --kernels: a pattern that matches nothing is refused, not "cuBLAS alone, exit 0" ----------------
 
 def entry(name, ladder, baseline=False):
-    return SimpleNamespace(name=name, ladder=ladder, step=1, layout="NN", dtype="f16", out="f16", variants={},
+    return SimpleNamespace(name=name, ladder=ladder, catalogue=ladder != "util", step=1, layout="NN", dtype="f16",
+                           out="f16", variants={},
                            is_baseline=baseline, acc_for=lambda choice: "f32",
                            spec=None if baseline else SimpleNamespace(grid="tiles", tile=(128, 128, 32)))
 
@@ -225,7 +226,7 @@ def test_an_interrupted_matmul_run_keeps_the_sections_it_finished(tmp_path, monk
 def fake_build(monkeypatch):
     import hgemm_rt as hg
 
-    kernels = {n: SimpleNamespace(name=n, ladder=ladder) for n, ladder in (("hgemm_mma_a", "mma"),
+    kernels = {n: SimpleNamespace(name=n, ladder=ladder, catalogue=ladder != "util") for n, ladder in (("hgemm_mma_a", "mma"),
                                                                             ("util_copy2d_f16", "util"))}
     monkeypatch.setattr(hg, "get_registry", lambda: SimpleNamespace(manifest=SimpleNamespace(kernels=kernels)))
 

@@ -201,7 +201,13 @@ VALID = _valid_manifest()
 LOADED = Manifest.from_dict(VALID, ROOT, "m")
 # tables whose keys are data (an arch, a symbol, an axis): deleting one of their entries is a smaller
 # build or another declaration, not damage, so the property below deletes only keys of fixed records
-MAPS = {"builds", "symbols", "require", "variants", "default", "tma"}
+MAPS = {"builds", "symbols", "require", "variants", "default", "tma", "knobs"}
+UNION_TYPES = {"knobs": ("int", "str")}  # a table whose values may be any of these types (KernelSpec.knobs)
+
+
+def _union(path):
+    """The other valid types of the value at `path` (a knob is an integer or a string by declaration)."""
+    return UNION_TYPES.get(path[-2], ()) if len(path) > 1 else ()
 OTHER_TYPES = [None, 0, 7, -1, 1.5, True, False, "", "x", "90", "BM * 2", [], [1], ["a"], {}, {"a": 1}]
 
 
@@ -244,7 +250,7 @@ def test_a_damaged_manifest_loads_the_same_or_raises_manifest_error(mutations):
             if may_delete:
                 del parent[path[-1]]
                 changed = True
-        elif _json_type(OTHER_TYPES[v]) not in (valid_type, _json_type(old)):  # never back to a valid type
+        elif _json_type(OTHER_TYPES[v]) not in (valid_type, _json_type(old), *_union(path)):  # never back to a valid type
             parent[path[-1]] = copy.deepcopy(OTHER_TYPES[v])
             changed = True
     try:

@@ -25,6 +25,7 @@ from hgemm_rt.dtypes import ITEMSIZE, STORAGE, storage_to_f64
 from hgemm_rt.errors import UnknownKernelError, ValidationError
 from hgemm_bench.util_checks import download
 from hgemm_rt.numerics import error_floor
+from hgemm_rt.roles import SPLIT_FORMATS
 from guarded import GuardedArray, each_route
 from kernel_cases import load_manifest_or_none
 from interop import OnlyDlpack
@@ -133,7 +134,8 @@ def test_a_graph_runs_the_copies_of_different_operands_side_by_side_and_orders_w
     # a GEMM and the sum of its deferred K groups: the sum reads the workspace the GEMM writes
     work = v("tW")
     gsum = problem.GroupSum("s", work, v("C"), 64, 64, 4)
-    assert launch_dependencies([replace(gemm, c=v("C"), work=work, k_groups=4, k_deferred=True), gsum], 1) == [(), (0,)]
+    from hgemm_rt.roles.gemm_strided_wgmma import KGroups
+    assert launch_dependencies([replace(gemm, c=v("C"), work=work, options=KGroups(4, True)), gsum], 1) == [(), (0,)]
 
 
 def _view(base, rows, cols, order, pad=0, align=256):
@@ -160,8 +162,8 @@ def _check_plan_contract(plan, prob, manifest):
         _check_batched_contract(plan, prob, manifest)
     temps = {t.name: t for t in plan.temps}
     for step in plan.steps:
-        if isinstance(step, problem.Copy) and step.split:  # a head and a residual plane per k-block, 128-byte rows
-            fmt = problem.split_format(step.split)
+        if isinstance(step, problem.Split):  # a head and a residual plane per k-block, 128-byte rows
+            fmt = step.format
             assert step.dst.cols == planner.SPLIT_ROW and step.dst.rows == 2 * -(-step.src_cols // fmt.block) * step.src_rows
             assert (step.shift is not None) == fmt.scaled and (not fmt.scaled or step.shift.cols == step.src_rows)
             continue
@@ -200,13 +202,13 @@ def _check_plan_contract(plan, prob, manifest):
                 assert v.cs == 1 and v.align >= 16 and v.rs * ITEMSIZE[prob.dtype] % 16 == 0 and v.rs >= cols
                 assert rows == dims[0] and cols >= dims[1]  # a packed operand may carry zero columns
             assert step.splits in planner.SPLITS
-        elif step.role in problem.SPLIT_FORMATS:  # A's and B^T's planes (and exponents), as their split steps wrote them
-            made = {s.dst.base: s for s in plan.steps if isinstance(s, problem.Copy) and s.split}
+        elif step.role in SPLIT_FORMATS:  # A's and B^T's planes (and exponents), as their split steps wrote them
+            made = {s.dst.base: s for s in plan.steps if isinstance(s, problem.Split)}
             sa, sb = made[step.a.base], made[step.b.base]
             assert (sa.src_rows, sb.src_rows) == (step.M, step.N) and sa.src_cols == sb.src_cols == step.K
-            assert sa.split == sb.split == problem.SPLIT_FORMATS[step.role].role
+            assert sa.format == sb.format == SPLIT_FORMATS[step.role]
             assert (step.a_shift, step.b_shift) == (sa.shift, sb.shift)
-            assert step.splits in planner.SPLITS and (not prob.batched or problem.SPLIT_FORMATS[step.role].batched)
+            assert step.splits in planner.SPLITS and (not prob.batched or SPLIT_FORMATS[step.role].batched)
     last = plan.steps[-1]
     assert (last.dst.base if isinstance(last, problem.Copy) else last.c.base) == "C"
 
@@ -225,12 +227,12 @@ def _check_batched_contract(plan, prob, manifest):
     sources = {}  # temporary -> the view its copy read
     for step in plan.steps:
         outer, inner = problem.kernel_batch(step.batch)
-        views = (step.src, step.dst) if isinstance(step, problem.Copy) else (step.a, step.b, step.c)
+        views = (step.src, step.dst) if isinstance(step, (problem.Copy, problem.Split)) else (step.a, step.b, step.c)
         assert len(step.batch) == nl and all(len(v.bs) == nl for v in views), step
         for v in views:
             if v.base in temps:
                 assert all(v.bstride(level) == 0 for level in range(nl) if level not in kernel_levels), v
-        if isinstance(step, problem.Copy):
+        if isinstance(step, (problem.Copy, problem.Split)):
             assert outer * inner <= problem.MAX_GRID_BATCH
             for level in range(nl):
                 if step.batch[level] == 1 and prob.batch[level] > 1:

@@ -95,11 +95,7 @@ def _narration(folder: str) -> list[str]:
     return bad
 
 
-UNCLEAN = pytest.mark.xfail(strict=False, reason="hgemm_rt/planner.py, costmodel.py and api.py still log timings and "
-                                                "narrate history in comments: their owners clean them")
-
-
-@pytest.mark.parametrize("folder", ["cu", "hgemm_bench", "hgemm_build", pytest.param("hgemm_rt", marks=UNCLEAN)])
+@pytest.mark.parametrize("folder", ["cu", "hgemm_bench", "hgemm_build", "hgemm_rt"])
 def test_no_history_or_timing_log_in_comments(folder):
     bad = _narration(folder)
     assert not bad, bad

@@ -7,6 +7,7 @@ import ast
 from pathlib import Path
 
 import hgemm_rt
+from graphs import assert_acyclic
 
 PKG = Path(hgemm_rt.__file__).resolve().parent
 
@@ -30,16 +31,7 @@ def _imports() -> dict[str, list[tuple[str, str]]]:
 
 
 def test_no_import_circle():
-    graph = {m: {dst for dst, _ in edges if dst != m} for m, edges in _imports().items()}
-    graph["__init__"] = set()  # the package re-exports: not part of a circle
-
-    def visit(node, stack):
-        for nxt in graph.get(node, ()):
-            assert nxt not in stack, f"import circle: {' -> '.join(stack[stack.index(nxt):] + [nxt])}"
-            visit(nxt, stack + [nxt])
-
-    for m in graph:
-        visit(m, [m])
+    assert_acyclic({m: {dst for dst, _ in edges if dst != m} for m, edges in _imports().items()})
 
 
 def test_no_module_imports_another_modules_private_names():

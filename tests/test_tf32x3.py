@@ -14,6 +14,7 @@ import pytest
 import hgemm_rt as hg
 from hgemm_rt import costmodel, executor, planner, problem
 from hgemm_rt.numerics import rel_error
+from hgemm_rt.roles import SPLIT_FORMATS
 from guarded import GuardedArray, each_route
 from kernel_cases import load_manifest_or_none
 
@@ -38,13 +39,13 @@ def _tf32_rn(x: np.ndarray) -> np.ndarray:
 
 
 # The kinds of fp32-accurate tensor-core GEMM: the split products by role, and the kernels that split in shared memory
-KINDS = {**{role: (lambda spec, role=role: spec.role == role) for role in problem.SPLIT_FORMATS},
+KINDS = {**{role: (lambda spec, role=role: spec.role == role) for role in SPLIT_FORMATS},
          "smem_split": costmodel.smem_split}
-BATCHED_KINDS = [k for k in KINDS if k not in problem.SPLIT_FORMATS or problem.SPLIT_FORMATS[k].batched]
+BATCHED_KINDS = [k for k in KINDS if k not in SPLIT_FORMATS or SPLIT_FORMATS[k].batched]
 
 
 def _x3(recipe):
-    return [s for s in recipe.steps if isinstance(s, problem.Copy) and s.split], recipe.steps[-1]
+    return [s for s in recipe.steps if isinstance(s, problem.Split)], recipe.steps[-1]
 
 
 def _best(prob, role):
@@ -135,8 +136,11 @@ def test_fp32_accuracy_offers_the_shared_memory_split_on_the_operands_in_place()
             assert [s.dst.base for s in r.steps[:-1]] == ["tB"], planner.describe(r)
         else:
             assert r is None
-        share = costmodel.HOPPER.smem_split_nn_share if spec.layout == "NN" else 1.0
-        assert model.kernel_tflops(spec) == pytest.approx(costmodel.HOPPER.smem_split_tflops[spec.tile[:2]] * share)
+        # the rate its toml declares (an nn kernel's below its tn twin's: B transposed in shared memory)
+        assert model.kernel_tflops(spec) == spec.rate_tflops and spec.rate_source
+        twin = MANIFEST.kernels.get(name[:-2] + "tn")
+        if spec.layout == "NN" and twin is not None:
+            assert spec.rate_tflops < twin.rate_tflops
 
 
 @needs_manifest
@@ -167,7 +171,7 @@ def test_shared_memory_split_slices_pay_a_fixed_cost_and_scaled_splits_their_max
     x3 = next(n for n, s in MANIFEST.kernels.items() if s.role == "gemm_f16x3")
     r = planner.recipe_for(problem.Route(x3, False, ()), _problem(512, 512, 512), MANIFEST)
     split = _x3(r)[0][0]
-    unscaled = replace(split, split="")
+    unscaled = problem.Copy(split.kernel, split.src, split.dst, split.src_rows, split.src_cols, False, batch=split.batch)
     assert model.copy_us(split, "f32") > model.copy_us(unscaled, "f32") + costmodel.HOPPER.scaled_split_us - 1e-9
 
 
