@@ -3,12 +3,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from tabulate import tabulate
-
 from . import analysis as an
 
 SHAPE_HEADERS = ["", "kernel", "variant", "in", "ms", "TFLOPS", "%peak", "x cuBLAS", "rel err", "gain"]
+BENCH_EXTRA = "the benchmark's tables need tabulate: `pip install hgemm[bench]`"
 STEADY_HEADERS = ["x cuBLAS per round", "SM MHz", "board W"]  # --steady: the rounds' spread, clock and power
+
+
+def tabulate(rows: Any, *args: Any, **kwargs: Any) -> str:
+    """tabulate.tabulate, imported on first use: the runtime and `hgemm-bench --list` run without it."""
+    try:
+        from tabulate import tabulate as format_table
+    except ImportError:
+        raise SystemExit(f"hgemm-bench: {BENCH_EXTRA}") from None
+    return format_table(rows, *args, **kwargs)
 
 
 def shape_title(M: int, N: int, K: int) -> str:

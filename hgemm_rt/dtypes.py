@@ -10,13 +10,10 @@ from .errors import ValidationError
 
 ITEMSIZE = {"f16": 2, "bf16": 2, "f32": 4}
 
+# numpy's own dtypes; bf16's (ml_dtypes.bfloat16) is added on first use by numpy_dtype: ml_dtypes takes
+# longer to import than the whole runtime, and only a bf16 array crossing to or from numpy needs it
 NUMPY = {"f16": np.dtype(np.float16), "f32": np.dtype(np.float32)}
-try:  # bf16 has no numpy dtype of its own; ml_dtypes (a JAX dependency) provides one
-    import ml_dtypes
-
-    NUMPY["bf16"] = np.dtype(ml_dtypes.bfloat16)
-except ImportError:  # pragma: no cover - optional
-    pass
+BF16_EXTRA = "install ml_dtypes for numpy bfloat16 arrays (`pip install hgemm[bf16]`)"
 
 # Host arrays in the device's bit layout that need no ml_dtypes: bf16 travels as its raw 16 bits.
 STORAGE = {"f16": np.dtype(np.float16), "bf16": np.dtype(np.uint16), "f32": np.dtype(np.float32)}
@@ -31,6 +28,8 @@ def dtype_code(dtype: Any) -> str:
     """'f16' | 'bf16' | 'f32' from a code, a numpy dtype or a name such as 'float16'."""
     if isinstance(dtype, str) and dtype in ITEMSIZE:
         return dtype
+    if isinstance(dtype, str) and dtype == "bfloat16":  # (numpy knows the name only once ml_dtypes is imported)
+        return "bf16"
     try:
         dt = np.dtype(dtype)
     except TypeError:
@@ -44,8 +43,15 @@ def dtype_code(dtype: Any) -> str:
 
 
 def numpy_dtype(code: str) -> np.dtype:
+    """The numpy dtype of a code; bf16's comes from ml_dtypes, imported here on first use."""
+    if code == "bf16" and code not in NUMPY:
+        try:
+            import ml_dtypes
+        except ImportError:
+            raise ValidationError(f"dtype bf16 has no numpy equivalent here: {BF16_EXTRA}") from None
+        NUMPY["bf16"] = np.dtype(ml_dtypes.bfloat16)
     if code not in NUMPY:
-        raise ValidationError(f"dtype {code} has no numpy equivalent here (install ml_dtypes for bf16)")
+        raise ValidationError(f"dtype {code} has no numpy equivalent here ({BF16_EXTRA})")
     return NUMPY[code]
 
 

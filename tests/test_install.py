@@ -1,0 +1,105 @@
+"""The install on the CPU: the core dependencies are the runtime's own (the driver bindings and numpy), every
+other package is an extra that is imported only where it is used, and a missing one names its extra."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parent.parent
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+OPTIONAL = ("ml_dtypes", "nvmath", "tabulate", "torch", "cupy", "matplotlib")
+
+# A child interpreter where the optional packages cannot be imported (as in a venv holding only the core
+# dependencies); it prints what it was asked to report as JSON.
+WITHOUT_OPTIONAL = """
+import importlib.abc, json, sys
+BLOCKED = {blocked!r}
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ImportError(f"No module named {{name!r}} (blocked by the test)")
+sys.meta_path.insert(0, Block())
+{body}
+"""
+
+
+def run_without_optional(body: str, blocked: tuple[str, ...] = OPTIONAL) -> dict:
+    code = WITHOUT_OPTIONAL.format(blocked=set(blocked), body=body)
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HGEMM_ARTIFACTS": str(ROOT / "none")})
+    assert run.returncode == 0, run.stderr
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def requirement_names(reqs: list[str]) -> set[str]:
+    return {re.split(r"[<>=!~;\[ ]", r, maxsplit=1)[0].strip().lower() for r in reqs}
+
+
+def test_core_dependencies_are_the_driver_bindings_and_numpy():
+    core = requirement_names(PYPROJECT["project"]["dependencies"])
+    assert core == {"cuda-bindings", "numpy", "tomli"}  # (tomli: Python 3.10 only, for the kernel declarations)
+    assert "cuda-python" not in core  # the metapackage: the runtime imports cuda.bindings.driver only
+
+
+def test_extras_hold_the_optional_packages_and_the_test_extra_all_the_cpu_suite_imports():
+    extras = {name: requirement_names(reqs) for name, reqs in PYPROJECT["project"]["optional-dependencies"].items()}
+    assert {"nvmath-python", "nvidia-cublas"} <= extras["cublas"]
+    assert "tabulate" in extras["bench"] and "ml_dtypes" in extras["bf16"]
+    assert {"pytest", "hypothesis", "tabulate", "ml_dtypes", "nvmath-python"} <= extras["test"]
+    assert "torch" in extras["torch"]
+
+
+def test_runtime_imports_without_the_optional_packages_and_imports_none_of_them():
+    got = run_without_optional("""
+import hgemm_rt as hg
+from hgemm_rt.dtypes import dtype_code
+a = hg.DeviceArray.__name__, hg.matmul.__name__  # (the public names resolve)
+print(json.dumps({"loaded": sorted(m for m in BLOCKED if m in sys.modules), "bf16": dtype_code("bfloat16")}))
+""")
+    assert got == {"loaded": [], "bf16": "bf16"}
+
+
+def test_import_loads_no_optional_package_even_where_they_are_installed():
+    run = subprocess.run([sys.executable, "-c", "import sys, hgemm_rt; print(sorted(sys.modules))"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
+    assert run.returncode == 0, run.stderr
+    loaded = {m.split(".")[0] for m in eval(run.stdout)}
+    assert not loaded & set(OPTIONAL)
+
+
+def test_a_missing_extra_is_named_where_it_is_needed():
+    got = run_without_optional("""
+import hgemm_rt as hg
+from hgemm_rt import cublas, cublaslt, dtypes
+from hgemm_bench import main, tables  # the bench imports (and lists) without tabulate
+messages = {}
+for name, fn in (("bf16", lambda: dtypes.numpy_dtype("bf16")), ("cublas", cublas._cublas), ("lt", cublaslt._lt),
+                 ("bench", lambda: tables.tabulate([[1]]))):
+    try:
+        fn()
+    except (hg.HgemmError, SystemExit) as exc:
+        messages[name] = [type(exc).__name__, str(exc)]
+print(json.dumps(messages))
+""")
+    assert got["bf16"][0] == "ValidationError" and "hgemm[bf16]" in got["bf16"][1] and "ml_dtypes" in got["bf16"][1]
+    for name in ("cublas", "lt"):
+        assert got[name][0] == "NoGpuError" and "hgemm[cublas]" in got[name][1]
+    assert got["bench"][0] == "SystemExit" and "hgemm[bench]" in got["bench"][1] and "tabulate" in got["bench"][1]
+
+
+def test_bf16_numpy_dtype_comes_from_ml_dtypes_on_first_use():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    from hgemm_rt.dtypes import dtype_code, numpy_dtype
+
+    assert numpy_dtype("bf16") == ml_dtypes.bfloat16
+    assert dtype_code(ml_dtypes.bfloat16) == dtype_code("bfloat16") == "bf16"
