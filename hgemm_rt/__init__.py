@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._driver import gpu_available
+from ._version import __version__
 from .device import Device, Event, Stream, get_device
 from .errors import (
     ArgumentTypeError,
@@ -32,7 +33,7 @@ from .api import Matmul, PlanCache, autotune, explain, matmul, plans  # any shap
 from .grouped import grouped_matmul  # mixture-of-experts: every expert's GEMM in one launch
 
 __all__ = [
-    "ArgumentTypeError", "CubinKernel", "CublasKernel", "Device", "DeviceArray", "DriverError", "Event", "HgemmError",
+    "__version__", "ArgumentTypeError", "CubinKernel", "CublasKernel", "Device", "DeviceArray", "DriverError", "Event", "HgemmError",
     "KernelBinary", "KernelSpec", "Manifest", "ManifestError", "Matmul", "NoGpuError", "NotBuiltForDeviceError", "PlanCache",
     "Registry", "Stream", "UnknownKernelError", "ValidationError", "as_device_array", "autotune", "empty", "explain",
     "get_device", "get_kernel", "get_registry", "gpu_available", "grouped_matmul", "kernels", "launch", "matmul",

@@ -103,3 +103,28 @@ def test_bf16_numpy_dtype_comes_from_ml_dtypes_on_first_use():
 
     assert numpy_dtype("bf16") == ml_dtypes.bfloat16
     assert dtype_code(ml_dtypes.bfloat16) == dtype_code("bfloat16") == "bf16"
+
+
+def test_version_has_one_source_that_pyproject_reads_and_the_changelog_follows():
+    import importlib.metadata as md
+
+    import hgemm_rt
+
+    assert PYPROJECT["project"]["dynamic"] == ["version"] and "version" not in PYPROJECT["project"]
+    assert PYPROJECT["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "hgemm_rt._version.__version__"}
+    assert re.fullmatch(r"\d+\.\d+\.\d+", hgemm_rt.__version__)
+    try:  # an install of this checkout (editable or the wheel) carries the same version
+        assert md.version("hgemm") == hgemm_rt.__version__
+    except md.PackageNotFoundError:
+        pass
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    assert "## [Unreleased]" in changelog and f"## [{hgemm_rt.__version__}]" in changelog
+    assert "keepachangelog.com" in changelog
+
+
+def test_one_distribution_name_and_no_build_command_in_the_wheel():
+    project = PYPROJECT["project"]
+    assert project["name"] == "hgemm"
+    assert project["scripts"] == {"hgemm-bench": "hgemm_bench.main:main"}  # the build runs in a checkout only
+    assert any(c.startswith("Programming Language :: Python :: 3") for c in project["classifiers"])
+    assert "License ::" not in " ".join(project["classifiers"])  # (PEP 639: the SPDX `license` says it)
