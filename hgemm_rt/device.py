@@ -252,7 +252,7 @@ class Event:
 
     def elapsed_ms(self, start: "Event") -> float:
         """Milliseconds from `start` to this event: start.elapsed_time(self)."""
-        return start.elapsed_time(self)
+        return float(check(driver().cuEventElapsedTime(start.handle, self.handle), "cuEventElapsedTime"))
 
 
 # -- the driver against the build --------------------------------------------------------------------
