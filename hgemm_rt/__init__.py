@@ -29,15 +29,16 @@ from .errors import (
 from .manifest import KernelSpec, Manifest
 from .memory import DeviceArray, as_device_array, empty, to_device
 from .registry import CubinKernel, CublasKernel, KernelBinary, Registry, get_registry
-from .api import ArrayLike, Matmul, PlanCache, StreamLike, autotune, explain, matmul, plans  # any shape, layout, alignment
+from .api import Matmul, PlanCache, autotune, explain, matmul, plans  # any shape, layout, alignment
+from .api import ArrayLike, StreamLike  # (the operand and stream types of the signatures)
 from .grouped import grouped_matmul  # mixture-of-experts: every expert's GEMM in one launch
 
 __all__ = [
-    "__version__", "ArgumentTypeError", "ArrayLike", "StreamLike", "CubinKernel", "CublasKernel", "Device", "DeviceArray", "DriverError", "Event", "HgemmError",
-    "KernelBinary", "KernelSpec", "Manifest", "ManifestError", "Matmul", "NoGpuError", "NotBuiltForDeviceError", "PlanCache",
-    "Registry", "Stream", "UnknownKernelError", "ValidationError", "as_device_array", "autotune", "empty", "explain",
-    "get_device", "get_kernel", "get_registry", "gpu_available", "grouped_matmul", "kernels", "launch", "matmul",
-    "plans", "to_device",
+    "__version__", "ArgumentTypeError", "ArrayLike", "StreamLike", "CubinKernel", "CublasKernel", "Device",
+    "DeviceArray", "DriverError", "Event", "HgemmError", "KernelBinary", "KernelSpec", "Manifest", "ManifestError",
+    "Matmul", "NoGpuError", "NotBuiltForDeviceError", "PlanCache", "Registry", "Stream", "UnknownKernelError",
+    "ValidationError", "as_device_array", "autotune", "empty", "explain", "get_device", "get_kernel",
+    "get_registry", "gpu_available", "grouped_matmul", "kernels", "launch", "matmul", "plans", "to_device",
 ]
 
 

@@ -51,7 +51,8 @@ def device_kind(name: str | None = None, cc: tuple[int, int] | None = None,
     if name is None:
         name = DEFAULT_DEVICE_KIND
     if not isinstance(name, str):
-        raise ArgumentTypeError(f"device must be a GPU kind's name such as 'H100', got {name!r} ({type(name).__name__})")
+        raise ArgumentTypeError(f"device must be a GPU kind's name such as 'H100', got {name!r} "
+                                f"({type(name).__name__})")
     for kind, (kind_cc, kind_sms) in DEVICE_KINDS.items():
         if kind.lower() == name.strip().lower():
             return kind, kind_cc, kind_sms
