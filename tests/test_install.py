@@ -128,3 +128,15 @@ def test_one_distribution_name_and_no_build_command_in_the_wheel():
     assert project["scripts"] == {"hgemm-bench": "hgemm_bench.main:main"}  # the build runs in a checkout only
     assert any(c.startswith("Programming Language :: Python :: 3") for c in project["classifiers"])
     assert "License ::" not in " ".join(project["classifiers"])  # (PEP 639: the SPDX `license` says it)
+
+
+def test_the_bench_without_tabulate_names_the_bench_extra_before_it_measures():
+    got = run_without_optional("""
+import contextlib, io
+from hgemm_bench import main
+stderr = io.StringIO()
+with contextlib.redirect_stderr(stderr):
+    status = main.main(["--no-progress"])
+print(json.dumps({"status": status, "stderr": stderr.getvalue()}))
+""")
+    assert got["status"] == 2 and "hgemm[bench]" in got["stderr"] and "tabulate" in got["stderr"]
