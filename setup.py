@@ -17,7 +17,7 @@ from setuptools.errors import SetupError
 
 ROOT = Path(__file__).resolve().parent
 ARTIFACTS = ROOT / "artifacts"
-BUILD_HINT = "run `python build_kernels.py` (or `hgemm-build`) in the checkout first"
+BUILD_HINT = "run `python build_kernels.py` in the checkout first"
 
 
 def checked_path(rel: object, where: str) -> str:

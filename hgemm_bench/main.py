@@ -152,6 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     except OutputError as exc:
         err(str(exc))
         return 2
+    if not s.list_only and not tables.have_tabulate():  # (every mode but --list writes tables)
+        err(tables.BENCH_EXTRA)
+        return 2
     if s.readme:
         return readme_mode(s)
     if s.plots:

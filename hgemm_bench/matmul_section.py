@@ -39,7 +39,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
-from tabulate import tabulate
 
 import hgemm_rt as hg
 from hgemm_rt import cublas, cublaslt
@@ -57,7 +56,7 @@ from .matmul_table import (GRAPH_CALLS, LT_ALGOS, SECTIONS, WALL_MIN_CALLS, WALL
 from .measure import ShapeInputs, checked_launch, timed_once
 from .results import MATMUL_SCHEMA
 from .steady import Contender, Protocol, interleave
-from .tables import STEADY_HEADERS, steady_cells
+from .tables import STEADY_HEADERS, steady_cells, tabulate
 
 TORCH_DTYPES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32"}
 

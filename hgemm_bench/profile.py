@@ -393,7 +393,7 @@ def write(doc: dict, path: str | Path) -> None:
 
 def summary(doc: dict) -> str:
     """A table per ladder for the terminal: TFLOPS and the headline counters."""
-    from tabulate import tabulate
+    from .tables import tabulate
 
     rows = []
     for k in doc["kernels"]:

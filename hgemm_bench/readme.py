@@ -6,9 +6,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from tabulate import tabulate
-
 from . import analysis as an
+from .tables import tabulate
 
 START = "<!-- results:start -->"
 END = "<!-- results:end -->"

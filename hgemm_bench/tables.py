@@ -1,14 +1,31 @@
 """Text tables: one per shape and class, the summary across the sweep, the top-k."""
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
-
-from tabulate import tabulate
 
 from . import analysis as an
 
 SHAPE_HEADERS = ["", "kernel", "variant", "in", "ms", "TFLOPS", "%peak", "x cuBLAS", "rel err", "gain"]
+BENCH_EXTRA = "the benchmark's tables need tabulate: `pip install hgemm[bench]`"
 STEADY_HEADERS = ["x cuBLAS per round", "SM MHz", "board W"]  # --steady: the rounds' spread, clock and power
+
+
+def have_tabulate() -> bool:
+    """Whether the tables can be written (found, not imported)."""
+    try:
+        return importlib.util.find_spec("tabulate") is not None
+    except ImportError:  # (an import hook that refuses it)
+        return False
+
+
+def tabulate(rows: Any, *args: Any, **kwargs: Any) -> str:
+    """tabulate.tabulate, imported on first use: the runtime and `hgemm-bench --list` run without it."""
+    try:
+        from tabulate import tabulate as format_table
+    except ImportError:
+        raise SystemExit(f"hgemm-bench: {BENCH_EXTRA}") from None
+    return format_table(rows, *args, **kwargs)
 
 
 def shape_title(M: int, N: int, K: int) -> str:

@@ -11,9 +11,10 @@ Nothing here touches the GPU until the first launch or allocation.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Union
 
 from ._driver import gpu_available
+from ._version import __version__
 from .device import Device, Event, Stream, get_device
 from .errors import (
     ArgumentTypeError,
@@ -29,18 +30,19 @@ from .manifest import KernelSpec, Manifest
 from .memory import DeviceArray, as_device_array, empty, to_device
 from .registry import CubinKernel, CublasKernel, KernelBinary, Registry, get_registry
 from .api import Matmul, PlanCache, autotune, explain, matmul, plans  # any shape, layout, alignment
+from .api import ArrayLike, StreamLike  # (the operand and stream types of the signatures)
 from .grouped import grouped_matmul  # mixture-of-experts: every expert's GEMM in one launch
 
 __all__ = [
-    "ArgumentTypeError", "CubinKernel", "CublasKernel", "Device", "DeviceArray", "DriverError", "Event", "HgemmError",
-    "KernelBinary", "KernelSpec", "Manifest", "ManifestError", "Matmul", "NoGpuError", "NotBuiltForDeviceError", "PlanCache",
-    "Registry", "Stream", "UnknownKernelError", "ValidationError", "as_device_array", "autotune", "empty", "explain",
-    "get_device", "get_kernel", "get_registry", "gpu_available", "grouped_matmul", "kernels", "launch", "matmul",
-    "plans", "to_device",
+    "__version__", "ArgumentTypeError", "ArrayLike", "StreamLike", "CubinKernel", "CublasKernel", "Device",
+    "DeviceArray", "DriverError", "Event", "HgemmError", "KernelBinary", "KernelSpec", "Manifest", "ManifestError",
+    "Matmul", "NoGpuError", "NotBuiltForDeviceError", "PlanCache", "Registry", "Stream", "UnknownKernelError",
+    "ValidationError", "as_device_array", "autotune", "empty", "explain", "get_device", "get_kernel",
+    "get_registry", "gpu_available", "grouped_matmul", "kernels", "launch", "matmul", "plans", "to_device",
 ]
 
 
-def get_kernel(name: str) -> Any:
+def get_kernel(name: str) -> Union[CubinKernel, CublasKernel]:
     """The catalogue entry (cubin kernel or cuBLAS baseline) for a name or alias; a cubin kernel's
     `.binary(**variant)` describes its compiled form for launching it elsewhere (CuPy's RawModule)."""
     return get_registry().get(name)
@@ -51,7 +53,26 @@ def kernels() -> list[str]:
     return get_registry().names()
 
 
-def launch(name: str, a: Any, b: Any, c: Any, *, stream: Any = None, **options: Any) -> Any:
-    """C = A.B with the named kernel. Options: the kernel's variant axes (e.g. stages=3, acc="f32"),
-    swizzle=True and swizzle_stride=N for block-swizzled kernels. Inputs are validated first."""
+def launch(name: str, a: ArrayLike, b: ArrayLike, c: ArrayLike, *, stream: StreamLike = None, **options: Any) -> Any:
+    """C = A.B with the named kernel, exactly as built (no glue: the operands must suit it).
+
+    Parameters
+    ----------
+    name : str
+        A kernel or cuBLAS baseline name, or an alias (`kernels()` lists them).
+    a, b, c : ArrayLike
+        A (M x K), B (K x N; N x K for the TN kernels) and C (M x N), in the kernel's dtype and layout.
+    stream : StreamLike, optional
+        Where to launch (None: the legacy default stream; a torch/CuPy operand's current stream is ordered
+        before it).
+    **options
+        The kernel's variant axes (e.g. stages=3, acc="f32"); swizzle=True and swizzle_stride=N for
+        block-swizzled kernels.
+
+    Returns
+    -------
+    LaunchConfig or None
+        A cubin kernel's launch (grid, block, shared memory: registry.CubinKernel); None for a cuBLAS baseline.
+        Inputs are validated before anything runs.
+    """
     return get_kernel(name)(a, b, c, stream=stream, **options)

@@ -42,7 +42,8 @@ validation and planning: it costs the key, a dictionary lookup and one driver la
 """
 from __future__ import annotations
 
-from typing import Any
+import warnings
+from typing import Any, Protocol, Union
 
 import numpy as np
 
@@ -51,7 +52,8 @@ from . import planner, tuning
 from .bound import GRAPH_AFTER_REPEATS, GRAPH_BELOW_US, Bound
 from .cache import Cache
 from .call import Call, problem_of, validate_call
-from .device import get_device
+from ._driver import gpu_available
+from .device import Stream, device_kind, get_device
 from .errors import ValidationError
 from .launcher import ArrayRef
 from .memory import DeviceArray
@@ -59,22 +61,85 @@ from .plans import PlanCache, plans
 from .registry import get_registry
 from .validate import fp32_scalar, validate_out
 
-__all__ = ["Matmul", "PlanCache", "autotune", "explain", "matmul", "plans"]
+__all__ = ["ArrayLike", "DTypeLike", "Matmul", "PlanCache", "StreamLike", "autotune", "explain", "matmul", "plans"]
 # (also here for their users: Bound, Call, GRAPH_AFTER_REPEATS, GRAPH_BELOW_US, fp32_scalar, problem_of,
 # validate_call, validate_out)
 
 
-class Matmul:
-    """C = alpha * A.B + beta * C, described once (validated, planned), run any number of times.
+class CudaArrayInterface(Protocol):
+    """An array exporting `__cuda_array_interface__` (CuPy, Numba, PyTorch, our DeviceArray)."""
 
-    mm = Matmul(a, b, out=None, *, alpha=1.0, beta=0.0, bias=None, activation=None, scale=1.0,
-                accumulate=None, kernel="auto", stream=None)
-    mm.explain()   mm.autotune(...)   mm() or mm(a2, b2, out2, bias=bias2, stream=...)
+    @property
+    def __cuda_array_interface__(self) -> dict: ...
+
+
+class DLPackArray(Protocol):
+    """An array exporting DLPack (`__dlpack__` and `__dlpack_device__`: PyTorch, JAX, CuPy, cuda.core)."""
+
+    def __dlpack__(self, *, stream: Any = None) -> Any: ...
+
+    def __dlpack_device__(self) -> tuple[int, int]: ...
+
+
+class CudaStreamProtocol(Protocol):
+    """A stream exporting `__cuda_stream__` (our Stream, cuda.core's)."""
+
+    def __cuda_stream__(self) -> tuple[int, int]: ...
+
+
+class TorchStream(Protocol):
+    """A torch.cuda.Stream (its handle: `cuda_stream`)."""
+
+    @property
+    def cuda_stream(self) -> int: ...
+
+
+class CuPyStream(Protocol):
+    """A cupy.cuda.Stream (its handle: `ptr`)."""
+
+    @property
+    def ptr(self) -> int: ...
+
+
+# what the front doors take as an operand, as stream= (device.stream_handle's cases) and as a dtype (numpy's
+# or torch's dtype objects: Any, so that torch is not needed to name it)
+ArrayLike = Union[np.ndarray, DeviceArray, CudaArrayInterface, DLPackArray]
+StreamLike = Union[int, Stream, CudaStreamProtocol, TorchStream, CuPyStream, None]
+DTypeLike = Any
+
+
+class Matmul:
+    """C = scale * activation(alpha * A.B + bias) + beta * C, described once (validated, planned), run any
+    number of times.
+
+    Parameters
+    ----------
+    a, b : ArrayLike
+        A (..., M, K) and B (..., K, N), fp16, bf16 or fp32, one dtype; any strides (see the module docstring).
+    out : ArrayLike, optional
+        The result (written in place), of shape (*batch, M, N); None: a new array per call.
+    alpha, beta, scale : float
+        The scalars of the product (beta reads `out`; fp32 values).
+    bias : ArrayLike, optional
+        A vector of N (or M, as (M, 1)) added before the activation.
+    activation : str, optional
+        An epilogue activation (epilogue.ACTIVATIONS), or "swiglu" over [gate | up] halves of B's columns.
+    accumulate : str or dtype, optional
+        "f32" (default), "f16" (fp16 inputs) or "tf32" (fp32 inputs); also "fp32", "float16", np/torch dtypes.
+    kernel : str
+        "auto" (the tuning cache, else the cost model) or a kernel name to force.
+    stream : StreamLike, optional
+        The stream a call without stream= runs on (None: the operands' framework stream, else the default).
+
+    Use `mm()` (the operands it was made with) or `mm(a2, b2, out2, bias=..., stream=...)` on new buffers of
+    the same description; `mm.explain()`, `mm.autotune()`. `close()` (or a `with` block) releases the launch
+    plans and GPU temporaries of its calls; the Matmul cannot run after it.
     """
 
-    def __init__(self, a: Any, b: Any, out: Any = None, *, alpha: float = 1.0, beta: float = 0.0, bias: Any = None,
-                 activation: str | None = None, scale: float = 1.0, accumulate: str | None = None,
-                 kernel: str = "auto", stream: Any = None):
+    def __init__(self, a: ArrayLike, b: ArrayLike, out: ArrayLike | None = None, *, alpha: float = 1.0,
+                 beta: float = 0.0, bias: ArrayLike | None = None, activation: str | None = None, scale: float = 1.0,
+                 accumulate: str | DTypeLike | None = None, kernel: str = "auto", stream: StreamLike = None):
+        self.closed = False
         self._args = (a, b, out, bias)
         self._stream = stream  # the stream a call without stream= runs on
         self._options = dict(alpha=alpha, beta=beta, accumulate=accumulate, kernel=kernel, activation=activation,
@@ -89,6 +154,28 @@ class Matmul:
     def shape(self) -> tuple[int, int, int]:
         return self.call.M, self.call.N, self.call.K
 
+    def close(self) -> None:
+        """Release what this Matmul's calls hold: their launch plans (parameter sets, CUDA graphs) and the
+        executions they ran (GPU temporaries freed), as the plan cache does when it evicts one; a later call of
+        the same problem through matmul() makes them again. Safe twice; the Matmul refuses to run after it."""
+        self.closed = True
+        self._args = (None, None, None, None)
+        bounds = list(self._bound.values())
+        self._calls.close()
+        executions = {id(b.plan.execution): b.plan.execution for b in bounds if b.plan is not None}
+        for ex in executions.values():
+            ex.close()
+
+    def __enter__(self) -> "Matmul":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ValidationError("matmul: this Matmul is closed; make a new one")
+
     def explain(self) -> str:
         """What runs, in one line: the kernel and the glue around it."""
         return planner.describe(self.recipe)
@@ -101,9 +188,10 @@ class Matmul:
                                   f"{self.problem.key()}: make a new Matmul for them")
         return Bound(call, self.problem, self.recipe)
 
-    def __call__(self, a: Any = None, b: Any = None, out: Any = None, *, bias: Any = None, stream: Any = None) -> Any:
+    def __call__(self, a: ArrayLike | None = None, b: ArrayLike | None = None, out: ArrayLike | None = None, *,
+                 bias: ArrayLike | None = None, stream: StreamLike = None) -> Any:
         """Run on new buffers of the same description (no arguments: the ones it was made with), on
-        `stream`, else the stream it was made with."""
+        `stream`, else the stream it was made with. Returns `out`, or the new result."""
         if a is None and b is None and out is None and bias is None:
             a, b, out, bias = self._args
         if stream is None:
@@ -116,6 +204,7 @@ class Matmul:
             bound = None
         if bound is not None:
             return bound.run(pa, pb, out, pc, pbias)
+        self._check_open()  # (a closed Matmul has no remembered calls: only this path needs the check)
         o = self._options
         bound = self.bind(validate_call(a, b, out, o["alpha"], o["beta"], o["accumulate"], o["kernel"], stream, bias,
                                         o["activation"], o["scale"]))
@@ -127,10 +216,25 @@ class Matmul:
         return result
 
     def autotune(self, *, candidates: int = 8, iters: int = 10, warmup: int = 2, save: bool = True) -> list[dict]:
-        """Time up to `candidates` recipes (the cost model's best, up to three of every kernel kind) on this
-        call's operands, verify each on sampled rows, keep the fastest correct one in the tuning cache
-        (save=True) and use it from now on. Returns [{"route", "recipe", "us", "error", "estimate_us"}],
-        fastest first. `out` is never written."""
+        """Time the candidate recipes on this call's operands, keep the fastest correct one.
+
+        Parameters
+        ----------
+        candidates : int
+            At most this many recipes: the cost model's best, up to three of every kernel kind.
+        iters, warmup : int
+            Timed and untimed runs of each.
+        save : bool
+            Keep the winner in the tuning cache (every later call of this problem on this device and build
+            runs it); False: only this Matmul uses it.
+
+        Returns
+        -------
+        list of dict
+            {"route", "recipe", "us", "error", "estimate_us"} per candidate, fastest first; each is verified
+            on sampled rows. `out` is never written.
+        """
+        self._check_open()
         c = self.call
         if self.problem.epi is not None:  # (the timing runs pass no bias: the kernels would read a null one)
             raise ValidationError("matmul: autotune does not take a call with bias=, activation= or scale= yet; "
@@ -182,11 +286,36 @@ def call_identity(a: Any, b: Any, out: Any, options: tuple) -> tuple:
     return pa, pb, pc, (da, pa & 255, db, pb & 255, dc, pc & 255, *options)
 
 
-def matmul(a: Any, b: Any, out: Any = None, *, alpha: float = 1.0, beta: float = 0.0, bias: Any = None,
-           activation: str | None = None, scale: float = 1.0, accumulate: str | None = None, kernel: str = "auto",
-           stream: Any = None) -> Any:
+def matmul(a: ArrayLike, b: ArrayLike, out: ArrayLike | None = None, *, alpha: float = 1.0, beta: float = 0.0,
+           bias: ArrayLike | None = None, activation: str | None = None, scale: float = 1.0,
+           accumulate: str | DTypeLike | None = None, kernel: str = "auto", stream: StreamLike = None) -> Any:
     """C = scale * activation(alpha * a.b + bias) + beta * C (see the module docstring and epilogue.py).
-    Returns `out`, or the new result."""
+
+    Parameters
+    ----------
+    a, b : ArrayLike
+        A (..., M, K) and B (..., K, N): torch/CuPy/JAX arrays, DeviceArrays, any CAI or DLPack array, or numpy
+        (copied); fp16, bf16 or fp32, one dtype, any strides; batch dimensions broadcast as torch.matmul's.
+    out : ArrayLike, optional
+        Written in place, shape (*batch, M, N), the inputs' dtype; None: a new array of the inputs' kind.
+    alpha, beta, scale : float
+        fp32 scalars; beta reads `out`.
+    bias : ArrayLike, optional
+        A vector of N (or M, as (M, 1)), added before the activation.
+    activation : str, optional
+        One of epilogue.ACTIVATIONS, or "swiglu" (B's columns are [gate | up]: the result has N / 2).
+    accumulate : str or dtype, optional
+        "f32" (default), "f16" (fp16 inputs: allows fp16-accumulating kernels) or "tf32" (fp32 inputs); the
+        names "fp32"/"float32"/"fp16"/"float16" and numpy/torch dtypes are the same requests.
+    kernel : str
+        "auto" or the name of a kernel to force.
+    stream : StreamLike, optional
+        Where to run; None: the torch/CuPy operands' current stream, else the legacy default stream.
+
+    Returns
+    -------
+    `out`, or the new result.
+    """
     try:  # a repeat call: the operands' descriptions and the options find the validated call
         pa, pb, pc, key = call_identity(a, b, out, (alpha, beta, activation, scale, accumulate, kernel, stream))
         pbias, key = with_bias(key, bias)
@@ -240,17 +369,66 @@ def _first_call(a: Any, b: Any, out: Any, alpha: Any, beta: Any, accumulate: str
     return result
 
 
-def explain(a: Any, b: Any, out: Any = None, *, alpha: float = 1.0, beta: float = 0.0, bias: Any = None,
-            activation: str | None = None, scale: float = 1.0, accumulate: str | None = None,
-            kernel: str = "auto") -> str:
-    """What matmul would run for these arguments, in one line (nothing is launched)."""
-    return Matmul(a, b, out, alpha=alpha, beta=beta, bias=bias, activation=activation, scale=scale,
-                  accumulate=accumulate, kernel=kernel).explain()
+def explain(a: ArrayLike, b: ArrayLike, out: ArrayLike | None = None, *, alpha: float = 1.0, beta: float = 0.0,
+            bias: ArrayLike | None = None, activation: str | None = None, scale: float = 1.0,
+            accumulate: str | DTypeLike | None = None, kernel: str = "auto", device: str | None = None,
+            cc: tuple[int, int] | None = None, sm_count: int | None = None) -> str:
+    """What matmul would run for these arguments, in one line (nothing is launched).
+
+    Parameters
+    ----------
+    a, b, out, alpha, beta, bias, activation, scale, accumulate, kernel
+        As for `matmul`. Without a GPU, pass numpy arrays (only their shapes, strides and dtype are read).
+    device : str, optional
+        Plan for this kind of GPU instead of the one the operands are on: a name of device.DEVICE_KINDS
+        ("H100", "H200", "A100", "L4", ...). The plan is the cost model's (the tuning cache is per GPU).
+    cc, sm_count : optional
+        Plan for a GPU of this compute capability, e.g. (9, 0), and SM count (given together).
+
+    Without any of them, the plan is the one matmul would run on the operands' GPU; on a machine without a
+    GPU, the one for device.DEFAULT_DEVICE_KIND (an H100). A stated GPU is named at the end of the line.
+
+    Returns
+    -------
+    str
+        The kernel and the glue around it, e.g. "hgemm_sm90_... 4096x4096x4096".
+    """
+    if device is None and cc is None and sm_count is None and gpu_available():
+        return Matmul(a, b, out, alpha=alpha, beta=beta, bias=bias, activation=activation, scale=scale,
+                      accumulate=accumulate, kernel=kernel).explain()
+    name, kind_cc, kind_sms = device_kind(device, cc, sm_count)
+    call = validate_call(a, b, out, alpha, beta, accumulate, kernel, None, bias, activation, scale)
+    prob = problem_of(call)
+    recipe = planner.heuristic_recipe(prob, get_registry().manifest, kind_cc, kind_sms, call.kernel)
+    if recipe is None:
+        what = f"kernel {call.kernel}" if call.kernel else "any kernel of this build"
+        raise ValidationError(f"matmul: {what} cannot run {prob.key()} on {name} (sm_{kind_cc[0]}{kind_cc[1]}, "
+                              f"{kind_sms} SMs)")
+    arch = f"sm_{kind_cc[0]}{kind_cc[1]}"
+    return f"{planner.describe(recipe)}  [planned for {name if name == arch else f'{name}: {arch}'}, {kind_sms} SMs]"
 
 
-def autotune(a: Any, b: Any, out: Any = None, *, alpha: float = 1.0, beta: float = 0.0,
-             accumulate: str | None = None, stream: Any = None, candidates: int = 8, iters: int = 10,
-             warmup: int = 2, save_result: bool = True) -> list[dict]:
-    """Matmul(a, b, out, ...).autotune(...): time the candidate recipes, cache the fastest correct one."""
+def autotune(a: ArrayLike, b: ArrayLike, out: ArrayLike | None = None, *, alpha: float = 1.0, beta: float = 0.0,
+             accumulate: str | DTypeLike | None = None, stream: StreamLike = None, candidates: int = 8, iters: int = 10,
+             warmup: int = 2, save: bool = True, save_result: bool | None = None) -> list[dict]:
+    """Matmul(a, b, out, ...).autotune(...): time the candidate recipes, keep the fastest correct one.
+
+    Parameters
+    ----------
+    a, b, out, alpha, beta, accumulate, stream
+        As for `matmul`.
+    candidates, iters, warmup, save
+        As for `Matmul.autotune` (save=True: the winner goes to the tuning cache).
+    save_result : bool, optional
+        Deprecated spelling of `save`.
+
+    Returns
+    -------
+    list of dict
+        The candidates' timings, fastest first (Matmul.autotune).
+    """
+    if save_result is not None:
+        warnings.warn("autotune(save_result=) is deprecated: use save=", DeprecationWarning, stacklevel=2)
+        save = save_result
     mm = Matmul(a, b, out, alpha=alpha, beta=beta, accumulate=accumulate, stream=stream)
-    return mm.autotune(candidates=candidates, iters=iters, warmup=warmup, save=save_result)
+    return mm.autotune(candidates=candidates, iters=iters, warmup=warmup, save=save)

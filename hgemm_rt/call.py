@@ -8,6 +8,7 @@ from typing import Any
 
 from . import operands as ops
 from .device import stream_handle
+from .dtypes import accumulate_code
 from .epilogue import SWIGLU, Epilogue
 from .errors import ValidationError
 from .memory import c_strides
@@ -53,7 +54,7 @@ def validate_call(a: Any, b: Any, out: Any, alpha: Any, beta: Any, accumulate: s
                   stream: Any, bias: Any = None, activation: str | None = None, scale: Any = 1.0) -> Call:
     """Every check of a matmul call, in the order a caller would fix them: the options' types, the operands
     (shapes, batch, dtypes, strides, devices, bias, out), the scalars, the kernel."""
-    check_option("accumulate", accumulate, "matmul")
+    accumulate = accumulate_code(accumulate, "matmul")
     check_option("kernel", kernel, "matmul", allow_none=False)
     check_option("activation", activation, "matmul")
     explicit = stream is not None

@@ -20,13 +20,16 @@ from .manifest import LAYOUTS
 
 _lock = threading.Lock()
 _handles: dict[int, int] = {}
+# what a cuBLAS baseline asks for where nvmath-python is missing (it is not a core dependency)
+CUBLAS_EXTRA = ("the cuBLAS baselines need the cublas extra: `pip install hgemm[cublas]` "
+                "(or `pip install nvmath-python nvidia-cublas`)")
 
 
 def _cublas() -> Any:
     try:
         from nvmath.bindings import cublas
     except ImportError as exc:
-        raise NoGpuError(f"nvmath-python is not installed ({exc}): `pip install nvmath-python`") from None
+        raise NoGpuError(f"nvmath-python is not installed ({exc}): {CUBLAS_EXTRA}") from None
     return cublas
 
 

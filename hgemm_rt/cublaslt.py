@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .cublas import COMPUTE_TYPE, DATA_TYPE, SCALAR, check_acc, operands
+from .cublas import COMPUTE_TYPE, CUBLAS_EXTRA, DATA_TYPE, SCALAR, check_acc, operands
 from .device import get_device, stream_handle
 from .errors import DriverError, NoGpuError, ValidationError
 
@@ -50,7 +50,7 @@ def _lt() -> Any:
     try:
         from nvmath.bindings import cublasLt
     except ImportError as exc:
-        raise NoGpuError(f"nvmath-python is not installed ({exc}): `pip install nvmath-python`") from None
+        raise NoGpuError(f"nvmath-python is not installed ({exc}): {CUBLAS_EXTRA}") from None
     return cublasLt
 
 

@@ -25,6 +25,40 @@ class DeviceInfo:
     driver_version: int  # e.g. 13000
 
 
+# GPUs explain() can plan for without one: (compute capability, SM count) of each kind's common form
+DEVICE_KINDS = {
+    "H100": ((9, 0), 132), "H100 SXM": ((9, 0), 132), "H100 PCIe": ((9, 0), 114), "H200": ((9, 0), 132),
+    "H20": ((9, 0), 78), "A100": ((8, 0), 108), "A10": ((8, 6), 72), "A40": ((8, 6), 84), "RTX 3090": ((8, 6), 82),
+    "L4": ((8, 9), 58), "L40S": ((8, 9), 142), "RTX 4090": ((8, 9), 128),
+}
+DEFAULT_DEVICE_KIND = "H100"  # (what explain() plans for on a machine without a GPU, unless told)
+
+
+def device_kind(name: str | None = None, cc: tuple[int, int] | None = None,
+                sm_count: int | None = None) -> tuple[str, tuple[int, int], int]:
+    """(name, compute capability, SM count) of a stated GPU: a kind from DEVICE_KINDS (any case), or cc= and
+    sm_count= (both); neither: DEFAULT_DEVICE_KIND. Nothing here touches a GPU."""
+    if (cc is None) != (sm_count is None):
+        raise ValidationError(f"give cc= and sm_count= together (got cc={cc!r}, sm_count={sm_count!r})")
+    if cc is not None:
+        if name is not None:
+            raise ValidationError(f"give a device kind ({name!r}) or cc= and sm_count=, not both")
+        if not (isinstance(cc, tuple) and len(cc) == 2 and all(type(x) is int and x >= 0 for x in cc)):
+            raise ArgumentTypeError(f"cc must be a (major, minor) tuple of integers, got {cc!r}")
+        if type(sm_count) is not int or sm_count < 1:
+            raise ArgumentTypeError(f"sm_count must be a positive integer, got {sm_count!r}")
+        return f"sm_{cc[0]}{cc[1]}", cc, sm_count
+    if name is None:
+        name = DEFAULT_DEVICE_KIND
+    if not isinstance(name, str):
+        raise ArgumentTypeError(f"device must be a GPU kind's name such as 'H100', got {name!r} "
+                                f"({type(name).__name__})")
+    for kind, (kind_cc, kind_sms) in DEVICE_KINDS.items():
+        if kind.lower() == name.strip().lower():
+            return kind, kind_cc, kind_sms
+    raise ValidationError(f"unknown device kind {name!r}: use one of {sorted(DEVICE_KINDS)}, or cc= and sm_count=")
+
+
 class Device:
     """One GPU with its retained primary context (shared with cuBLAS and other libraries)."""
 
@@ -126,6 +160,21 @@ class Stream:
     def synchronize(self) -> None:
         check(driver().cuStreamSynchronize(self.handle), "cuStreamSynchronize")
 
+    def record(self, event: "Event | None" = None) -> "Event":
+        """Record `event` (a new Event if None) on this stream, as torch/cuda.core streams do; returns it."""
+        if event is None:
+            event = Event()
+        elif not isinstance(event, Event):
+            raise ArgumentTypeError(f"Stream.record takes an hgemm_rt Event or None, got {type(event).__name__}")
+        event.record(self)
+        return event
+
+    def wait(self, event_or_stream: Any) -> None:
+        """Make later work on this stream wait for an Event, or for the work queued so far on another stream
+        (our Stream, an integer handle, a torch/CuPy/`__cuda_stream__` stream): nothing waits on the host."""
+        event = event_or_stream if isinstance(event_or_stream, Event) else Event().record(event_or_stream)
+        check(driver().cuStreamWaitEvent(self.handle, event.handle, 0), "cuStreamWaitEvent")
+
     def close(self) -> None:
         self._finalizer()
 
@@ -176,20 +225,34 @@ def stream_handle(stream: Any) -> int:
 
 
 class Event:
-    """A CUDA event for timing."""
+    """A CUDA event, for timing and for ordering streams (Stream.record, Stream.wait).
+
+        start, end = Event(), Event()
+        start.record(s); ...; end.record(s); end.synchronize()
+        ms = start.elapsed_time(end)            # as torch.cuda.Event; end.elapsed_ms(start) is the same
+    """
 
     def __init__(self) -> None:
         drv = driver()
         self.handle = check(drv.cuEventCreate(drv.CUevent_flags.CU_EVENT_DEFAULT), "cuEventCreate")
         self._finalizer = weakref.finalize(self, _destroy, drv.cuEventDestroy, self.handle)
 
-    def record(self, stream: Any = None) -> None:
+    def record(self, stream: Any = None) -> "Event":
+        """Record on `stream` (any stream stream_handle takes; None: the legacy default stream); returns self."""
         check(driver().cuEventRecord(self.handle, stream_handle(stream)), "cuEventRecord")
+        return self
 
     def synchronize(self) -> None:
         check(driver().cuEventSynchronize(self.handle), "cuEventSynchronize")
 
+    def elapsed_time(self, end: "Event") -> float:
+        """Milliseconds from this event to `end` (both recorded and complete), as torch.cuda.Event's."""
+        if not isinstance(end, Event):
+            raise ArgumentTypeError(f"Event.elapsed_time takes the end Event, got {type(end).__name__}")
+        return float(check(driver().cuEventElapsedTime(self.handle, end.handle), "cuEventElapsedTime"))
+
     def elapsed_ms(self, start: "Event") -> float:
+        """Milliseconds from `start` to this event: start.elapsed_time(self)."""
         return float(check(driver().cuEventElapsedTime(start.handle, self.handle), "cuEventElapsedTime"))
 
 

@@ -6,17 +6,14 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ValidationError
+from .errors import ArgumentTypeError, ValidationError
 
 ITEMSIZE = {"f16": 2, "bf16": 2, "f32": 4}
 
+# numpy's own dtypes; bf16's (ml_dtypes.bfloat16) is added on first use by numpy_dtype: ml_dtypes takes
+# longer to import than the whole runtime, and only a bf16 array crossing to or from numpy needs it
 NUMPY = {"f16": np.dtype(np.float16), "f32": np.dtype(np.float32)}
-try:  # bf16 has no numpy dtype of its own; ml_dtypes (a JAX dependency) provides one
-    import ml_dtypes
-
-    NUMPY["bf16"] = np.dtype(ml_dtypes.bfloat16)
-except ImportError:  # pragma: no cover - optional
-    pass
+BF16_EXTRA = "install ml_dtypes for numpy bfloat16 arrays (`pip install hgemm[bf16]`)"
 
 # Host arrays in the device's bit layout that need no ml_dtypes: bf16 travels as its raw 16 bits.
 STORAGE = {"f16": np.dtype(np.float16), "bf16": np.dtype(np.uint16), "f32": np.dtype(np.float32)}
@@ -31,6 +28,8 @@ def dtype_code(dtype: Any) -> str:
     """'f16' | 'bf16' | 'f32' from a code, a numpy dtype or a name such as 'float16'."""
     if isinstance(dtype, str) and dtype in ITEMSIZE:
         return dtype
+    if isinstance(dtype, str) and dtype == "bfloat16":  # (numpy knows the name only once ml_dtypes is imported)
+        return "bf16"
     try:
         dt = np.dtype(dtype)
     except TypeError:
@@ -44,8 +43,15 @@ def dtype_code(dtype: Any) -> str:
 
 
 def numpy_dtype(code: str) -> np.dtype:
+    """The numpy dtype of a code; bf16's comes from ml_dtypes, imported here on first use."""
+    if code == "bf16" and code not in NUMPY:
+        try:
+            import ml_dtypes
+        except ImportError:
+            raise ValidationError(f"dtype bf16 has no numpy equivalent here: {BF16_EXTRA}") from None
+        NUMPY["bf16"] = np.dtype(ml_dtypes.bfloat16)
     if code not in NUMPY:
-        raise ValidationError(f"dtype {code} has no numpy equivalent here (install ml_dtypes for bf16)")
+        raise ValidationError(f"dtype {code} has no numpy equivalent here ({BF16_EXTRA})")
     return NUMPY[code]
 
 
@@ -76,3 +82,34 @@ def storage_all_finite(host: np.ndarray, code: str) -> bool:
     if code == "bf16":
         return not bool(((host & _BF16_EXPONENT) == _BF16_EXPONENT).any())
     return bool(np.isfinite(host).all())
+
+
+# accumulate= spellings: our codes, the fp/float names torch, CuPy and nvmath use, and dtype objects (numpy's,
+# torch's: torch.float32 is read by its name, so torch is never imported here)
+ACCUMULATE_ALIASES = {"f16": "f16", "f32": "f32", "tf32": "tf32", "fp16": "f16", "fp32": "f32", "float16": "f16",
+                      "float32": "f32", "half": "f16", "float": "f32", "bf16": "bf16", "bfloat16": "bf16"}
+
+
+def accumulate_code(accumulate: Any, where: str) -> str | None:
+    """The accumulate= request as our code ("f32", "f16", "tf32"; None: the default) from a code, a name
+    ("fp32", "float16") or a dtype (np.float32, torch.float16); anything else is an ArgumentTypeError (an
+    unknown name a ValidationError). Which accumulation a dtype allows is the caller's check."""
+    if accumulate is None or type(accumulate) is str and accumulate in ITEMSIZE:
+        return accumulate
+    if isinstance(accumulate, str):
+        name = accumulate.lower()
+    elif type(accumulate).__module__ == "torch" and str(accumulate).startswith("torch."):
+        name = str(accumulate)[len("torch."):]
+    elif isinstance(accumulate, (type, np.dtype)):
+        try:
+            name = np.dtype(accumulate).name
+        except TypeError:
+            name = None
+    else:
+        raise ArgumentTypeError(f"{where}: accumulate must be a string or None (or a dtype), got {accumulate!r} "
+                                f"({type(accumulate).__name__})")
+    code = ACCUMULATE_ALIASES.get(name)
+    if code is None:
+        raise ValidationError(f"{where}: accumulate={accumulate!r} is not an accumulation: use 'f32' (also 'fp32', "
+                              "float32), 'f16' (also 'fp16', float16) or 'tf32'")
+    return code

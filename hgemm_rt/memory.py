@@ -293,12 +293,15 @@ def _free(device: Any, ptr: Any, live: list[bool]) -> None:
         pass
 
 
-def to_device(a: Any, device: int = 0) -> DeviceArray:
-    """Copy a numpy array (or anything np.asarray takes) to a new owning DeviceArray."""
+def to_device(a: np.ndarray | Any, device: int = 0) -> DeviceArray:
+    """Copy a numpy array (or anything np.asarray takes) to a new owning DeviceArray on GPU `device`
+    (fp16 and fp32 arrays; bf16 as ml_dtypes.bfloat16, the `bf16` extra)."""
     return DeviceArray.from_numpy(np.asarray(a), device)
 
 
-def empty(shape: tuple[int, ...], dtype: Any = "f16", device: int = 0) -> DeviceArray:
+def empty(shape: tuple[int, ...], dtype: str | np.dtype | Any = "f16", device: int = 0) -> DeviceArray:
+    """A new owning, uninitialised, C-contiguous DeviceArray of `shape` and `dtype` ("f16", "bf16", "f32",
+    a numpy dtype or a name such as "float16") on GPU `device`."""
     return DeviceArray.empty(shape, dtype, device)
 
 

@@ -10,7 +10,8 @@ autograd and in `torch.compile` (fullgraph included). Optional: install with `pi
 
 Both ops take fp16, bf16 or fp32 CUDA tensors of one dtype on one device, any strides, and the
 keyword `accumulate` of hgemm_rt.matmul (None: fp32 accumulation; "f16" allows fp16-accumulating
-kernels for fp16 inputs, "tf32" TF32 tensor cores for fp32 inputs). The result is a new contiguous
+kernels for fp16 inputs, "tf32" TF32 tensor cores for fp32 inputs; "fp32", "fp16", "float16" are the same
+requests; the op's schema takes a string, so a dtype is passed by its name). The result is a new contiguous
 tensor allocated by torch's caching allocator on the current stream, where the kernels run. Each op
 has a fake (meta) implementation with the same checks, so shapes, dtypes and devices are refused with
 the same message at trace time as eagerly, and a backward written with the same ops, so models
@@ -33,6 +34,7 @@ if torch.__version__ < "2.4":  # (a TorchVersion: compares as a version) custom_
                       "pip install -U hgemm[torch]")
 
 from .api import matmul
+from .dtypes import accumulate_code
 from .errors import ValidationError
 from .operands import torch_dtype_code
 from .problem import ACCUMULATE
@@ -63,9 +65,9 @@ def _check_tensors(op: str, named: tuple[tuple[str, Tensor], ...], accumulate: O
         if t.device != first.device:
             raise ValidationError(f"hgemm::{op}: {name} is on {t.device} but {first_name} is on {first.device}: "
                                   "move them to one device")
-    check_option("accumulate", accumulate, f"hgemm::{op}")
+    check_option("accumulate", accumulate, f"hgemm::{op}")  # (the op's schema: a string; "fp32" as "f32")
     choices = ACCUMULATE[torch_dtype_code(first.dtype)]
-    if accumulate is not None and accumulate not in choices:
+    if accumulate is not None and accumulate_code(accumulate, f"hgemm::{op}") not in choices:
         raise ValidationError(f"hgemm::{op}: accumulate={accumulate!r} is not available for {first.dtype} "
                               f"inputs; choose None or one of {list(choices)}")
 

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 [ -x .venv/bin/python ] || python3 -m venv .venv
 # setuptools 77+: pyproject's SPDX license (the wheel is built without build isolation, with this one)
 .venv/bin/python -m pip install -q --upgrade pip "setuptools>=77"
-.venv/bin/python -m pip install -q -e ".[build,test]"
+.venv/bin/python -m pip install -q -e ".[build,test,bench]"
 .venv/bin/python build_kernels.py "$@"
 
 rm -rf build/setuptools build/dist  # setuptools keeps deleted modules in its staging tree
