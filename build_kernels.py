@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Compile every kernel family in cu/ into per-architecture cubins and write artifacts/manifest.json.
 
-The build itself is hgemm_build.cli (also installed as the `hgemm-build` command); this script runs it
+The build itself is hgemm_build.cli (`python -m hgemm_build.cli` from a checkout); this script runs it
 on the checkout it sits in. `python build_kernels.py --help` lists the options.
 """
 import sys

@@ -250,8 +250,8 @@ def _build(argv: list[str] | None, prog: str) -> int:
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    """The `hgemm-build` command (and `python build_kernels.py`): returns the exit status."""
-    prog = prog or "hgemm-build"
+    """The build command (`python build_kernels.py`): returns the exit status."""
+    prog = prog or "build_kernels.py"
     try:
         return build(argv, prog)
     except (BuildError, ManifestError, ToolchainError) as exc:

@@ -18,7 +18,7 @@ def driver() -> Any:
         try:
             from cuda import cuda as drv  # type: ignore[no-redef]
         except ImportError as exc:
-            raise NoGpuError(f"cuda-python is not installed ({exc}); `pip install cuda-python`") from None
+            raise NoGpuError(f"cuda-bindings is not installed ({exc}); `pip install cuda-bindings`") from None
     return drv
 
 

@@ -27,6 +27,7 @@ import numpy as np
 
 from . import operands as ops
 from .device import get_device, stream_handle
+from .dtypes import accumulate_code
 from .epilogue import SWIGLU, Epilogue
 from .errors import ArgumentTypeError, NotBuiltForDeviceError, ValidationError
 from .memory import DeviceArray
@@ -36,7 +37,7 @@ from .problem import ACCUMULATE, Problem, View, batch_align, ptr_alignment
 from .registry import get_registry
 from .roles.gemm_fused_wgmma import GROUP_MODES, grouped_kernel
 from .streams import cai_stream, wait_for
-from .validate import I32_MAX, check_activation, check_group_index, check_option, fp32_scalar, one_device, \
+from .validate import I32_MAX, check_activation, check_group_index, fp32_scalar, one_device, \
     validate_out
 
 __all__ = ["grouped_matmul", "GROUP_MODES"]
@@ -100,7 +101,7 @@ def grouped_matmul(a: Any, b: Any, out: Any = None, *, offsets: Any = None, coun
                    beta: float = 0.0, activation: str | None = None, scale: float = 1.0,
                    accumulate: str | None = None, stream: Any = None) -> Any:
     """Every expert's GEMM in one launch (see the module docstring). Returns `out`, or the new result."""
-    check_option("accumulate", accumulate, "grouped_matmul")
+    accumulate = accumulate_code(accumulate, "grouped_matmul")
     if (offsets is None) == (counts is None):
         raise ValidationError("grouped_matmul: pass exactly one of offsets= (contiguous rows) or counts= (masked)")
     mode = "contiguous" if offsets is not None else "masked"

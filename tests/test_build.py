@@ -334,7 +334,7 @@ def test_without_a_checkout_the_build_says_how_to_point_at_one(tmp_path, monkeyp
     monkeypatch.setattr(cli, "__file__", str(tmp_path / "site-packages" / "hgemm_build" / "cli.py"))
     assert cli.main(["--list"]) == 2
     err = capsys.readouterr().err
-    assert "hgemm-build: no kernel sources at" in err and "installed without its checkout" in err and "--src" in err
+    assert "build_kernels.py: no kernel sources at" in err and "installed without its checkout" in err and "--src" in err
     assert cli.main(["--src", str(tmp_path), "--list"]) == 2
     assert "there is no cu/" in capsys.readouterr().err
 
