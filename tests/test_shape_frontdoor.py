@@ -247,24 +247,26 @@ def test_transient_parameter_arrays_hold_what_pack_builds():
     assert plan.transient((1, 2, 3, 0), 2.0, 0.0) is launches  # (the same arrays, set in place)
 
 
+class Closable:
+    """A cache value that notes its closing in `closed`."""
+
+    def __init__(self, i, closed):
+        self.i, self.closed = i, closed
+
+    def close(self):
+        self.closed.append(self.i)
+
+
 def test_the_cache_rule_evicts_the_oldest_and_closes_it():
     from hgemm_rt.cache import CACHE_LIMIT, Cache
 
     closed = []
-
-    class Value:
-        def __init__(self, i):
-            self.i = i
-
-        def close(self):
-            closed.append(self.i)
-
     cache = Cache()
     for i in range(CACHE_LIMIT + 2):
-        cache.put(i, Value(i))
+        cache.put(i, Closable(i, closed))
     assert closed == [0, 1] and len(cache.entries) == CACHE_LIMIT
     cache.hit(2)  # refreshed: the next eviction takes 3
-    cache.put("new", Value("new"))
+    cache.put("new", Closable("new", closed))
     assert closed == [0, 1, 3]
     cache.close()
     assert len(closed) == CACHE_LIMIT + 3 and not cache.entries
@@ -278,17 +280,9 @@ def test_the_plan_cache_keeps_at_most_executions_limit_executions_allocated():
 
     assert EXECUTIONS_LIMIT < CACHE_LIMIT
     closed = []
-
-    class FakeExecution:
-        def __init__(self, i):
-            self.i = i
-
-        def close(self):
-            closed.append(self.i)
-
     cache = PlanCache()
     for i in range(EXECUTIONS_LIMIT + 3):
-        cache._executions.put(i, FakeExecution(i))
+        cache._executions.put(i, Closable(i, closed))
     assert closed == [0, 1, 2] and len(cache.executions) == EXECUTIONS_LIMIT
     assert cache._recipes.limit == cache._calls.limit == CACHE_LIMIT
 
