@@ -8,14 +8,14 @@ from typing import Any
 
 from . import operands as ops
 from .device import stream_handle
-from .dtypes import accumulate_code
 from .epilogue import SWIGLU, Epilogue
 from .errors import ValidationError
 from .memory import c_strides
 from .operands import Operand
 from .problem import ACCUMULATE, ITEMSIZE, KERNEL_LEVELS, MAX_GRID_BATCH, Problem, View, batch_align, ptr_alignment
 from .registry import get_registry
-from .validate import I32_MAX, check_activation, check_option, fp32_scalar, one_device, validate_out
+from .validate import I32_MAX, accumulate_code, check_activation, check_option, fp32_scalar, one_device, \
+    validate_out
 
 
 class Call:

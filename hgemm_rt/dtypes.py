@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ArgumentTypeError, ValidationError
+from .errors import ValidationError
 
 ITEMSIZE = {"f16": 2, "bf16": 2, "f32": 4}
 
@@ -88,28 +88,3 @@ def storage_all_finite(host: np.ndarray, code: str) -> bool:
 # torch's: torch.float32 is read by its name, so torch is never imported here)
 ACCUMULATE_ALIASES = {"f16": "f16", "f32": "f32", "tf32": "tf32", "fp16": "f16", "fp32": "f32", "float16": "f16",
                       "float32": "f32", "half": "f16", "float": "f32", "bf16": "bf16", "bfloat16": "bf16"}
-
-
-def accumulate_code(accumulate: Any, where: str) -> str | None:
-    """The accumulate= request as our code ("f32", "f16", "tf32"; None: the default) from a code, a name
-    ("fp32", "float16") or a dtype (np.float32, torch.float16); anything else is an ArgumentTypeError (an
-    unknown name a ValidationError). Which accumulation a dtype allows is the caller's check."""
-    if accumulate is None or type(accumulate) is str and accumulate in ITEMSIZE:
-        return accumulate
-    if isinstance(accumulate, str):
-        name = accumulate.lower()
-    elif type(accumulate).__module__ == "torch" and str(accumulate).startswith("torch."):
-        name = str(accumulate)[len("torch."):]
-    elif isinstance(accumulate, (type, np.dtype)):
-        try:
-            name = np.dtype(accumulate).name
-        except TypeError:
-            name = None
-    else:
-        raise ArgumentTypeError(f"{where}: accumulate must be a string or None (or a dtype), got {accumulate!r} "
-                                f"({type(accumulate).__name__})")
-    code = ACCUMULATE_ALIASES.get(name)
-    if code is None:
-        raise ValidationError(f"{where}: accumulate={accumulate!r} is not an accumulation: use 'f32' (also 'fp32', "
-                              "float32), 'f16' (also 'fp16', float16) or 'tf32'")
-    return code

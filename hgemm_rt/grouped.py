@@ -27,7 +27,6 @@ import numpy as np
 
 from . import operands as ops
 from .device import get_device, stream_handle
-from .dtypes import accumulate_code
 from .epilogue import SWIGLU, Epilogue
 from .errors import ArgumentTypeError, NotBuiltForDeviceError, ValidationError
 from .memory import DeviceArray
@@ -37,7 +36,7 @@ from .problem import ACCUMULATE, Problem, View, batch_align, ptr_alignment
 from .registry import get_registry
 from .roles.gemm_fused_wgmma import GROUP_MODES, grouped_kernel
 from .streams import cai_stream, wait_for
-from .validate import I32_MAX, check_activation, check_group_index, fp32_scalar, one_device, \
+from .validate import I32_MAX, accumulate_code, check_activation, check_group_index, fp32_scalar, one_device, \
     validate_out
 
 __all__ = ["grouped_matmul", "GROUP_MODES"]

@@ -34,11 +34,10 @@ if torch.__version__ < "2.4":  # (a TorchVersion: compares as a version) custom_
                       "pip install -U hgemm[torch]")
 
 from .api import matmul
-from .dtypes import accumulate_code
 from .errors import ValidationError
 from .operands import torch_dtype_code
 from .problem import ACCUMULATE
-from .validate import check_option
+from .validate import accumulate_code, check_option
 
 __all__ = ["Linear", "linear", "mm", "replace_linear"]
 

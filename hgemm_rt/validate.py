@@ -14,6 +14,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from .dtypes import ACCUMULATE_ALIASES, ITEMSIZE
 from .epilogue import ACTIVATIONS, SWIGLU
 from .errors import ArgumentTypeError, ValidationError
 from .manifest import KernelSpec
@@ -129,6 +130,31 @@ def check_flag(name: str, value: Any, where: str) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise ArgumentTypeError(f"{where}: {name} must be True or False, got {value!r}")
     return bool(value)
+
+
+def accumulate_code(accumulate: Any, where: str) -> str | None:
+    """The accumulate= request as our code ("f32", "f16", "tf32"; None: the default) from a code, a name
+    ("fp32", "float16") or a dtype (np.float32, torch.float16); anything else is an ArgumentTypeError (an
+    unknown name a ValidationError). Which accumulation a dtype allows is the caller's check."""
+    if accumulate is None or type(accumulate) is str and accumulate in ITEMSIZE:
+        return accumulate
+    if isinstance(accumulate, str):
+        name = accumulate.lower()
+    elif type(accumulate).__module__ == "torch" and str(accumulate).startswith("torch."):
+        name = str(accumulate)[len("torch."):]
+    elif isinstance(accumulate, (type, np.dtype)):
+        try:
+            name = np.dtype(accumulate).name
+        except TypeError:
+            name = None
+    else:
+        raise ArgumentTypeError(f"{where}: accumulate must be a string or None (or a dtype), got {accumulate!r} "
+                                f"({type(accumulate).__name__})")
+    code = ACCUMULATE_ALIASES.get(name)
+    if code is None:
+        raise ValidationError(f"{where}: accumulate={accumulate!r} is not an accumulation: use 'f32' (also 'fp32', "
+                              "float32), 'f16' (also 'fp16', float16) or 'tf32'")
+    return code
 
 
 def check_option(name: str, value: Any, where: str, allow_none: bool = True) -> None:

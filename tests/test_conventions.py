@@ -12,7 +12,7 @@ import pytest
 import hgemm_rt as hg
 from hgemm_rt import api, device, planner
 from hgemm_rt.call import validate_call
-from hgemm_rt.dtypes import accumulate_code
+from hgemm_rt.validate import accumulate_code
 
 
 def host_operands(M=128, N=256, K=64, dtype=np.float16):

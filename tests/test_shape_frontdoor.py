@@ -65,8 +65,9 @@ def test_every_front_door_describes_its_arrays_with_the_one_operand_type(mod, fn
 @pytest.mark.parametrize("mod,fn,rules", [
     ("launcher", "launch_spec", {"validate_operands", "check_flag"}),
     ("registry", "CublasKernel.__call__", {"validate_operands"}),
-    ("call", "validate_call", {"fp32_scalar", "validate_out", "one_device", "check_activation", "check_option"}),
-    ("grouped", "grouped_matmul", {"fp32_scalar", "validate_out", "one_device", "check_activation", "check_option",
+    ("call", "validate_call", {"fp32_scalar", "validate_out", "one_device", "check_activation", "check_option",
+                               "accumulate_code"}),
+    ("grouped", "grouped_matmul", {"fp32_scalar", "validate_out", "one_device", "check_activation", "accumulate_code",
                                    "check_group_index"}),
 ])
 def test_every_front_door_checks_with_the_one_validator(mod, fn, rules):
