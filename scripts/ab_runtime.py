@@ -4,7 +4,10 @@ shapes of every `bench.py --matmul` section: does a change of the runtime change
     python3 scripts/ab_runtime.py --before DIR [--before-artifacts DIR] [--sections models,decode] [--json F]
 
 DIR holds the other build as a package named `hgemm_rt_before` (make it with `--make-before REV DIR` on a
-checkout: `git archive REV hgemm_rt`, the package renamed and its absolute imports rewritten). Each row:
+checkout: `git archive REV hgemm_rt`, the package renamed and its absolute imports rewritten). Where the two
+runtimes read different manifest schemas, give the before one its own build with --before-artifacts: build REV's
+kernels in a worktree of REV (`python build_kernels.py --arch 90`) and carry its manifest.json, sm_90/ and sm_90a/
+compressed (`tar cJf`; two builds' cubins exceed what a device call carries), unpacked there before the run. Each row:
 both runtimes' plans (`explain`), whether their results are bitwise equal, and GPU time (triton's do_bench,
 L2 flushed) in ABBA order, `rounds` times, medians; then per section the geomean of after / before and the
 slowest row. The host section times 64^3 calls back to back (wall time, out given, torch tensors).
