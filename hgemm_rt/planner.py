@@ -279,6 +279,29 @@ def heuristic_recipe(prob: Problem, manifest: Manifest, cc: tuple[int, int], sm_
     return ranked[0][1] if ranked else None
 
 
+def why_no_recipe(prob: Problem, manifest: Manifest, cc: tuple[int, int], kernel: str | None = None) -> str:
+    """Why no route runs `prob` on a GPU of compute capability cc (kernel: the one the caller named), with the fix
+    that helps: a rebuild only where the build lacks what the kernels declare for this GPU."""
+    arch = f"sm_{cc[0]}{cc[1]}"
+    if kernel is None:
+        return f"no kernel of this build runs it on this {arch} GPU; rebuild with build_kernels.py"
+    spec = manifest.kernels[kernel]
+    if not isinstance(handler(spec.role), GemmRole):
+        return (f"{kernel} is a matmul helper kernel (role {spec.role}), not a GEMM: name a GEMM kernel or leave "
+                "kernel unset")
+    if spec.dtype != prob.dtype:
+        return f"{kernel} takes {spec.dtype} operands, these are {prob.dtype}: name a {prob.dtype} kernel"
+    if acc_variant(spec, prob.dtype, prob.acc) is False:
+        return (f"{kernel} accumulates in {'/'.join(spec.variants.get('acc', (spec.acc,)))}, which accumulate="
+                f"{prob.acc!r} does not allow: name a kernel that accumulates as asked, or change accumulate")
+    try:
+        manifest.select(spec, cc)
+    except NotBuiltForDeviceError as exc:
+        return str(exc)  # (what to build, or the architectures the kernel supports)
+    return (f"{kernel} cannot take this problem's shape, strides or batch (its tile, alignment or layout rules): "
+            "leave kernel unset to let matmul choose")
+
+
 def describe(recipe: Recipe) -> str:
     """One line: the kernel and the glue around it (a batched step names its batch: 8x12*, the matrices
     of one launch; a loop of launches over further batch levels comes last)."""

@@ -50,9 +50,8 @@ class PlanCache:
                                   f"row-major with rows of a multiple of 16 bytes, on an sm_90 GPU ({prob.key()}); "
                                   "fold the batch into rows, or call it per matrix")
         if recipe is None:
-            what = f"kernel {kernel}" if kernel else "any kernel of this build"
-            raise ValidationError(f"matmul: {what} cannot run {prob.key()} on {dev.info.name} "
-                                  f"(sm_{dev.info.cc[0]}{dev.info.cc[1]}); rebuild with build_kernels.py")
+            raise ValidationError(f"matmul: cannot run {prob.key()} on {dev.info.name}: "
+                                  f"{planner.why_no_recipe(prob, manifest, dev.info.cc, kernel)}")
         return self._recipes.put(key, recipe)
 
     def execution(self, recipe: Recipe, prob: Problem, device: int, stream: int) -> Execution:
