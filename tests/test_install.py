@@ -140,3 +140,12 @@ with contextlib.redirect_stderr(stderr):
 print(json.dumps({"status": status, "stderr": stderr.getvalue()}))
 """)
     assert got["status"] == 2 and "hgemm[bench]" in got["stderr"] and "tabulate" in got["stderr"]
+
+
+def test_the_wheel_lists_every_package_of_the_checkout():
+    """setuptools takes the listed packages only: a subpackage left out (hgemm_rt.roles) is missing from the wheel
+    and the installed runtime fails at import."""
+    listed = set(PYPROJECT["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(ROOT).parts) for top in ("hgemm_rt", "hgemm_build", "hgemm_bench")
+             for p in (ROOT / top).rglob("__init__.py")}
+    assert found == listed, f"pyproject's packages: add {sorted(found - listed)}, drop {sorted(listed - found)}"
