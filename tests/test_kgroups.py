@@ -135,8 +135,8 @@ def test_a_deferred_recipe_is_the_plain_gemm_then_the_sum_with_the_epilogue():
     recipe = planner.recipe_for(Route(name, False, ((KG, 9), (KS, 1), ("splits", 1))), prob, MANIFEST)
     g, s = recipe.steps
     assert isinstance(g, Gemm) and isinstance(s, GroupSum) and s.kernel == "util_kgroups_sum_f16"
-    assert g.k_deferred and g.k_groups == 9 and not g.epilogue and g.epi is None and g.bias is None
-    assert s.epilogue and s.epi == prob.epi and s.bias == bias and s.c == prob.c and (s.M, s.N, s.groups) == (300, 200, 9)
+    assert g.k_deferred and g.k_groups == 9 and not g.applies_alpha_beta and g.epi is None and g.bias is None
+    assert s.applies_alpha_beta and s.epi == prob.epi and s.bias == bias and s.c == prob.c and (s.M, s.N, s.groups) == (300, 200, 9)
     assert g.work == s.work and [t.name for t in recipe.temps] == ["tW"]
     assert g.work.cols * 2 >= planner.k_sum_work_bytes(300, 200, 9) == 9 * 300 * 200 * 4
     assert planner.k_sum_work_bytes(3, 5, 2) == 2 * 3 * 8 * 4  # rows of whole fp32 quads

@@ -168,7 +168,7 @@ def _check_plan_contract(plan, prob, manifest):
             assert (step.shift is not None) == fmt.scaled and (not fmt.scaled or step.shift.cols == step.src_rows)
             continue
         if isinstance(step, problem.Copy):
-            assert step.src_rows <= step.dst.rows and step.src_cols <= step.dst.cols or step.epilogue
+            assert step.src_rows <= step.dst.rows and step.src_cols <= step.dst.cols or step.applies_alpha_beta
             continue
         if isinstance(step, problem.GroupSum):  # the planes the deferred K-groups GEMM before it wrote
             (gemm,) = [s for s in plan.steps if isinstance(s, problem.Gemm)]
