@@ -9,7 +9,7 @@ model of the GPU's architecture (costmodel.py) and sorts them; the tuning cache 
 estimate by measurements where the user asks for it.
 
 Every candidate is discovered from the manifest: a kernel's declared `role` says what it does in a
-recipe (cu/*.toml, manifest.ROLES), its layout, dtype, acc, tile, require, align, params, grid and
+recipe (cu/*.toml, declaration.ROLES), its layout, dtype, acc, tile, require, align, params, grid and
 cluster say how. Each role's routes and recipe are its handler's (hgemm_rt/roles/<role>.py); this module
 loops over them and ranks. No kernel name is written or parsed here, and no role name compared.
 

@@ -290,7 +290,7 @@ class Gemm:
     the properties below (their neutral value where the role has no such option)."""
 
     kernel: str
-    role: str  # the kernel's declared role (manifest.ROLES)
+    role: str  # the kernel's declared role (declaration.ROLES)
     a: View
     b: View  # catalogue: K x N (NN) or N x K (TN) as the kernel takes it; strided roles: as given (variant b)
     c: View
