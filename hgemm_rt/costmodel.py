@@ -23,10 +23,6 @@ from .roles.gemm_strided_wgmma import SMEM_SPLIT_SUM_US, smem_split
 from .roles.gemm_tf32x3 import GemmTf32x3
 from .roles.glue import distinct_matrices, tma_slow_rows
 from .roles.tma_gemm import QUEUE
-# names this module has always offered (tests), now their roles' (hgemm_rt/roles/)
-from .roles.gemm_fused_wgmma import SK_SERIAL_PIECES, streamk_splits  # noqa: F401
-from .roles.gemm_strided_stream import STREAM_SPLIT_COST  # noqa: F401
-from .roles.gemm_strided_wgmma import SMEM_SPLIT_FIXED_US  # noqa: F401
 
 
 @dataclass(frozen=True)

@@ -41,15 +41,6 @@ from .roles.kgroups_sum import GroupSumRole
 from .roles.leading_dim import LeadingDimRole
 from .roles.splitk import SplitKRole
 from .roles.tma_gemm import K_SUM
-# names this module has always offered (the tuning cache, tests), now their roles' (hgemm_rt/roles/)
-from .roles.base import MULTICAST  # noqa: F401
-from .roles.gemm import LONG_LAUNCH_MACS, STAGES, WHOLE_TILE_STAGES, whole_tile_staging  # noqa: F401
-from .roles.gemm_fused_wgmma import SK_FLAG_BYTES, SK_MAX_CTAS, SK_MAX_SPLITS, SK_MAX_WAVES, SK_PART_BYTES, \
-    streamk, streamk_tiles  # noqa: F401
-from .roles.gemm_strided_wgmma import KG_MAX, KG_MIN_BLOCKS, KG_SUM_MIN_BLOCKS, KG_TILE_COLS, KG_TILE_ROWS, \
-    k_groups_offered, k_groups_work_bytes, k_sum_work_bytes  # noqa: F401
-from .roles.glue import SPLIT_ROW, SPLITS, c_by_pointer, fits  # noqa: F401
-from .roles.tma_gemm import K_GROUPS, QUEUE  # noqa: F401
 
 # the role families, from their handlers (tests and the tuning cache read them)
 LEADING_DIM_ROLES = tuple(n for n, h in HANDLERS.items() if isinstance(h, LeadingDimRole))

@@ -15,6 +15,8 @@ import hgemm_rt as hg
 from hgemm_rt import costmodel, executor, planner, problem
 from hgemm_rt.numerics import rel_error
 from hgemm_rt.roles import SPLIT_FORMATS
+from hgemm_rt.roles.gemm_strided_wgmma import SMEM_SPLIT_FIXED_US
+from hgemm_rt.roles.glue import SPLITS
 from guarded import GuardedArray, each_route
 from kernel_cases import load_manifest_or_none
 
@@ -156,7 +158,7 @@ def test_shared_memory_split_slices_pay_a_fixed_cost_and_scaled_splits_their_max
         p = _problem(256, 256, K, b_order="col" if spec.layout == "TN" else "row", batch=batch)
         return problem.Gemm(name, spec.role, p.a, p.b, p.c, 256, 256, K, splits=splits, batch=batch)
 
-    short_k = costmodel.SMEM_SPLIT_FIXED_US * 1e-6 * model.kernel_tflops(spec) * 1e12 / 132 / (2 * 64 * 64)
+    short_k = SMEM_SPLIT_FIXED_US * 1e-6 * model.kernel_tflops(spec) * 1e12 / 132 / (2 * 64 * 64)
     assert model.split_factor(spec, gemm(256, 4)) == pytest.approx(1 + short_k / 64)
     assert model.split_factor(spec, gemm(256, 8)) > 2.0  # uncapped
     assert model.split_factor(spec, gemm(256)) == pytest.approx(1 + short_k / 256)  # 16 tiles: one wave
@@ -352,7 +354,7 @@ def _check_split_routes(rng, M, N, K, b_order, kind, a_kind, b_kind, per_entry=F
     # at K = 1-3 cuBLAS rounds once (~2^-24) where 3xTF32 drops lo(a) lo(b) and the residuals' rounding (~2^-21)
     bound = max(2 * cublas_err, 2.0 ** -20)
     routes = [problem.Route(n, t, (("splits", s),)) for n, spec in MANIFEST.kernels.items()
-              if KINDS[kind](spec) for t in (False, True) for s in planner.SPLITS]
+              if KINDS[kind](spec) for t in (False, True) for s in SPLITS]
     plans = [r for r in (planner.recipe_for(route, prob, MANIFEST) for route in routes) if r is not None]
     # per entry: |C - C64| / (|a_i| |b_j|), its worst over C, held to twice cuBLAS SGEMM's worst, at least 2^-20 (the
     # worst of 60000 entries moves between draws; a row or column flushed to zero by a shared scale is ~K^-1/2 off)
