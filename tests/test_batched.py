@@ -32,6 +32,7 @@ from hgemm_rt.numerics import error_floor
 from hgemm_rt.roles import SPLIT_FORMATS, split_format
 from hgemm_rt.roles.gemm_fused_wgmma import streamk
 from hgemm_rt.roles.glue import SPLIT_ROW
+from hgemm_rt.roles.split_products import split_planes
 from hgemm_rt.roles.tma_gemm import QUEUE
 from guarded import GuardedArray, each_route
 from kernel_cases import load_manifest_or_none
@@ -782,7 +783,7 @@ def _simulate(heap, recipe, ptrs, alpha, beta, manifest):
             for name, v in executor.step_operands(step).items():
                 base = ptrs["ABC".index(v.base)] if v.base in "ABC" else temps[v.base]
                 if name in tmaps and spec.role in SPLIT_FORMATS and name in ("A", "B"):
-                    shape, strides = executor.split_planes(v, step.M if name == "A" else step.N, isz, step.batch)
+                    shape, strides = split_planes(v, step.M if name == "A" else step.N, isz, step.batch)
                 elif name in tmaps and executor.batched_launch(step):
                     shape, strides = executor.tma_shape(v, step.batch, isz)
                 else:

@@ -11,10 +11,10 @@ import pytest
 
 from hgemm_rt import planner, problem, tuning
 from hgemm_rt.costmodel import CostModel
-from hgemm_rt.executor import K_GROUPS_DEFERRED, step_scalars
+from hgemm_rt.executor import step_scalars
 from hgemm_rt.problem import Gemm, GroupSum, Route
-from hgemm_rt.roles.gemm_strided_wgmma import (KG_MAX, KG_MIN_BLOCKS, KG_SUM_MIN_BLOCKS, KG_TILE_COLS, k_groups_offered,
-                                               k_groups_work_bytes, k_sum_work_bytes)
+from hgemm_rt.roles.gemm_strided_wgmma import (K_GROUPS_DEFERRED, KG_MAX, KG_MIN_BLOCKS, KG_SUM_MIN_BLOCKS,
+                                               KG_TILE_COLS, k_groups_offered, k_groups_work_bytes, k_sum_work_bytes)
 from hgemm_rt.roles.tma_gemm import K_GROUPS
 from epilogue_cases import epilogue_case, forced_twice
 from kernel_cases import ROOT, load_manifest_or_none

@@ -17,6 +17,7 @@ from hgemm_rt.numerics import rel_error
 from hgemm_rt.roles import SPLIT_FORMATS
 from hgemm_rt.roles.gemm_strided_wgmma import SMEM_SPLIT_FIXED_US
 from hgemm_rt.roles.glue import SPLITS
+from hgemm_rt.roles.split_products import split_planes
 from guarded import GuardedArray, each_route
 from kernel_cases import load_manifest_or_none
 
@@ -68,7 +69,7 @@ def test_fp32_accuracy_on_hopper_offers_the_3xtf32_split(b_order):
     assert (sa.src.base, sa.src_rows, sa.src_cols, sa.dst.rows, sa.dst.cols) == ("A", M, K, planes * M, 32), text
     assert (sb.src.base, sb.src_rows, sb.src_cols, sb.dst.rows, sb.dst.cols) == ("B", N, K, planes * N, 32), text
     assert (gemm.a.base, gemm.b.base, gemm.c.base) == (sa.dst.base, sb.dst.base, "C") and "split A->tA3" in text
-    assert executor.split_planes(gemm.a, M, 4) == ((1, planes, M, 32), (planes * M * 128, M * 128, 128, 4))
+    assert split_planes(gemm.a, M, 4) == ((1, planes, M, 32), (planes * M * 128, M * 128, 128, 4))
     assert sa.shift is None and gemm.a_shift is None
 
 
@@ -192,8 +193,8 @@ def test_a_batched_3xfp16_splits_every_matrix_in_one_launch_and_3xtf32_takes_non
     stack_a, stack_b = 4 * 64 * 32, 4 * 48 * 32  # 4 planes (2 k-blocks of 64) of rows x 32 fp32 units
     assert (temps[sa.dst.base].count, temps[sb.dst.base].count, temps[sb.shift.base].count) == (6, 3, 3)
     assert (sa.dst.bs, sa.shift.bs, sb.dst.bs, sb.shift.bs) == ((3 * stack_a, stack_a), (3 * 64, 64), (0, stack_b), (0, 48))
-    assert executor.split_planes(gemm.a, 64, 4, gemm.batch)[0] == (6, 4, 64, 32)
-    assert executor.split_planes(gemm.b, 48, 4, gemm.batch)[0] == (3, 4, 48, 32)
+    assert split_planes(gemm.a, 64, 4, gemm.batch)[0] == (6, 4, 64, 32)
+    assert split_planes(gemm.b, 48, 4, gemm.batch)[0] == (3, 4, 48, 32)
     tf32 = next(n for n, s in MANIFEST.kernels.items() if s.role == "gemm_tf32x3")
     assert planner.recipe_for(problem.Route(tf32, False, (("splits", 1),)), prob, MANIFEST) is None
 
