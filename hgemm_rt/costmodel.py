@@ -15,7 +15,7 @@ from typing import Mapping
 from .manifest import KernelSpec, Manifest
 from .dtypes import ITEMSIZE
 from .problem import Copy, Gemm, GroupSum, Recipe, Split, kernel_batch
-from .roles import HANDLERS, SPLIT_FORMATS, GemmRole, gemm_handler
+from .roles import gemm_handler
 from .roles.base import OCC
 from .roles.gemm import narrow_hopper
 from .roles.gemm_f16x3 import GemmF16x3
@@ -118,8 +118,6 @@ MC_REREAD_ROWS, MC_REREAD_B_BYTES = (4, 8), 16 << 20
 # ... running its arithmetic in this share of the unicast launch's time (there the L2, not the tensor cores,
 # limits one CTA an SM; docs/dev/cost_model.md#multicast)
 MC_PAIR_COMPUTE_SHARE = 0.88
-SPLIT_PRODUCTS = tuple(SPLIT_FORMATS)  # fp32 at fp32 accuracy: three tensor-core products of split operands
-ONE_CTA_PER_SM = tuple(n for n, h in HANDLERS.items() if isinstance(h, GemmRole) and h.one_cta_per_sm)
 # TMA-fed kernels read rows whose byte stride is off a multiple of 32 (tma.TMA_FAST_ROW_BYTES) this much slower;
 # the planner also offers such operands packed (the `pack` route option) (docs/dev/cost_model.md#tma-slow-rows)
 TMA_SLOW_ROW_FACTOR = 1.4

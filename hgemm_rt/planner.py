@@ -37,18 +37,14 @@ from .roles.gemm_fused_wgmma import grouped_kernel, grouped_layout
 from .roles.gemm_strided_wgmma import StridedWgmma
 from .roles.glue import PACK, Glue, NoCopyKernel, acc_variant, applies_epilogue, dense, kernel_of_role, prod, \
     tma_slow_rows, tmap_operands
-from .roles.kgroups_sum import GroupSumRole
 from .roles.leading_dim import LeadingDimRole
-from .roles.splitk import SplitKRole
 from .roles.tma_gemm import K_SUM
 
 # the role families, from their handlers (tests and the tuning cache read them)
 LEADING_DIM_ROLES = tuple(n for n, h in HANDLERS.items() if isinstance(h, LeadingDimRole))
-SPLIT_K_ROLES = tuple(n for n, h in HANDLERS.items() if isinstance(h, SplitKRole))
 PACK_ROLES = tuple(n for n, h in HANDLERS.items() if isinstance(h, GemmRole) and h.packs)
 SPLIT_ROLES = tuple(f.role for f in SPLIT_FORMATS.values())  # the kernels that make the split products' operands
 KG_ROLE = StridedWgmma.name  # the role whose kernels take K groups
-KG_SUM_ROLE = GroupSumRole.name
 DECODE_ROWS = 16  # see ranked_recipes
 SHORT_SIDE = 128  # see ranked_recipes
 NEAR_TIE = 0.01  # see ranked_recipes
