@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from hgemm_rt.manifest import variant_symbol
+from hgemm_rt.declaration import variant_symbol
 
 from . import counters as ct
 from . import ncu

@@ -122,7 +122,7 @@ def plan_keys(plan, prob, shape: str, manifest) -> set[tuple[str, str, str]]:
                 feats.add("transposing")
             if s.src.align < 16:
                 feats.add("misaligned source")
-            if s.epilogue and not prob.plain:
+            if s.applies_alpha_beta and not prob.plain:
                 feats.add("alpha/beta")
         elif isinstance(s, GroupSum):
             name = s.kernel

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from hgemm_rt.errors import ManifestError
-from hgemm_rt.manifest import ARCHS
+from hgemm_rt.declaration import ARCHS
 
 from .catalog import Family, load_catalog, select_families
 from .jobs import BuildError, Built, Job, Runner, cached, compile_job, job_key, verify

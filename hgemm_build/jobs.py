@@ -21,7 +21,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from hgemm_rt.manifest import PTX_ARCH, sha256_file
+from hgemm_rt.declaration import PTX_ARCH
+from hgemm_rt.manifest import sha256_file
 
 from .catalog import Family
 from .cubin import DSMEM_PREFIX, CubinError, dsmem_exports
@@ -64,7 +65,7 @@ class Built:
     arch: str
     cubin: Path  # in the cache
     sha256: str
-    symbols: dict  # symbol -> ptxas figures and dynamic_smem (hgemm_rt.manifest.SymbolInfo's fields)
+    symbols: dict  # symbol -> ptxas figures and dynamic_smem (hgemm_rt.declaration.SymbolInfo's fields)
     warnings: tuple[str, ...]
     ptx: Path | None
 

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from hgemm_rt.errors import ManifestError
-from hgemm_rt.manifest import (ARCHS, DECLARED_FIELDS, PTX_ARCH, SCHEMA_VERSION, Manifest, declaration_dict,
-                               sha256_file)
+from hgemm_rt.declaration import ARCHS, DECLARED_FIELDS, PTX_ARCH, declaration_dict
+from hgemm_rt.manifest import SCHEMA_VERSION, Manifest, sha256_file
 
 from .catalog import Family
 from .jobs import Built

@@ -12,7 +12,6 @@ from ._driver import check, driver
 from .call import Call
 from .device import get_device
 from .errors import DriverError, ValidationError
-from .executor import Execution
 from .launcher import CONTEXT_ERRORS, is_capturing, may_capture
 from .launchplan import LaunchPlan, PackedSet
 from .memory import DeviceArray, byte_extent
@@ -76,9 +75,6 @@ class Bound:
         if plan is None or plan.stream != stream or plan.closed:
             plan = self.plan = plans.execution(self.recipe, self.problem, self.device, stream).plan(stream)
         return plan
-
-    def execution(self, stream: int) -> Execution:
-        return self.plan_for(stream).execution
 
     def new_result(self, stream: int) -> Any:
         c = self.call

@@ -15,7 +15,7 @@ from typing import Mapping
 from .manifest import KernelSpec, Manifest
 from .dtypes import ITEMSIZE
 from .problem import Copy, Gemm, GroupSum, Recipe, Split, kernel_batch
-from .roles import HANDLERS, SPLIT_FORMATS, GemmRole, gemm_handler
+from .roles import gemm_handler
 from .roles.base import OCC
 from .roles.gemm import narrow_hopper
 from .roles.gemm_f16x3 import GemmF16x3
@@ -23,10 +23,6 @@ from .roles.gemm_strided_wgmma import SMEM_SPLIT_SUM_US, smem_split
 from .roles.gemm_tf32x3 import GemmTf32x3
 from .roles.glue import distinct_matrices, tma_slow_rows
 from .roles.tma_gemm import QUEUE
-# names this module has always offered (tests), now their roles' (hgemm_rt/roles/)
-from .roles.gemm_fused_wgmma import SK_SERIAL_PIECES, streamk_splits  # noqa: F401
-from .roles.gemm_strided_stream import STREAM_SPLIT_COST  # noqa: F401
-from .roles.gemm_strided_wgmma import SMEM_SPLIT_FIXED_US  # noqa: F401
 
 
 @dataclass(frozen=True)
@@ -122,8 +118,6 @@ MC_REREAD_ROWS, MC_REREAD_B_BYTES = (4, 8), 16 << 20
 # ... running its arithmetic in this share of the unicast launch's time (there the L2, not the tensor cores,
 # limits one CTA an SM; docs/dev/cost_model.md#multicast)
 MC_PAIR_COMPUTE_SHARE = 0.88
-SPLIT_PRODUCTS = tuple(SPLIT_FORMATS)  # fp32 at fp32 accuracy: three tensor-core products of split operands
-ONE_CTA_PER_SM = tuple(n for n, h in HANDLERS.items() if isinstance(h, GemmRole) and h.one_cta_per_sm)
 # TMA-fed kernels read rows whose byte stride is off a multiple of 32 (tma.TMA_FAST_ROW_BYTES) this much slower;
 # the planner also offers such operands packed (the `pack` route option) (docs/dev/cost_model.md#tma-slow-rows)
 TMA_SLOW_ROW_FACTOR = 1.4

@@ -16,7 +16,7 @@ import numpy as np
 
 from .device import get_device, stream_handle
 from .errors import DriverError, NoGpuError, ValidationError
-from .manifest import LAYOUTS
+from .declaration import LAYOUTS
 
 _lock = threading.Lock()
 _handles: dict[int, int] = {}

@@ -30,10 +30,7 @@ from .problem import Copy, GroupSum, Recipe, Split, View, kernel_batch
 from .roles import gemm_handler, handler
 from .roles.copy import copy_scalars
 from .roles.glue import batch_strides
-# names this module has always offered (tests), now their roles' (hgemm_rt/roles/)
-from .roles.glue import kernel_levels  # noqa: F401
-from .roles.split_products import split_planes  # noqa: F401
-from .roles.gemm_strided_wgmma import K_GROUPS_DEFERRED  # noqa: F401
+
 
 def f32_bits(x: float) -> int:
     """The bit pattern of x as an fp32, as the i32 alpha_bits/beta_bits parameters carry it."""
@@ -262,11 +259,6 @@ class Execution:
     def dependencies(self) -> list[tuple[int, ...]]:
         """launch_dependencies of this execution's launches (a graph's edges)."""
         return launch_dependencies([st.step for st in self.steps], self.parts)
-
-    def bind(self, packed: list[PackedParams], stream: int) -> tuple:
-        """(bound launch, its KernelLaunch) per launch, for these parameters on `stream` (LaunchPlan.bind);
-        `packed` must stay alive as long as the bound launches are used."""
-        return self.plan(stream).bind(packed)
 
     def launch(self, packed: list[PackedParams], stream: int) -> None:
         """Launch every step with parameters from pack(), in order, on `stream`."""

@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, NamedTuple
 
 from ._driver import check, check_code, driver, native
+from .declaration import variant_symbol
 from .device import Device, get_device, require_driver_for, stream_handle
 from .errors import ArgumentTypeError, ManifestError, ValidationError
-from .manifest import KernelSpec, Manifest, Selection, variant_symbol
+from .manifest import KernelSpec, Manifest, Selection
 from . import operands as ops
 from .streams import LEGACY_STREAM
 from .validate import GemmShape, check_flag, validate_operands

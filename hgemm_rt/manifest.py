@@ -13,12 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from .declaration import (  # re-exported: the names every reader of the manifest uses
-    ACCS, ARCHS, A_ORDERS, ArchBuild, DECLARED_FIELDS, DEFAULT_PARAMS, DTYPES, GRID_POLICIES, HELPER_LADDER,
-    KernelSpec, LADDERS, LAYOUTS, MANIFEST_FIELDS, PARAM_KINDS, PTX_ARCH, PtxBuild, RATED_ROLES, ROLES,
-    SYMBOL_FIELDS, SYMBOL_FIELDS_REQUIRED, SymbolInfo, TMA_SWIZZLES, TOP_FIELDS, declaration_dict,
-    kernel_spec_from_dict, variant_symbol,
-    check_table, shown, typed_field)
+from .declaration import KernelSpec, TOP_FIELDS, check_table, kernel_spec_from_dict, shown, typed_field
 from .errors import ManifestError, NotBuiltForDeviceError
 
 SCHEMA_VERSION = 3  # 2: every declared field written out, symbols carry dynamic_smem; 3: knobs, rates, step optional

@@ -307,9 +307,6 @@ def empty(shape: tuple[int, ...], dtype: str | np.dtype | Any = "f16", device: i
 
 # -- zero-copy views ----------------------------------------------------------------------------
 
-LEGACY_DLPACK_STREAM = LEGACY_STREAM  # DLPack's name for the legacy default stream (0 is disallowed)
-
-
 def from_dlpack(obj: Any, stream: int | None = None) -> DeviceArray:
     """A view of a DLPack producer's CUDA array. `stream` (DLPack's convention: 1 = the legacy default
     stream, 2 = per-thread default, else a handle) is where the caller will use it: the producer

@@ -9,7 +9,7 @@ model of the GPU's architecture (costmodel.py) and sorts them; the tuning cache 
 estimate by measurements where the user asks for it.
 
 Every candidate is discovered from the manifest: a kernel's declared `role` says what it does in a
-recipe (cu/*.toml, manifest.ROLES), its layout, dtype, acc, tile, require, align, params, grid and
+recipe (cu/*.toml, declaration.ROLES), its layout, dtype, acc, tile, require, align, params, grid and
 cluster say how. Each role's routes and recipe are its handler's (hgemm_rt/roles/<role>.py); this module
 loops over them and ranks. No kernel name is written or parsed here, and no role name compared.
 
@@ -37,27 +37,14 @@ from .roles.gemm_fused_wgmma import grouped_kernel, grouped_layout
 from .roles.gemm_strided_wgmma import StridedWgmma
 from .roles.glue import PACK, Glue, NoCopyKernel, acc_variant, applies_epilogue, dense, kernel_of_role, prod, \
     tma_slow_rows, tmap_operands
-from .roles.kgroups_sum import GroupSumRole
 from .roles.leading_dim import LeadingDimRole
-from .roles.splitk import SplitKRole
 from .roles.tma_gemm import K_SUM
-# names this module has always offered (the tuning cache, tests), now their roles' (hgemm_rt/roles/)
-from .roles.base import MULTICAST  # noqa: F401
-from .roles.gemm import LONG_LAUNCH_MACS, STAGES, WHOLE_TILE_STAGES, whole_tile_staging  # noqa: F401
-from .roles.gemm_fused_wgmma import SK_FLAG_BYTES, SK_MAX_CTAS, SK_MAX_SPLITS, SK_MAX_WAVES, SK_PART_BYTES, \
-    streamk, streamk_tiles  # noqa: F401
-from .roles.gemm_strided_wgmma import KG_MAX, KG_MIN_BLOCKS, KG_SUM_MIN_BLOCKS, KG_TILE_COLS, KG_TILE_ROWS, \
-    k_groups_offered, k_groups_work_bytes, k_sum_work_bytes  # noqa: F401
-from .roles.glue import SPLIT_ROW, SPLITS, c_by_pointer, fits  # noqa: F401
-from .roles.tma_gemm import K_GROUPS, QUEUE  # noqa: F401
 
 # the role families, from their handlers (tests and the tuning cache read them)
 LEADING_DIM_ROLES = tuple(n for n, h in HANDLERS.items() if isinstance(h, LeadingDimRole))
-SPLIT_K_ROLES = tuple(n for n, h in HANDLERS.items() if isinstance(h, SplitKRole))
 PACK_ROLES = tuple(n for n, h in HANDLERS.items() if isinstance(h, GemmRole) and h.packs)
 SPLIT_ROLES = tuple(f.role for f in SPLIT_FORMATS.values())  # the kernels that make the split products' operands
 KG_ROLE = StridedWgmma.name  # the role whose kernels take K groups
-KG_SUM_ROLE = GroupSumRole.name
 DECODE_ROWS = 16  # see ranked_recipes
 SHORT_SIDE = 128  # see ranked_recipes
 NEAR_TIE = 0.01  # see ranked_recipes

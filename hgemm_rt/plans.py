@@ -1,8 +1,7 @@
 """The plan cache: the recipe chosen per (device, problem, kernel), the Execution per (device, stream,
-problem, route) and the validated repeat calls, under one lock and one eviction rule (cache.py)."""
+problem, route) and the validated repeat calls, under one eviction rule (cache.py: each cache takes its own lock)."""
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 from . import planner, tuning
@@ -23,7 +22,6 @@ class PlanCache:
     CACHE_LIMIT); clear() frees every execution's temporaries."""
 
     def __init__(self) -> None:
-        self.lock = threading.RLock()  # (the three caches change together under it)
         self._recipes, self._calls = Cache(None), Cache(None)
         self._executions = Cache(limit=EXECUTIONS_LIMIT)  # (evicted: closed, their GPU buffers freed)
         self.recipes, self.executions = self._recipes.entries, self._executions.entries
@@ -70,10 +68,9 @@ class PlanCache:
 
     def clear(self) -> None:
         """Forget every choice and call, and free every execution's temporaries."""
-        with self.lock:
-            self._executions.close()
-            self.recipes.clear()
-            self.calls.clear()
+        self._executions.close()
+        self.recipes.clear()
+        self.calls.clear()
 
 
 plans = PlanCache()

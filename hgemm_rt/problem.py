@@ -256,11 +256,6 @@ class Copy:
     epi: Epilogue | None = None  # with applies_alpha_beta: the bias/activation/scale it applies too (SwiGLU:
     bias: View | None = None  # src has 2 * dst.cols columns, gate | up)
 
-    @property
-    def epilogue(self) -> bool:
-        """The former name of applies_alpha_beta (read-only, for callers not yet renamed)."""
-        return self.applies_alpha_beta
-
 
 @dataclass(frozen=True)
 class Split:
@@ -278,7 +273,6 @@ class Split:
     shift: View | None = None
     # (a split applies none of the user's scalars nor the epilogue)
     applies_alpha_beta: ClassVar[bool] = False
-    epilogue: ClassVar[bool] = False
     scalars: ClassVar[str] = "ab"
     epi: ClassVar[None] = None
     bias: ClassVar[None] = None
@@ -296,7 +290,7 @@ class Gemm:
     the properties below (their neutral value where the role has no such option)."""
 
     kernel: str
-    role: str  # the kernel's declared role (manifest.ROLES)
+    role: str  # the kernel's declared role (declaration.ROLES)
     a: View
     b: View  # catalogue: K x N (NN) or N x K (TN) as the kernel takes it; strided roles: as given (variant b)
     c: View
@@ -314,11 +308,6 @@ class Gemm:
     bias: View | None = None
     work: View | None = None  # a workspace temporary its options need (stream-K, K groups, the tile queue)
     options: Any = None  # the role's options object (None: none)
-
-    @property
-    def epilogue(self) -> bool:
-        """The former name of applies_alpha_beta (read-only, for callers not yet renamed)."""
-        return self.applies_alpha_beta
 
     @property
     def cluster_m(self) -> int:
@@ -359,11 +348,6 @@ class GroupSum:
     epi: Epilogue | None = None
     bias: View | None = None
     batch: tuple[int, ...] = ()
-
-    @property
-    def epilogue(self) -> bool:
-        """The former name of applies_alpha_beta (read-only, for callers not yet renamed)."""
-        return self.applies_alpha_beta
 
 
 @dataclass(frozen=True)

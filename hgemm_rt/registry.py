@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from . import cublas
+from .declaration import variant_symbol
 from .device import get_device, require_driver_for, stream_handle
 from .errors import NotBuiltForDeviceError, UnknownKernelError, ValidationError
 from .launcher import STATIC_SMEM_LIMIT, LaunchConfig, launch_spec, persistent_grid, tile_grid
-from .manifest import KernelSpec, Manifest, Selection, variant_symbol
+from .manifest import KernelSpec, Manifest, Selection
 from .operands import describe_device, order_after_producers
 from .streams import LEGACY_STREAM
 from .validate import GemmShape, unsupported_reason, validate_operands

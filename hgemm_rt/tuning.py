@@ -51,8 +51,11 @@ from .executor import Execution
 from .launcher import ArrayRef
 from .memory import DeviceArray, byte_extent, fill_strided, strided_to_host
 from .manifest import Manifest
-from .planner import K_GROUPS, KG_MAX, PACK, SK_MAX_CTAS, SPLITS
 from .problem import Recipe, Route
+from .roles.gemm_fused_wgmma import SK_MAX_CTAS
+from .roles.gemm_strided_wgmma import KG_MAX
+from .roles.glue import PACK, SPLITS
+from .roles.tma_gemm import K_GROUPS
 
 SCHEMA = 1
 _lock = threading.Lock()

@@ -17,6 +17,7 @@ from hgemm_rt import planner
 from hgemm_rt.device import get_device
 from hgemm_rt.executor import Execution
 from hgemm_rt.problem import Route
+from hgemm_rt.roles import gemm_fused_wgmma
 
 
 def main() -> None:
@@ -25,10 +26,10 @@ def main() -> None:
     ap.add_argument("--dtype", default="f16", choices=["f16", "bf16"])
     ap.add_argument("--top", type=int, default=6, help="plain routes timed besides every stream-K one")
     ap.add_argument("--grids", default="", help="comma-separated stream-K grids to time too (at most the SMs)")
-    ap.add_argument("--max-splits", type=int, default=planner.SK_MAX_SPLITS,
-                    help="pieces a stream-K tile may be cut into (the planner's SK_MAX_SPLITS unless given)")
+    ap.add_argument("--max-splits", type=int, default=gemm_fused_wgmma.SK_MAX_SPLITS,
+                    help="pieces a stream-K tile may be cut into (the stream-K role's SK_MAX_SPLITS unless given)")
     args = ap.parse_args()
-    planner.SK_MAX_SPLITS = args.max_splits  # (a probe of the range the planner does not offer)
+    gemm_fused_wgmma.SK_MAX_SPLITS = args.max_splits  # (a probe of the range the planner does not offer)
     tdt = {"f16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
     dev = get_device()
     manifest = hg.get_registry().manifest
@@ -43,7 +44,7 @@ def main() -> None:
         prob = hg.Matmul(a, w.t(), out).problem
         ranked = planner.ranked_recipes(prob, manifest, dev.info.cc, dev.info.sm_count)
         chosen = [r for r in ranked[:args.top]] + [r for r in ranked[args.top:] if "stream-K" in planner.describe(r[1])]
-        sk = next((s.name for s in manifest.kernels.values() if planner.streamk(s) and s.dtype == args.dtype
+        sk = next((s.name for s in manifest.kernels.values() if gemm_fused_wgmma.streamk(s) and s.dtype == args.dtype
                    and s.layout == "TN"), None)
         for g in filter(None, args.grids.split(",")):
             forced = sk and planner.recipe_for(Route(sk, False, (("ctas", int(g)),)), prob, manifest)

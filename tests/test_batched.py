@@ -30,6 +30,10 @@ from hgemm_rt.manifest import kernel_spec_from_dict
 from hgemm_bench.util_checks import download, stored_and_exact
 from hgemm_rt.numerics import error_floor
 from hgemm_rt.roles import SPLIT_FORMATS, split_format
+from hgemm_rt.roles.gemm_fused_wgmma import streamk
+from hgemm_rt.roles.glue import SPLIT_ROW
+from hgemm_rt.roles.split_products import split_planes
+from hgemm_rt.roles.tma_gemm import QUEUE
 from guarded import GuardedArray, each_route
 from kernel_cases import load_manifest_or_none
 
@@ -359,7 +363,7 @@ def test_long_batched_fused_launches_take_the_dynamic_tile_order():
     """The fused kernel's best route where the tile queue pays (costmodel.dynamic_order_pays: many tiles, a short
     K, an output L2 does not hold) is its `queue` variant, its tiles claimed from a counter (an int32 temporary its
     `ptr:work` gets); elsewhere the plain variant, in the static order (a null pointer), the queue ranked after it."""
-    fused = next(n for n, s in MANIFEST.kernels.items() if s.role == "gemm_fused_wgmma" and not planner.streamk(s)
+    fused = next(n for n, s in MANIFEST.kernels.items() if s.role == "gemm_fused_wgmma" and not streamk(s)
                  and s.dtype == "f16" and s.layout == "NN")  # (B as K x N, row-major)
     spec = MANIFEST.kernels[fused]
     assert spec.params[-1] == "ptr:work" and "work" in executor.OPTIONAL_POINTERS
@@ -372,10 +376,10 @@ def test_long_batched_fused_launches_take_the_dynamic_tile_order():
                   if not r.route.transpose]
         recipe = ranked[0]
         (step,) = recipe.steps
-        queued = dict(step.variant).get(planner.QUEUE) == 1
+        queued = dict(step.variant).get(QUEUE) == 1
         assert (step.work is not None) == queued == dynamic, planner.describe(recipe)
         assert ("dynamic tile order" in planner.describe(recipe)) == dynamic
-        assert any(dict(r.steps[0].variant).get(planner.QUEUE) != queued for r in ranked[1:])  # the other order
+        assert any(dict(r.steps[0].variant).get(QUEUE) != queued for r in ranked[1:])  # the other order
         assert [t.name for t in recipe.temps] == (["tQ"] if dynamic else [])
         if dynamic:  # one int32
             assert recipe.temps[0].rows * recipe.temps[0].cols * ITEMSIZE["f16"] == 4
@@ -383,7 +387,7 @@ def test_long_batched_fused_launches_take_the_dynamic_tile_order():
         a, b = _fake((16384, K)), _fake((K, 16384), slot=1)
         recipe = planner.ranked_recipes(api.problem_of(_call(a, b)), MANIFEST, (9, 0), 132, kernel=fused)[0][1]
         step = recipe.steps[0]
-        assert step.work is None and not dict(step.variant).get(planner.QUEUE), planner.describe(recipe)
+        assert step.work is None and not dict(step.variant).get(QUEUE), planner.describe(recipe)
 
 
 def _gemm_step(recipe):
@@ -779,7 +783,7 @@ def _simulate(heap, recipe, ptrs, alpha, beta, manifest):
             for name, v in executor.step_operands(step).items():
                 base = ptrs["ABC".index(v.base)] if v.base in "ABC" else temps[v.base]
                 if name in tmaps and spec.role in SPLIT_FORMATS and name in ("A", "B"):
-                    shape, strides = executor.split_planes(v, step.M if name == "A" else step.N, isz, step.batch)
+                    shape, strides = split_planes(v, step.M if name == "A" else step.N, isz, step.batch)
                 elif name in tmaps and executor.batched_launch(step):
                     shape, strides = executor.tma_shape(v, step.batch, isz)
                 else:
@@ -816,7 +820,7 @@ def _kernel(heap, spec, p, o, i, b_row):
             shift = np.where(top > 0, 14 - np.floor(np.log2(np.where(top > 0, top, 1))), 0)
             mem[heap.index(p["shift"]) + o * p["bse_o"] + i * p["bse_i"] + np.arange(rows)] = shift
         dst = heap.index(p["dst"]) + o * p.get("bsd_o", 0) + i * p.get("bsd_i", 0)
-        mem[dst:dst + 2 * -(-K // fmt.block) * rows * planner.SPLIT_ROW] = 0.0
+        mem[dst:dst + 2 * -(-K // fmt.block) * rows * SPLIT_ROW] = 0.0
         mem[dst + _split_slots(rows, K, fmt.block)] = x * 2.0 ** shift[:, None]
         return
     alpha, beta = _f32(p["alpha_bits"]), _f32(p["beta_bits"])

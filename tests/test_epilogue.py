@@ -96,9 +96,9 @@ def _last_applies_epilogue(recipe, epi):
     """The recipe's steps apply each part of the user's epilogue exactly once: beta, the activation and the scale
     in the last step; alpha and the bias there too, or in the GEMM before it (the SwiGLU fallback adds them to
     the fp32 sums before they are rounded into its temporary)."""
-    applying = [s for s in recipe.steps if s.epilogue]
+    applying = [s for s in recipe.steps if s.applies_alpha_beta]
     last = recipe.steps[-1]
-    if not last.epilogue or last.epi is None or not applying:
+    if not last.applies_alpha_beta or last.epi is None or not applying:
         return False
     biases = [s.epi.bias for s in applying if s.epi is not None and s.epi.bias]
     return ([s for s in applying if "b" in s.scalars] == [last] and sum("a" in s.scalars for s in applying) == 1
@@ -152,7 +152,7 @@ def test_swiglu_without_a_pairing_kernel_is_a_gemm_then_the_swiglu_copy():
             assert "b" in last.scalars and last.epi.swiglu
             # before the SwiGLU copy at most alpha, in a GEMM with the fused epilogue (no bias here)
             assert all(s.scalars == "a" and isinstance(s, Gemm) and s.epi is None for s in recipe.steps[:-1]
-                       if s.epilogue)
+                       if s.applies_alpha_beta)
 
 
 @needs_manifest
@@ -168,7 +168,7 @@ def test_swiglu_fallback_adds_the_bias_before_rounding(cc):
         fallbacks += 1
         gemm = next(s for s in recipe.steps if isinstance(s, Gemm))
         assert planner.applies_epilogue(MANIFEST.kernels[gemm.kernel]), planner.describe(recipe)
-        assert gemm.epilogue and gemm.scalars == "a" and gemm.epi == Epilogue("col") and gemm.bias is not None
+        assert gemm.applies_alpha_beta and gemm.scalars == "a" and gemm.epi == Epilogue("col") and gemm.bias is not None
         assert recipe.steps[-1].bias is None and "(beta, swiglu)" in planner.describe(recipe)
         bits = [executor.alpha_beta_bits(s, 0.5, 1.0) for s in (gemm, recipe.steps[-1])]
         assert bits == [{"alpha_bits": executor.f32_bits(0.5), "beta_bits": 0},  # alpha in the GEMM, beta in the copy

@@ -16,6 +16,7 @@ import pytest
 from epilogue_cases import epilogue_case, forced_twice
 from hgemm_rt import DeviceArray, api, planner
 from hgemm_rt.problem import Gemm, Route
+from hgemm_rt.roles.gemm_fused_wgmma import streamk
 from kernel_cases import load_manifest_or_none
 
 MANIFEST = load_manifest_or_none()
@@ -32,7 +33,7 @@ FUSED = ("util_gemm_wgmma_fused_f16_tn", "util_gemm_wgmma_fused_f16_nn", "util_g
 def test_the_fused_kernels_and_only_they_declare_half_tiles():
     declared = sorted(n for n, s in MANIFEST.kernels.items() if s.half_tiles)
     assert declared == sorted(FUSED)
-    assert not any(s.half_tiles for s in MANIFEST.kernels.values() if planner.streamk(s))
+    assert not any(s.half_tiles for s in MANIFEST.kernels.values() if streamk(s))
 
 
 @needs_manifest

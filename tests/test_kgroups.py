@@ -11,14 +11,17 @@ import pytest
 
 from hgemm_rt import planner, problem, tuning
 from hgemm_rt.costmodel import CostModel
-from hgemm_rt.executor import K_GROUPS_DEFERRED, step_scalars
+from hgemm_rt.executor import step_scalars
 from hgemm_rt.problem import Gemm, GroupSum, Route
+from hgemm_rt.roles.gemm_strided_wgmma import (K_GROUPS_DEFERRED, KG_MAX, KG_MIN_BLOCKS, KG_SUM_MIN_BLOCKS,
+                                               KG_TILE_COLS, k_groups_offered, k_groups_work_bytes, k_sum_work_bytes)
+from hgemm_rt.roles.tma_gemm import K_GROUPS
 from epilogue_cases import epilogue_case, forced_twice
 from kernel_cases import ROOT, load_manifest_or_none
 
 MANIFEST = load_manifest_or_none()
 needs_manifest = pytest.mark.skipif(MANIFEST is None, reason="no build manifest (python build_kernels.py)")
-KG = planner.K_GROUPS
+KG = K_GROUPS
 KS = planner.K_SUM
 
 
@@ -37,19 +40,19 @@ def _gemm(recipe) -> Gemm:
 
 def test_group_counts_fill_the_wave_and_leave_each_cta_a_few_k_blocks():
     # 4 tiles split 8 ways: 132 SMs hold 4 groups, the 120 SMs that clusters of 8 fill hold 3
-    assert planner.k_groups_offered(4, 8, 2048, 132, 120) == [4, 3]
-    assert planner.k_groups_offered(1, 1, 2048, 132, 132) == [132]
+    assert k_groups_offered(4, 8, 2048, 132, 120) == [4, 3]
+    assert k_groups_offered(1, 1, 2048, 132, 132) == [132]
     # a short K: each CTA keeps KG_MIN_BLOCKS k-blocks at least
-    assert planner.k_groups_offered(1, 2, 64, 132, 132) == [64 // (2 * planner.KG_MIN_BLOCKS)]
+    assert k_groups_offered(1, 2, 64, 132, 132) == [64 // (2 * KG_MIN_BLOCKS)]
     # no room for two groups
-    assert planner.k_groups_offered(64, 2, 2048, 132, 132) == []
-    assert planner.k_groups_offered(1, 8, 40, 132, 120) == []
+    assert k_groups_offered(64, 2, 2048, 132, 132) == []
+    assert k_groups_offered(1, 8, 40, 132, 120) == []
 
 
 def test_workspace_holds_the_counts_then_every_groups_partials():
-    counts = planner.k_groups_work_bytes(3, 8, 5, (64, 128)) - 3 * 5 * 64 * 128 * 4
+    counts = k_groups_work_bytes(3, 8, 5, (64, 128)) - 3 * 5 * 64 * 128 * 4
     assert counts == 256  # 24 int32 counts, rounded up to the partials' alignment
-    assert planner.k_groups_work_bytes(100, 8, 2, (128, 256)) == 3328 + 100 * 2 * 128 * 256 * 4
+    assert k_groups_work_bytes(100, 8, 2, (128, 256)) == 3328 + 100 * 2 * 128 * 256 * 4
 
 
 @needs_manifest
@@ -60,7 +63,7 @@ def test_planner_offers_k_groups_to_the_util_sm90_kernels_only_unbatched_and_wit
     assert kg and {MANIFEST.kernels[r.kernel].role for r in kg} == {planner.KG_ROLE}
     assert all("mc" not in r.opts() for r in kg)
     tiles = {tuple(MANIFEST.kernels[r.kernel].tile[:2]) for r in kg}
-    assert tiles == {(128, 64), (128, 128)}, tiles  # the tiles measured to gain (planner.KG_TILE_ROWS, KG_TILE_COLS)
+    assert tiles == {(128, 64), (128, 128)}, tiles  # the tiles measured to gain (KG_TILE_ROWS, KG_TILE_COLS)
     assert not any(KG in r.opts() for r in planner.candidate_routes(prob, MANIFEST, (9, 0)))  # SMs unknown
     assert not any(KG in r.opts() for r in planner.candidate_routes(prob, MANIFEST, (8, 0), sm_count=108))
     batched = _problem(128, 128, 131072, batch=(2,))
@@ -76,9 +79,9 @@ def test_a_k_group_recipe_carries_its_groups_and_workspace_and_bad_ones_are_refu
     g = _gemm(recipe)
     assert (g.splits, g.k_groups) == (8, 3) and "splits=8 k_groups=3" in planner.describe(recipe)
     tiles = spec.output_tiles(128, 128)
-    assert g.work.cols * 2 >= planner.k_groups_work_bytes(tiles, 8, 3, spec.tile[:2])
+    assert g.work.cols * 2 >= k_groups_work_bytes(tiles, 8, 3, spec.tile[:2])
     assert [t.name for t in recipe.temps] == ["tW"]
-    for opts in (((KG, 1), ("splits", 8)), ((KG, planner.KG_MAX + 1), ("splits", 1)), ((KG, "3"), ("splits", 1))):
+    for opts in (((KG, 1), ("splits", 8)), ((KG, KG_MAX + 1), ("splits", 1)), ((KG, "3"), ("splits", 1))):
         assert planner.recipe_for(Route(name, False, opts), prob, MANIFEST) is None, opts
     assert planner.recipe_for(Route(name, False, ((KG, 2), ("splits", 1))), _problem(128, 128, 8192, batch=(2,)),
                               MANIFEST) is None
@@ -117,10 +120,10 @@ def test_deferred_k_groups_are_offered_unclustered_on_the_tallest_tile_c_fills()
         for r in routes:
             spec, m = MANIFEST.kernels[r.kernel], N if r.transpose else M
             assert r.opts()["splits"] == 1 and spec.role == planner.KG_ROLE and spec.tile[0] == rows(m), r
-            assert spec.tile[1] <= planner.KG_TILE_COLS and r.opts()[KG] >= 2, r
+            assert spec.tile[1] <= KG_TILE_COLS and r.opts()[KG] >= 2, r
     assert not any(KS in r.opts() for r in planner.candidate_routes(_problem(128, 128, 131072, batch=(2,)), MANIFEST,
                                                                      (9, 0), sm_count=132))
-    assert planner.k_groups_offered(6, 1, 5, 132, 132, planner.KG_SUM_MIN_BLOCKS) == [2]
+    assert k_groups_offered(6, 1, 5, 132, 132, KG_SUM_MIN_BLOCKS) == [2]
 
 
 @needs_manifest
@@ -135,11 +138,11 @@ def test_a_deferred_recipe_is_the_plain_gemm_then_the_sum_with_the_epilogue():
     recipe = planner.recipe_for(Route(name, False, ((KG, 9), (KS, 1), ("splits", 1))), prob, MANIFEST)
     g, s = recipe.steps
     assert isinstance(g, Gemm) and isinstance(s, GroupSum) and s.kernel == "util_kgroups_sum_f16"
-    assert g.k_deferred and g.k_groups == 9 and not g.epilogue and g.epi is None and g.bias is None
-    assert s.epilogue and s.epi == prob.epi and s.bias == bias and s.c == prob.c and (s.M, s.N, s.groups) == (300, 200, 9)
+    assert g.k_deferred and g.k_groups == 9 and not g.applies_alpha_beta and g.epi is None and g.bias is None
+    assert s.applies_alpha_beta and s.epi == prob.epi and s.bias == bias and s.c == prob.c and (s.M, s.N, s.groups) == (300, 200, 9)
     assert g.work == s.work and [t.name for t in recipe.temps] == ["tW"]
-    assert g.work.cols * 2 >= planner.k_sum_work_bytes(300, 200, 9) == 9 * 300 * 200 * 4
-    assert planner.k_sum_work_bytes(3, 5, 2) == 2 * 3 * 8 * 4  # rows of whole fp32 quads
+    assert g.work.cols * 2 >= k_sum_work_bytes(300, 200, 9) == 9 * 300 * 200 * 4
+    assert k_sum_work_bytes(3, 5, 2) == 2 * 3 * 8 * 4  # rows of whole fp32 quads
     assert "k_groups=9 deferred" in planner.describe(recipe) and "util_kgroups_sum_f16 of 9 groups" in \
         planner.describe(recipe)
     assert step_scalars(g)["k_groups"] == 9 | K_GROUPS_DEFERRED and step_scalars(s)["k_groups"] == 9
@@ -156,7 +159,7 @@ def test_a_deferred_recipe_is_the_plain_gemm_then_the_sum_with_the_epilogue():
 def test_the_deferred_bit_is_the_kernels():
     src = (ROOT / "cu" / "util_sm90.cu").read_text()
     assert re.search(r"kKgDeferred = 1 << (\d+)", src).group(1) == str(K_GROUPS_DEFERRED.bit_length() - 1)
-    assert K_GROUPS_DEFERRED > planner.KG_MAX
+    assert K_GROUPS_DEFERRED > KG_MAX
 
 
 @needs_manifest

@@ -179,7 +179,7 @@ def _valid_manifest() -> dict:
     of an entry: variants (ints and strings), tensor maps, require, default, cluster, PTX."""
     from hgemm_build.jobs import Built
     from hgemm_build.publish import merge
-    from hgemm_rt.manifest import SYMBOL_FIELDS
+    from hgemm_rt.declaration import SYMBOL_FIELDS
 
     wanted = {"naive", "sgemm_wmma", "hgemm_sm90", "util"}
     families = [f for f in CATALOG if f.name in wanted]
@@ -301,7 +301,7 @@ def test_a_broken_kernel_entry_names_the_kernel_and_the_field(damage, match):
 
 
 def test_every_declaration_survives_the_manifest_round_trip():
-    from hgemm_rt.manifest import declaration_dict, kernel_spec_from_dict
+    from hgemm_rt.declaration import declaration_dict, kernel_spec_from_dict
 
     for spec in DECLARED:
         assert kernel_spec_from_dict(declaration_dict(spec), with_builds=False) == spec, spec.name

@@ -19,13 +19,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import hgemm_rt as hg
-from hgemm_rt import DeviceArray, costmodel, planner, problem, tuning
+from hgemm_rt import DeviceArray, planner, problem, tuning
 from hgemm_rt.api import repeat_key
 from hgemm_rt.dtypes import ITEMSIZE, STORAGE, storage_to_f64
 from hgemm_rt.errors import UnknownKernelError, ValidationError
 from hgemm_bench.util_checks import download
 from hgemm_rt.numerics import error_floor
 from hgemm_rt.roles import SPLIT_FORMATS
+from hgemm_rt.roles.base import MULTICAST
+from hgemm_rt.roles.gemm import LONG_LAUNCH_MACS, STAGES, WHOLE_TILE_STAGES
+from hgemm_rt.roles.gemm_strided_stream import STREAM_SPLIT_COST
+from hgemm_rt.roles.gemm_strided_wgmma import k_sum_work_bytes
+from hgemm_rt.roles.glue import SPLITS, SPLIT_ROW, fits
 from guarded import GuardedArray, each_route
 from kernel_cases import load_manifest_or_none
 from interop import OnlyDlpack
@@ -164,17 +169,17 @@ def _check_plan_contract(plan, prob, manifest):
     for step in plan.steps:
         if isinstance(step, problem.Split):  # a head and a residual plane per k-block, 128-byte rows
             fmt = step.format
-            assert step.dst.cols == planner.SPLIT_ROW and step.dst.rows == 2 * -(-step.src_cols // fmt.block) * step.src_rows
+            assert step.dst.cols == SPLIT_ROW and step.dst.rows == 2 * -(-step.src_cols // fmt.block) * step.src_rows
             assert (step.shift is not None) == fmt.scaled and (not fmt.scaled or step.shift.cols == step.src_rows)
             continue
         if isinstance(step, problem.Copy):
-            assert step.src_rows <= step.dst.rows and step.src_cols <= step.dst.cols or step.epilogue
+            assert step.src_rows <= step.dst.rows and step.src_cols <= step.dst.cols or step.applies_alpha_beta
             continue
         if isinstance(step, problem.GroupSum):  # the planes the deferred K-groups GEMM before it wrote
             (gemm,) = [s for s in plan.steps if isinstance(s, problem.Gemm)]
             assert gemm.k_deferred and gemm.work == step.work and gemm.k_groups == step.groups
             assert (step.M, step.N) == (gemm.M, gemm.N) and step.work.cols * temps[step.work.base].count >= \
-                planner.k_sum_work_bytes(step.M, step.N, step.groups) // ITEMSIZE[prob.dtype]
+                k_sum_work_bytes(step.M, step.N, step.groups) // ITEMSIZE[prob.dtype]
             continue
         spec = manifest.kernels[step.kernel]
         if step.role == "gemm":
@@ -185,7 +190,7 @@ def _check_plan_contract(plan, prob, manifest):
             # a column-major-A kernel reads A^T (K x M row-major) through its tensor map
             a = (step.a.T, (step.K, step.M)) if spec.a_order == "col" else (step.a, (step.M, step.K))
             for name, v, dims in (("A", *a), ("B", step.b, b_dims), ("C", step.c, (step.M, step.N))):
-                assert planner.fits(v, *dims, tma=name in tm, align=spec.align, itemsize=ITEMSIZE[prob.dtype]), (step, name)
+                assert fits(v, *dims, tma=name in tm, align=spec.align, itemsize=ITEMSIZE[prob.dtype]), (step, name)
                 if v.base in temps:
                     assert (temps[v.base].rows, temps[v.base].cols) == dims
         elif step.role in planner.LEADING_DIM_ROLES:
@@ -194,21 +199,21 @@ def _check_plan_contract(plan, prob, manifest):
             ld = step.b.rs if lay == "row" else step.b.cs
             assert (step.b.cs if lay == "row" else step.b.rs) == 1 and step.b.align >= 16
             assert ld % 8 == 0 or (step.K == 1 if lay == "row" else step.N == 1)
-            assert step.splits in planner.SPLITS
+            assert step.splits in SPLITS
         elif step.role == "gemm_strided_wgmma":
             b_dims = (step.K, step.N) if spec.layout == "NN" else (step.N, step.K)
             for v, dims in ((step.a, (step.M, step.K)), (step.b, b_dims)):
                 rows, cols = (v.rows, v.cols)
                 assert v.cs == 1 and v.align >= 16 and v.rs * ITEMSIZE[prob.dtype] % 16 == 0 and v.rs >= cols
                 assert rows == dims[0] and cols >= dims[1]  # a packed operand may carry zero columns
-            assert step.splits in planner.SPLITS
+            assert step.splits in SPLITS
         elif step.role in SPLIT_FORMATS:  # A's and B^T's planes (and exponents), as their split steps wrote them
             made = {s.dst.base: s for s in plan.steps if isinstance(s, problem.Split)}
             sa, sb = made[step.a.base], made[step.b.base]
             assert (sa.src_rows, sb.src_rows) == (step.M, step.N) and sa.src_cols == sb.src_cols == step.K
             assert sa.format == sb.format == SPLIT_FORMATS[step.role]
             assert (step.a_shift, step.b_shift) == (sa.shift, sb.shift)
-            assert step.splits in planner.SPLITS and (not prob.batched or SPLIT_FORMATS[step.role].batched)
+            assert step.splits in SPLITS and (not prob.batched or SPLIT_FORMATS[step.role].batched)
     last = plan.steps[-1]
     assert (last.dst.base if isinstance(last, problem.Copy) else last.c.base) == "C"
 
@@ -406,38 +411,38 @@ def test_kxn_decode_takes_the_register_stream_kernel():
             assert dict(p.route.options).get("splits", 1) == splits, planner.describe(p)
     assert h(1, 4096, 4096, b="col").route.kernel == "util_gemm_decode_tn_f16"
     # a split of 4 or more slows the stream far more than one of 2 (STREAM_SPLIT_COST)
-    assert costmodel.STREAM_SPLIT_COST[4] > 4 * costmodel.STREAM_SPLIT_COST[2] > 0
+    assert STREAM_SPLIT_COST[4] > 4 * STREAM_SPLIT_COST[2] > 0
 
 
 @needs_manifest
 def test_one_k_block_takes_whole_tile_staging():
     """A catalogue TMA-store kernel runs stages=3 (one store pass) where the problem is a single k-block, and its
-    default 4 stages deeper (planner.whole_tile_staging)."""
-    if not any(planner.WHOLE_TILE_STAGES in s.variants.get(planner.STAGES, ()) for s in MANIFEST.kernels.values()):
+    default 4 stages deeper (roles.gemm.whole_tile_staging)."""
+    if not any(WHOLE_TILE_STAGES in s.variants.get(STAGES, ()) for s in MANIFEST.kernels.values()):
         pytest.skip("no kernel with a stages variant in this build")
     h = lambda K: planner.heuristic_recipe(_problem(8192, 8192, K, orders=("row", "col", "row")),  # noqa: E731
                                            MANIFEST, (9, 0), 132)
     for K, stages in ((16, 3), (64, 3), (128, 4), (4096, 4)):
         p = h(K)
         spec = MANIFEST.kernels[p.route.kernel]
-        assert spec.resolve_variant(dict(p.route.options)).get(planner.STAGES) == stages, planner.describe(p)
+        assert spec.resolve_variant(dict(p.route.options)).get(STAGES) == stages, planner.describe(p)
 
 
 @needs_manifest
 def test_a_long_launch_takes_whole_tile_staging():
-    """From planner.LONG_LAUNCH_MACS multiply-adds up (8192^3), the catalogue TMA-store kernels run stages=3; just
+    """From LONG_LAUNCH_MACS multiply-adds up (8192^3), the catalogue TMA-store kernels run stages=3; just
     below it (8192 x 8192 x 4096, 4096^3) their default 4."""
-    if not any(planner.WHOLE_TILE_STAGES in s.variants.get(planner.STAGES, ()) for s in MANIFEST.kernels.values()):
+    if not any(WHOLE_TILE_STAGES in s.variants.get(STAGES, ()) for s in MANIFEST.kernels.values()):
         pytest.skip("no kernel with a stages variant in this build")
-    assert planner.LONG_LAUNCH_MACS == 8192 ** 3
+    assert LONG_LAUNCH_MACS == 8192 ** 3
     for dtype in ("f16", "bf16"):
         for (M, N, K), stages in (((8192, 8192, 8192), 3), ((16384, 16384, 16384), 3), ((16384, 14336, 4096), 3),
                                   ((8192, 8192, 4096), 4), ((4096, 4096, 4096), 4)):
             p = planner.heuristic_recipe(_problem(M, N, K, dtype=dtype, orders=("row", "col", "row")), MANIFEST,
                                          (9, 0), 132)
             spec = MANIFEST.kernels[p.route.kernel]
-            assert planner.STAGES in spec.variants, planner.describe(p)  # (the catalogue's persistent kernel)
-            assert spec.resolve_variant(dict(p.route.options)).get(planner.STAGES) == stages, planner.describe(p)
+            assert STAGES in spec.variants, planner.describe(p)  # (the catalogue's persistent kernel)
+            assert spec.resolve_variant(dict(p.route.options)).get(STAGES) == stages, planner.describe(p)
 
 
 @needs_manifest
@@ -1017,7 +1022,7 @@ def test_b_multicast_pairs_rows_of_tiles_on_unsplit_unbatched_hopper_launches():
     prob = _problem(300, 8192, 8192, orders=("row", "col", "row"))  # B: 128 MiB
     routes = [r for r in planner.candidate_routes(prob, MANIFEST, (9, 0)) if "mc" in r.opts()]
     assert routes and all(MANIFEST.kernels[r.kernel].role == "gemm_strided_wgmma" and r.opts()["splits"] == 1 and
-                          r.opts()["mc"] == planner.MULTICAST for r in routes)
+                          r.opts()["mc"] == MULTICAST for r in routes)
     assert not [r for r in planner.candidate_routes(prob, MANIFEST, (8, 0)) if "mc" in r.opts()]
     one_row = _problem(64, 8192, 8192, orders=("row", "col", "row"))  # one row of 64-row tiles (B^T: 8192 rows)
     assert all(r.transpose for r in planner.candidate_routes(one_row, MANIFEST, (9, 0))

@@ -362,7 +362,7 @@ def test_the_launcher_launches_every_rung_in_its_default_variant(monkeypatch, tm
     from hgemm_bench import devinfo, measure
     from hgemm_rt import registry as reg_mod
     from hgemm_rt.launcher import LaunchConfig
-    from hgemm_rt.manifest import variant_symbol
+    from hgemm_rt.declaration import variant_symbol
 
     try:
         registry = hg.get_registry()

@@ -13,7 +13,8 @@ from hgemm_build.catalog import expand_entries, family_options, load_catalog, lo
 from hgemm_build.instances import include_line
 from hgemm_build.toolchain import find_tool, sass_by_function
 from hgemm_rt import ManifestError
-from hgemm_rt.manifest import RATED_ROLES, Manifest, default_artifacts_dir
+from hgemm_rt.declaration import RATED_ROLES
+from hgemm_rt.manifest import Manifest, default_artifacts_dir
 
 try:
     import tomllib

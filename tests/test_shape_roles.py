@@ -1,4 +1,4 @@
-"""The shape of the runtime's roles (CPU only): every kernel role (manifest.ROLES) has one handler in
+"""The shape of the runtime's roles (CPU only): every kernel role (declaration.ROLES) has one handler in
 hgemm_rt/roles/, and its name is compared nowhere else; no hgemm_rt module over 600 lines, no function over 80
 lines unless its docstring says why it stays whole; no import circle through the roles package."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import hgemm_rt
-from hgemm_rt.manifest import ROLES
+from hgemm_rt.declaration import ROLES
 from hgemm_rt.roles import HANDLERS
 from graphs import assert_acyclic
 

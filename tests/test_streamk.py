@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 
 from hgemm_rt import planner, problem
-from hgemm_rt.costmodel import SK_SERIAL_PIECES, CostModel, streamk_splits
+from hgemm_rt.costmodel import CostModel
 from hgemm_rt.problem import Gemm, Route
+from hgemm_rt.roles.gemm_fused_wgmma import (SK_FLAG_BYTES, SK_MAX_WAVES, SK_PART_BYTES, SK_SERIAL_PIECES, streamk,
+                                             streamk_splits, streamk_tiles)
 from epilogue_cases import epilogue_case, forced_twice
 from kernel_cases import load_manifest_or_none
 
@@ -43,9 +45,9 @@ def _pieces(tiles: int, sk_tiles: int, nk: int, ctas: int) -> list[list[tuple[in
                                            (9, 16, 100), (9, 16, 7), (5, 3, 13), (133, 1, 132), (1000, 7, 97),
                                            (300, 7, 97)])
 def test_every_k_block_once_and_owners_wait_only_on_peers_that_never_wait(tiles, nk, ctas):
-    sk = planner.streamk_tiles(tiles, ctas)
+    sk = streamk_tiles(tiles, ctas)
     if sk == 0 or streamk_splits(sk, ctas, nk) < 2:  # whole waves, a last wave too full to cut, one k-block
-        assert tiles % ctas == 0 or ctas // (tiles % ctas) < 2 or nk == 1 or tiles // ctas > planner.SK_MAX_WAVES
+        assert tiles % ctas == 0 or ctas // (tiles % ctas) < 2 or nk == 1 or tiles // ctas > SK_MAX_WAVES
         return
     assert sk == tiles % ctas and (tiles - sk) % ctas == 0
     pieces = _pieces(tiles, sk, nk, ctas)
@@ -70,17 +72,17 @@ def test_hopper_plans_stream_k_where_the_last_wave_idles_and_sizes_its_workspace
     prob = _problem(1024, 14336, 4096, orders=("row", "col", "row"))
     recipe = planner.heuristic_recipe(prob, MANIFEST, (9, 0), 132)
     g = next(s for s in recipe.steps if isinstance(s, Gemm))
-    assert planner.streamk(MANIFEST.kernels[g.kernel]), planner.describe(recipe)
+    assert streamk(MANIFEST.kernels[g.kernel]), planner.describe(recipe)
     assert (g.ctas, g.sk_tiles) == (132, 52) and "stream-K 52 tiles over 132 CTAs" in planner.describe(recipe)
     (work,) = [t for t in recipe.temps if t.name == "tW"]
-    assert work.rows * work.cols * 2 >= planner.SK_FLAG_BYTES + 132 * planner.SK_PART_BYTES
+    assert work.rows * work.cols * 2 >= SK_FLAG_BYTES + 132 * SK_PART_BYTES
     assert g.work is not None and g.work.base == "tW"
     # whole waves keep the plain kernels; no SM count (an unknown GPU), no stream-K route
     whole = planner.heuristic_recipe(_problem(4096, 8448, 4096, orders=("row", "col", "row")), MANIFEST, (9, 0), 132)
     assert not any(s.ctas for s in whole.steps if isinstance(s, Gemm)), planner.describe(whole)
     assert not any("ctas" in r.opts() for r in planner.candidate_routes(prob, MANIFEST, (9, 0)))
     # a tile of one k-block, whole waves or a last wave of more than half the CTAs: nothing to cut
-    k = next(n for n, s in MANIFEST.kernels.items() if planner.streamk(s) and s.dtype == "f16" and s.layout == "TN")
+    k = next(n for n, s in MANIFEST.kernels.items() if streamk(s) and s.dtype == "f16" and s.layout == "TN")
     assert planner.recipe_for(Route(k, False, (("ctas", 132),)), _problem(128, 256, 64), MANIFEST) is None
     assert planner.recipe_for(Route(k, False, (("ctas", 96),)), _problem(1024, 3072, 4096), MANIFEST) is None
     assert planner.recipe_for(Route(k, False, (("ctas", 132),)), _problem(4096, 4096, 4096), MANIFEST) is None
@@ -94,7 +96,7 @@ def test_hopper_plans_stream_k_where_the_last_wave_idles_and_sizes_its_workspace
 
 @needs_manifest
 def test_the_cost_model_prices_the_busiest_cta():
-    k = next(n for n, s in MANIFEST.kernels.items() if planner.streamk(s) and s.dtype == "f16" and s.layout == "TN")
+    k = next(n for n, s in MANIFEST.kernels.items() if streamk(s) and s.dtype == "f16" and s.layout == "TN")
     prob = _problem(256, 8192, 8192, orders=("row", "col", "row"))
     model = CostModel.for_device((9, 0), 132, MANIFEST)
     r = planner.recipe_for(Route(k, False, (("ctas", 132),)), prob, MANIFEST)
@@ -115,7 +117,7 @@ def test_the_cost_model_charges_the_fix_up_of_the_path_the_pieces_take():
     """Up to SK_SERIAL_PIECES pieces the owner adds its peers' partials (streamk_fixup_us, and streamk_fixup_piece_us
     for each piece beyond two); more, and every piece sums and stores its share of the tile
     (streamk_shared_fixup_us): 128 x 128 x 131072 (one tile) cut 4 and 132 ways."""
-    k = next(n for n, s in MANIFEST.kernels.items() if planner.streamk(s) and s.dtype == "f16" and s.layout == "TN")
+    k = next(n for n, s in MANIFEST.kernels.items() if streamk(s) and s.dtype == "f16" and s.layout == "TN")
     prob = _problem(128, 128, 131072, orders=("row", "col", "row"))
     model = CostModel.for_device((9, 0), 132, MANIFEST)
     rates = model.rates
@@ -169,12 +171,12 @@ def test_every_stream_k_kernel_and_grid_matches_float64_and_repeats_bitwise(dtyp
     case = epilogue_case(rng, dtype, M, N, K, batch=batch, bias=bias, act=act, alpha=alpha, beta=beta)
     tested, bad = 0, []
     for name, spec in manifest.kernels.items():
-        if not planner.streamk(spec) or spec.dtype != dtype:
+        if not streamk(spec) or spec.dtype != dtype:
             continue
         for grid in _grids(name, case.prob, manifest, dev.info.sm_count):
             plan = planner.recipe_for(Route(name, False, (("ctas", grid),)), case.prob, manifest)
             if plan is None:
                 continue
             tested += 1
-            bad += forced_twice(case, plan, planner.SK_FLAG_BYTES // 4)
+            bad += forced_twice(case, plan, SK_FLAG_BYTES // 4)
     assert tested >= 4 and not bad, "\n".join(bad)

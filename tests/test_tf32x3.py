@@ -15,6 +15,9 @@ import hgemm_rt as hg
 from hgemm_rt import costmodel, executor, planner, problem
 from hgemm_rt.numerics import rel_error
 from hgemm_rt.roles import SPLIT_FORMATS
+from hgemm_rt.roles.gemm_strided_wgmma import SMEM_SPLIT_FIXED_US
+from hgemm_rt.roles.glue import SPLITS
+from hgemm_rt.roles.split_products import split_planes
 from guarded import GuardedArray, each_route
 from kernel_cases import load_manifest_or_none
 
@@ -66,7 +69,7 @@ def test_fp32_accuracy_on_hopper_offers_the_3xtf32_split(b_order):
     assert (sa.src.base, sa.src_rows, sa.src_cols, sa.dst.rows, sa.dst.cols) == ("A", M, K, planes * M, 32), text
     assert (sb.src.base, sb.src_rows, sb.src_cols, sb.dst.rows, sb.dst.cols) == ("B", N, K, planes * N, 32), text
     assert (gemm.a.base, gemm.b.base, gemm.c.base) == (sa.dst.base, sb.dst.base, "C") and "split A->tA3" in text
-    assert executor.split_planes(gemm.a, M, 4) == ((1, planes, M, 32), (planes * M * 128, M * 128, 128, 4))
+    assert split_planes(gemm.a, M, 4) == ((1, planes, M, 32), (planes * M * 128, M * 128, 128, 4))
     assert sa.shift is None and gemm.a_shift is None
 
 
@@ -156,7 +159,7 @@ def test_shared_memory_split_slices_pay_a_fixed_cost_and_scaled_splits_their_max
         p = _problem(256, 256, K, b_order="col" if spec.layout == "TN" else "row", batch=batch)
         return problem.Gemm(name, spec.role, p.a, p.b, p.c, 256, 256, K, splits=splits, batch=batch)
 
-    short_k = costmodel.SMEM_SPLIT_FIXED_US * 1e-6 * model.kernel_tflops(spec) * 1e12 / 132 / (2 * 64 * 64)
+    short_k = SMEM_SPLIT_FIXED_US * 1e-6 * model.kernel_tflops(spec) * 1e12 / 132 / (2 * 64 * 64)
     assert model.split_factor(spec, gemm(256, 4)) == pytest.approx(1 + short_k / 64)
     assert model.split_factor(spec, gemm(256, 8)) > 2.0  # uncapped
     assert model.split_factor(spec, gemm(256)) == pytest.approx(1 + short_k / 256)  # 16 tiles: one wave
@@ -190,8 +193,8 @@ def test_a_batched_3xfp16_splits_every_matrix_in_one_launch_and_3xtf32_takes_non
     stack_a, stack_b = 4 * 64 * 32, 4 * 48 * 32  # 4 planes (2 k-blocks of 64) of rows x 32 fp32 units
     assert (temps[sa.dst.base].count, temps[sb.dst.base].count, temps[sb.shift.base].count) == (6, 3, 3)
     assert (sa.dst.bs, sa.shift.bs, sb.dst.bs, sb.shift.bs) == ((3 * stack_a, stack_a), (3 * 64, 64), (0, stack_b), (0, 48))
-    assert executor.split_planes(gemm.a, 64, 4, gemm.batch)[0] == (6, 4, 64, 32)
-    assert executor.split_planes(gemm.b, 48, 4, gemm.batch)[0] == (3, 4, 48, 32)
+    assert split_planes(gemm.a, 64, 4, gemm.batch)[0] == (6, 4, 64, 32)
+    assert split_planes(gemm.b, 48, 4, gemm.batch)[0] == (3, 4, 48, 32)
     tf32 = next(n for n, s in MANIFEST.kernels.items() if s.role == "gemm_tf32x3")
     assert planner.recipe_for(problem.Route(tf32, False, (("splits", 1),)), prob, MANIFEST) is None
 
@@ -352,7 +355,7 @@ def _check_split_routes(rng, M, N, K, b_order, kind, a_kind, b_kind, per_entry=F
     # at K = 1-3 cuBLAS rounds once (~2^-24) where 3xTF32 drops lo(a) lo(b) and the residuals' rounding (~2^-21)
     bound = max(2 * cublas_err, 2.0 ** -20)
     routes = [problem.Route(n, t, (("splits", s),)) for n, spec in MANIFEST.kernels.items()
-              if KINDS[kind](spec) for t in (False, True) for s in planner.SPLITS]
+              if KINDS[kind](spec) for t in (False, True) for s in SPLITS]
     plans = [r for r in (planner.recipe_for(route, prob, MANIFEST) for route in routes) if r is not None]
     # per entry: |C - C64| / (|a_i| |b_j|), its worst over C, held to twice cuBLAS SGEMM's worst, at least 2^-20 (the
     # worst of 60000 entries moves between draws; a row or column flushed to zero by a shared scale is ~K^-1/2 off)

@@ -13,6 +13,8 @@ from hgemm_rt import planner, problem
 from hgemm_rt.executor import TMA_C_NO_MAP, step_scalars
 from hgemm_rt.launcher import ParamPacker
 from hgemm_rt.problem import Copy, Gemm, Route
+from hgemm_rt.roles.gemm_fused_wgmma import SK_FLAG_BYTES, streamk
+from hgemm_rt.roles.tma_gemm import QUEUE
 from epilogue_cases import epilogue_case, forced_twice
 from kernel_cases import load_manifest_or_none
 
@@ -29,7 +31,7 @@ def _problem(M, N, K, c_rs, c_align=256, dtype="f16"):
 
 def _fused(dtype="f16", layout="TN", stream_k=False):
     return next(n for n, s in MANIFEST.kernels.items() if s.role == "gemm_fused_wgmma" and s.dtype == dtype and
-                s.layout == layout and planner.streamk(s) == stream_k)
+                s.layout == layout and streamk(s) == stream_k)
 
 
 @needs_manifest
@@ -116,8 +118,8 @@ def test_every_fused_kernel_stores_an_unmapped_c_exactly(dtype, M, N, K, batch, 
     for name, spec in MANIFEST.kernels.items():
         if spec.role != "gemm_fused_wgmma" or spec.dtype != dtype:
             continue
-        routes = [Route(name, False, (("ctas", g),)) for g in (8, sms)] if planner.streamk(spec) else \
-            [Route(name), Route(name, False, ((planner.QUEUE, 1),))]
+        routes = [Route(name, False, (("ctas", g),)) for g in (8, sms)] if streamk(spec) else \
+            [Route(name), Route(name, False, ((QUEUE, 1),))]
         for route in routes:
             plan = planner.recipe_for(route, case.prob, MANIFEST)
             if plan is None:
@@ -127,7 +129,7 @@ def test_every_fused_kernel_stores_an_unmapped_c_exactly(dtype, M, N, K, batch, 
             # the workspace words a launch leaves zero: stream-K's flags and counters, the queue's counter
             temps = {t.name for t in plan.temps}
             temp = "tW" if "tW" in temps else "tQ" if "tQ" in temps else None
-            words = planner.SK_FLAG_BYTES // 4 if temp == "tW" else 1
+            words = SK_FLAG_BYTES // 4 if temp == "tW" else 1
             bad += forced_twice(case, plan, words, temp)
     assert tested >= 2 and not bad, "\n".join(bad)
 

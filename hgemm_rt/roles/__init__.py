@@ -1,4 +1,4 @@
-"""The kernel roles (manifest.ROLES), one handler each: what a role's kernels do in a recipe, what they cost and
+"""The kernel roles (declaration.ROLES), one handler each: what a role's kernels do in a recipe, what they cost and
 how they launch. The planner, the cost model and the executor ask `handler(role)`; no role name is compared
 outside this package."""
 from __future__ import annotations
@@ -27,7 +27,7 @@ SPLIT_FORMATS: dict[str, SplitFormat] = {h.name: h.format for h in HANDLERS.valu
 
 
 def handler(role: str) -> RoleHandler:
-    """The handler of a declared role (manifest.ROLES)."""
+    """The handler of a declared role (declaration.ROLES)."""
     return HANDLERS[role]
 
 

@@ -1,4 +1,4 @@
-"""The shape of a role handler: what one kernel role (manifest.ROLES) does for the planner, the cost model and
+"""The shape of a role handler: what one kernel role (declaration.ROLES) does for the planner, the cost model and
 the executor. Each role's module (hgemm_rt/roles/<role>.py) subclasses `RoleHandler` (a step other roles'
 recipes use: copy, split, sum) or `GemmRole` (a product the planner offers for a problem) and sets its
 behaviour there; nothing outside hgemm_rt/roles/ compares a role's name."""
