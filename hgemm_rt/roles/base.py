@@ -55,7 +55,6 @@ class RoleHandler:
     name: ClassVar[str] = ""
     solves: ClassVar[bool] = False  # a product the planner offers for a problem (GemmRole)
     pairs_swiglu: ClassVar[bool] = True  # may pair SwiGLU's gate/up columns where the kernel declares `swiglu`
-    catalogue: ClassVar[bool] = False  # the catalogue's default ABI (cu/CONTRACT.md), not the util engine's
 
     def routes(self, prob: Problem, spec: KernelSpec, ctx: RouteContext) -> list[Route]:
         return []

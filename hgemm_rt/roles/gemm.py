@@ -32,7 +32,6 @@ def whole_tile_staging(spec: KernelSpec, prob: Problem) -> bool:
 
 class Catalogue(GemmRole):
     name = "gemm"
-    catalogue = True
     takes_batch = False  # the catalogue ABI has no batch
     packs = True
     fuses_epilogue = False
