@@ -31,7 +31,7 @@
 //                                      staged whole): for N where 256-wide tiles leave a wave part-empty
 //
 // The code (knobs, rungs, Config, TileSched, epilogues, sm90_gemm) is in cu/common/sm90_gemm.cuh, shared
-// with util_sm90_fused.cu (its kFused rung); this file declares the catalogue's symbols.
+// with matmul_sm90_fused.cu (its kFused rung); this file declares the catalogue's symbols.
 #include "common/dsmem.cuh"
 #include "common/declared_rung.cuh"
 #include "common/sm90_gemm.cuh"

@@ -33,7 +33,7 @@ docs/ladder.md from its JSON and docs/ladder_notes.toml (no GPU):
                     checks, the summary of each log
     kernel_checks   the catalogue kernels' checks: operands, cuBLAS baselines, one checked launch
                     against float64 (hgemm_rt.numerics), the shapes each kernel is checked at
-    util_checks     the matmul helper kernels' checks: the plans that launch each one at an aligned
+    matmul_checks     the matmul helper kernels' checks: the plans that launch each one at an aligned
                     and a ragged shape, run on operands whose gaps are never written
                     (the GPU tests share both)
 

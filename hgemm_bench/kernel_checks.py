@@ -113,12 +113,12 @@ def shapes_for(spec) -> list[tuple[str, int, int, int]]:
     return cases
 
 
-def selected_specs(manifest, pattern: str | None, util: bool) -> list:
-    """The catalogue kernels (util=False) or matmul helper kernels (util=True) whose name matches a
+def selected_specs(manifest, pattern: str | None, helpers: bool) -> list:
+    """The catalogue kernels (helpers=False) or matmul helper kernels (helpers=True) whose name matches a
     glob or contains the pattern, or one of a comma-separated list of them (every one without a pattern)."""
     globs = [g for g in (pattern or "").split(",") if g]
 
     def match(name: str) -> bool:
         return not globs or any(fnmatch.fnmatch(name, g) or g in name for g in globs)
 
-    return [s for s in manifest.kernels.values() if (not s.catalogue) == util and match(s.name)]
+    return [s for s in manifest.kernels.values() if (not s.catalogue) == helpers and match(s.name)]

@@ -3,17 +3,17 @@ the driver behind `python scripts/sanitize.py`.
 
     python scripts/sanitize.py                       # every kernel in the manifest, all four tools
     python scripts/sanitize.py --kernels 'hgemm_mma*' --tools memcheck,racecheck
-    python scripts/sanitize.py --kernels 'util_*'    # only matmul's helper kernels
+    python scripts/sanitize.py --kernels 'matmul_*'    # only matmul's helper kernels
 
-Each tool runs two child processes (`--child gemm|util`; all side by side, `--jobs`) that launch
+Each tool runs two child processes (`--child gemm|matmul`; all side by side, `--jobs`) that launch
 every selected kernel at an aligned and a ragged shape on random inputs, check each result against
-float64 (kernel_checks.py, util_checks.py: the checks the GPU tests use), and print which kernels they launched:
+float64 (kernel_checks.py, matmul_checks.py: the checks the GPU tests use), and print which kernels they launched:
 
 - catalogue GEMMs: every variant, the test suite's aligned and ragged shapes, into a NaN-poisoned C;
-- the "util" kernels (util_copy2d_*, util_gemm_{mma,wgmma,simt}_*), which only hgemm_rt.matmul
+- the "matmul" kernels (matmul_copy2d_*, matmul_gemm_{mma,wgmma,simt}_*), which only hgemm_rt.matmul
   launches: through matmul's recipes (hgemm_rt.planner) on a few problems per dtype and shape class
   (plain; alpha/beta into a strided C; misaligned operands with odd leading dimensions). Of every
-  plan matmul could run, the cheapest one that launches something not yet covered is run (a util
+  plan matmul could run, the cheapest one that launches something not yet covered is run (a matmul
   kernel, a variant, split-K > 1, alpha/beta, a transposing or misaligned copy). The operands' row
   gaps and the bytes past their last element are never written, so initcheck / memcheck flag a
   kernel that reads them.
@@ -38,7 +38,7 @@ from pathlib import Path
 
 from .kernel_checks import selected_specs, shapes_for
 from .outputs import OutputError, prepare
-from .util_checks import missing, run_util, util_names
+from .matmul_checks import missing, run_matmul_checks, matmul_kernel_names
 
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
 PACKAGE_DIR = Path(__file__).resolve().parent.parent  # where `python -m hgemm_bench.sanitize` finds the package
@@ -58,7 +58,7 @@ def child_gemm(pattern: str | None) -> tuple[int, int, set, list[str]]:
 
     rng = np.random.default_rng()
     cc = hg.get_device().info.cc
-    specs = selected_specs(hg.get_registry().manifest, pattern, util=False)
+    specs = selected_specs(hg.get_registry().manifest, pattern, helpers=False)
     bad = launches = 0
     launched = set()
     wanted = []  # (kernel, shape class): each kernel at its aligned and its ragged test shape
@@ -79,22 +79,22 @@ def child_gemm(pattern: str | None) -> tuple[int, int, set, list[str]]:
     return bad, launches, {n for n, _ in launched}, holes
 
 
-def child_util(pattern: str | None) -> tuple[int, int, set, list[str]]:
+def child_matmul(pattern: str | None) -> tuple[int, int, set, list[str]]:
     import hgemm_rt as hg
 
     cc = hg.get_device().info.cc
-    names, unbuilt = util_names(hg.get_registry().manifest, pattern, cc)
+    names, unbuilt = matmul_kernel_names(hg.get_registry().manifest, pattern, cc)
     if unbuilt:
         print(f"not built for sm_{cc[0]}{cc[1]} (skipped): {', '.join(unbuilt)}")
     if not names:
         return 0, 0, set(), []
-    bad, launches, covered = run_util(names, report)
+    bad, launches, covered = run_matmul_checks(names, report)
     feats = sorted((k, f, c) for k, f, c in covered if f)
-    print(f"util features covered: {len(feats)}: " + "; ".join(f"{k} {f} ({c})" for k, f, c in feats))
+    print(f"matmul features covered: {len(feats)}: " + "; ".join(f"{k} {f} ({c})" for k, f, c in feats))
     return bad, launches, {k for k, _f, _c in covered}, missing(names, covered)
 
 
-PARTS = {"gemm": child_gemm, "util": child_util}
+PARTS = {"gemm": child_gemm, "matmul": child_matmul}
 
 
 def child(pattern: str | None, part: str) -> int:
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="glob or substring of the kernel names, or a comma-separated list of them (default: all)")
     ap.add_argument("--tools", default=",".join(TOOLS))
     ap.add_argument("--jobs", type=int, default=2 * len(TOOLS),
-                    help="sanitizer processes side by side: one per tool and part (catalogue, util)")
+                    help="sanitizer processes side by side: one per tool and part (catalogue, matmul)")
     ap.add_argument("--timeout", type=float, default=None, help="seconds per process before it counts as failed")
     ap.add_argument("--sanitizer", default=os.environ.get("HGEMM_SANITIZER") or shutil.which("compute-sanitizer"))
     ap.add_argument("--log-dir", type=Path, default=Path(os.environ.get("OUT", "/tmp")))
@@ -186,9 +186,9 @@ def main(argv: list[str] | None = None) -> int:
     import hgemm_rt as hg
 
     manifest = hg.get_registry().manifest  # the build's declarations only: the parent touches no GPU
-    n = {part: len(selected_specs(manifest, args.kernels, util=part == "util")) for part in PARTS}
+    n = {part: len(selected_specs(manifest, args.kernels, helpers=part == "matmul")) for part in PARTS}
     unmatched = [g for g in (args.kernels or "").split(",") if g and not any(
-        selected_specs(manifest, g, util=part == "util") for part in PARTS)]
+        selected_specs(manifest, g, helpers=part == "matmul") for part in PARTS)]
     if unmatched or not sum(n.values()):  # (a run over nothing, or less than asked, must not read as clean)
         print(f"sanitize.py: no kernel of this build matches --kernels {', '.join(unmatched) or args.kernels!r}",
               file=sys.stderr)
@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     except OutputError as exc:
         print(f"sanitize.py: {exc}", file=sys.stderr)
         return 2
-    print(f"{sum(n.values())} kernels ({n['gemm']} catalogue, {n['util']} util), tools: {', '.join(tools)}",
+    print(f"{sum(n.values())} kernels ({n['gemm']} catalogue, {n['matmul']} matmul), tools: {', '.join(tools)}",
           flush=True)
     pending = [(t, p) for t in tools for p in PARTS if n[p]]
     running: dict = {}

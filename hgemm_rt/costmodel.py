@@ -48,7 +48,7 @@ class ArchRates:
     strided_c_column_bytes_per_s: float  # the strided GEMMs' element stores down a C whose columns are contiguous
     sm_bytes_per_s: float  # how fast one CTA streams its operand panels from L2
     l2_bytes_per_s: float  # what the SMs of a strided wgmma launch pull from L2 together (operand panels)
-    l2_fit_bytes: int  # an operand up to this size is re-read from L2, not DRAM (util_sm90's B policy: 64 MiB)
+    l2_fit_bytes: int  # an operand up to this size is re-read from L2, not DRAM (matmul_sm90's B policy: 64 MiB)
     smem_bytes_per_s: float  # one SM writing and re-reading its fp32 partial tile (strided GEMM epilogue)
     dsmem_bytes_per_s: float  # one SM summing its rows of the cluster's partial tiles (split-K epilogue)
     launch_us: float = 2.5  # GPU-side cost of one more kernel in the sequence
@@ -79,7 +79,7 @@ REUSE_FULL = 42.0  # BM*BN/(BM+BN) of a 128 x 64 tile: smaller tiles re-read ope
 # (docs/dev/cost_model.md#c-unmapped)
 C_UNMAPPED_SHARE = 0.9
 # The share of the DRAM rate at which an epilogue writes C where that takes the time (small K): a TMA store streams
-# whole lines, the util kernels 8-byte runs from a staged tile, direct epilogues 4-byte pairs
+# whole lines, the matmul kernels 8-byte runs from a staged tile, direct epilogues 4-byte pairs
 # (docs/dev/cost_model.md#c-store)
 C_STORE_SHARE = {"tma": 1.0, "staged": 0.8, "direct": 0.4}
 

@@ -17,23 +17,23 @@ A_ORDERS = ("row", "col")  # A row-major (M x K) or column-major (stored K x M)
 DTYPES = ("f16", "bf16", "f32")
 ACCS = ("f16", "f32", "tf32")
 GRID_POLICIES = ("tiles", "tiles+swizzle", "persistent")
-LADDERS = ("cuda", "wmma", "mma", "cute", "hopper", "sgemm", "util")  # util: every helper role's kernels
-HELPER_LADDER = "util"  # the ladder of every kernel whose role is not "gemm" (KernelSpec.catalogue)
+LADDERS = ("cuda", "wmma", "mma", "cute", "hopper", "sgemm", "matmul")  # matmul: every helper role's kernels
+HELPER_LADDER = "matmul"  # the ladder of every kernel whose role is not "gemm" (KernelSpec.catalogue)
 # What a kernel does in matmul's recipes (hgemm_rt/planner.py):
 #   gemm                the catalogue ABI: dense operands (or TMA maps) in the kernel's layout, C = A.B
-#   copy                util_copy2d: strided/transposing copy with zero padding and an alpha/beta epilogue
+#   copy                matmul_copy2d: strided/transposing copy with zero padding and an alpha/beta epilogue
 #   gemm_strided_mma    mma.sync GEMM on strided A/B/C (lda, ldb, ldc_r, ldc_c), alpha/beta, split-K clusters
 #   gemm_strided_wgmma  wgmma GEMM on TMA maps of A/B, strided C, alpha/beta, split-K clusters (sm_90a)
 #   gemm_strided_simt   CUDA-core GEMM on any strides, alpha/beta: the fallback for every shape
 #   gemm_strided_stream the gemm_strided_mma ABI for a short A (decoding): B streamed once from HBM, priced by its bytes
 #   gemm_fused_wgmma    the persistent wgmma GEMM with the fused epilogue, batches and grouped GEMM (sm_90a)
 #   gemm_tf32x3         fp32 at fp32 accuracy on TF32 wgmma: the product of split_tf32's planes of A and B^T (sm_90a)
-#   split_tf32          util_split_tf32: an fp32 operand as TF32 head and residual planes, for gemm_tf32x3
+#   split_tf32          matmul_split_tf32: an fp32 operand as TF32 head and residual planes, for gemm_tf32x3
 #   gemm_f16x3          fp32 at fp32 accuracy on fp16 wgmma: the product of split_f16x3's scaled planes of A and B^T,
 #                       their rows' exponents taken back off (sm_90a)
-#   split_f16x3         util_split_f16x3: an fp32 operand's lines scaled by powers of two into fp16 head and residual
+#   split_f16x3         matmul_split_f16x3: an fp32 operand's lines scaled by powers of two into fp16 head and residual
 #                       planes, the exponents beside them, for gemm_f16x3
-#   kgroups_sum         util_kgroups_sum: a deferred K-groups GEMM's fp32 planes added, through the epilogue (sm_90a)
+#   kgroups_sum         matmul_kgroups_sum: a deferred K-groups GEMM's fp32 planes added, through the epilogue (sm_90a)
 ROLES = ("gemm", "copy", "gemm_strided_mma", "gemm_strided_wgmma", "gemm_strided_simt", "gemm_strided_stream",
          "gemm_fused_wgmma", "gemm_tf32x3", "split_tf32", "gemm_f16x3", "split_f16x3", "kgroups_sum")
 ARCHS = ("80", "86", "89", "90", "90a")
@@ -314,7 +314,7 @@ def _knobs(d: Mapping[str, Any], name: str, complete: bool) -> dict[str, Any]:
 
 def _role_ladder_step(d: Mapping[str, Any], name: str, complete: bool) -> tuple[str, str, "int | None"]:
     """The role, and what follows from it: a catalogue kernel names its ladder and orders by its step; a helper's
-    ladder is "util" and it has no step (a manifest writes null; a toml may still give one)."""
+    ladder is "matmul" and it has no step (a manifest writes null; a toml may still give one)."""
     role = _choice(d.get("role", "gemm"), ROLES, "role", name)
     if role == "gemm" and "ladder" not in d:
         raise ManifestError(f"{name}: missing field(s) ['ladder'] (a catalogue kernel names its ladder)")

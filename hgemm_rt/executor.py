@@ -37,7 +37,7 @@ def f32_bits(x: float) -> int:
     return struct.unpack("<i", struct.pack("<f", x))[0]
 
 
-# tma_levels bits (cu/util_sm90.cu): which kernel batch levels A's and B's maps carry; rank-4 maps
+# tma_levels bits (cu/matmul_sm90.cu): which kernel batch levels A's and B's maps carry; rank-4 maps
 TMA_LEVEL_BITS = {("A", 0): 2, ("A", 1): 1, ("B", 0): 8, ("B", 1): 4, ("C", 0): 64, ("C", 1): 32}  # (operand, outer 0
 # | inner 1) -> bit; C's map: the gemm_fused_wgmma kernels' TMA store
 TMA_RANK4 = 16

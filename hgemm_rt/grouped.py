@@ -17,7 +17,7 @@ the T rows, counts 0 .. max_M); device ones are clamped on the GPU to the rows t
 max_M, offsets past T or decreasing), so a bad routing table cannot make the kernel read or write outside
 the arrays.
 
-Hopper (sm_90a) only: the kernels are the persistent `gemm_fused_wgmma` ones (cu/util_sm90_fused.cu).
+Hopper (sm_90a) only: the kernels are the persistent `gemm_fused_wgmma` ones (cu/matmul_sm90_fused.cu).
 """
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ from .validate import I32_MAX, accumulate_code, check_activation, check_group_in
 
 __all__ = ["grouped_matmul", "GROUP_MODES"]
 
-MAX_GROUPS = 492  # the kernels' shared-memory table of per-group tile prefix sums (cu/util_sm90_fused.cu)
+MAX_GROUPS = 492  # the kernels' shared-memory table of per-group tile prefix sums (cu/matmul_sm90_fused.cu)
 
 
 class GroupIndex:

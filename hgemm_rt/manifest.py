@@ -16,7 +16,8 @@ from typing import Any, Mapping
 from .declaration import KernelSpec, TOP_FIELDS, check_table, kernel_spec_from_dict, shown, typed_field
 from .errors import ManifestError, NotBuiltForDeviceError
 
-SCHEMA_VERSION = 3  # 2: every declared field written out, symbols carry dynamic_smem; 3: knobs, rates, step optional
+SCHEMA_VERSION = 4  # 2: every declared field written out, symbols carry dynamic_smem; 3: knobs, rates, step optional;
+# 4: the helper kernels and families named matmul_* (ladder "matmul"), no longer util_*
 REBUILD_HINT = "rebuild with `python build_kernels.py` (or `--arch XX` for one architecture)"
 
 

@@ -226,11 +226,11 @@ class Temp:
 
 @dataclass(frozen=True)
 class SplitFormat:
-    """The operands of a split product (fp32 at fp32 accuracy as three tensor-core products, cu/util.cu): the
+    """The operands of a split product (fp32 at fp32 accuracy as three tensor-core products, cu/matmul.cu): the
     kernel that makes them (its role), the k-block of K each plane row holds (one 128-byte row: 32 TF32 or 64 fp16
     values), whether it scales each line by a power of two (and writes the exponents the GEMM takes back off), how
     many times it reads the source (a scaled split reads each line twice: its maximum, then the split), and whether
-    its kernels take a batch (grid.z over the matrices, cu/util.cu and cu/util_sm90.cu). The formats: the split
+    its kernels take a batch (grid.z over the matrices, cu/matmul.cu and cu/matmul_sm90.cu). The formats: the split
     products' handlers (hgemm_rt/roles, roles.SPLIT_FORMATS)."""
 
     role: str
@@ -260,7 +260,7 @@ class Copy:
 @dataclass(frozen=True)
 class Split:
     """A split kernel's step (roles split_tf32, split_f16x3): dst = src's head and residual planes, one 128-byte row
-    a k-block (cu/util.cu): 2 ceil(src_cols / k-block) planes of src_rows rows, dst their stack (`format`), and for
+    a k-block (cu/matmul.cu): 2 ceil(src_cols / k-block) planes of src_rows rows, dst their stack (`format`), and for
     a scaled format the int32 exponent of each of src's rows (`shift`)."""
 
     kernel: str
@@ -312,7 +312,7 @@ class Gemm:
     @property
     def cluster_m(self) -> int:
         """CTAs along M in a cluster (1, cluster_m, 1) sharing their B tile by TMA multicast: the kernel's `mc`
-        variant (cu/util_sm90.cu), 1 for every other launch."""
+        variant (cu/matmul_sm90.cu), 1 for every other launch."""
         return int(dict(self.variant).get("mc", 1))
 
     @property

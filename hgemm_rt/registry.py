@@ -27,7 +27,7 @@ class KernelBinary:
 
     The function `symbol` in the module at `path` takes `params` in order: `ptr:X` the address of operand
     X (row-major; B is K x N for NN kernels, N x K for TN), `i32:X` a 32-bit integer, `i64:X` a 64-bit
-    integer (the util kernels' batch strides), `tmap:X` a 128-byte
+    integer (the matmul kernels' batch strides), `tmap:X` a 128-byte
     CUtensorMap of operand X (hgemm_rt/tma.py builds them). Launch `block` threads per block, a grid from
     `grid_for(M, N, K)`, `dsmem` bytes of dynamic shared memory (above 48 KiB only once the function's
     max-dynamic-shared-size attribute allows it) and, where `cluster` is not (1, 1, 1), that cluster shape.

@@ -2,6 +2,7 @@
 shapes of every `bench.py --matmul` section: does a change of the runtime change what it runs or how fast?
 
     python3 scripts/ab_runtime.py --before DIR [--before-artifacts DIR] [--sections models,decode] [--json F]
+                                  [--renamed util_=matmul_]
 
 DIR holds the other build as a package named `hgemm_rt_before` (make it with `--make-before REV DIR` on a
 checkout: `git archive REV hgemm_rt`, the package renamed and its absolute imports rewritten). Where the two
@@ -10,7 +11,8 @@ kernels in a worktree of REV (`python build_kernels.py --arch 90`) and carry its
 compressed (`tar cJf`; two builds' cubins exceed what a device call carries), unpacked there before the run. Each row:
 both runtimes' plans (`explain`), whether their results are bitwise equal, and GPU time (triton's do_bench,
 L2 flushed) in ABBA order, `rounds` times, medians; then per section the geomean of after / before and the
-slowest row. The host section times 64^3 calls back to back (wall time, out given, torch tensors).
+slowest row. Where kernels were renamed between the two, --renamed OLD=NEW maps the before plans' kernel-name
+prefix before the plans are compared. The host section times 64^3 calls back to back (wall time, out given, torch tensors).
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import importlib
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -124,6 +127,8 @@ def main() -> int:
     ap.add_argument("--before-artifacts", type=Path, help="the before runtime's kernels (default: the same build)")
     ap.add_argument("--sections", default="all")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--renamed", action="append", default=[], metavar="OLD=NEW",
+                    help="a kernel-name prefix the before runtime's plans spell OLD and the after one NEW (e.g. util_=matmul_)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     if args.make_before:
@@ -146,6 +151,9 @@ def main() -> int:
     before.get_registry()
     os.environ.pop("HGEMM_ARTIFACTS") if saved is None else os.environ.update(HGEMM_ARTIFACTS=saved)
     names = list(SECTIONS) if args.sections == "all" else args.sections.split(",")
+    renamed = [tuple(r.split("=", 1)) for r in args.renamed]
+    if any(len(r) != 2 or not all(r) for r in renamed):
+        ap.error("--renamed takes OLD=NEW")
     rows, summary = [], {}
     for si, name in enumerate(names):
         sec = SECTIONS[name]
@@ -165,6 +173,8 @@ def main() -> int:
             call, plan, out = workload(torch, shape, seed)
             fa, fb = (lambda: call(after)), (lambda: call(before))
             pa, pb = plan(after), plan(before)
+            for old, new in renamed:
+                pb = re.sub(rf"\b{re.escape(old)}", new, pb)
             fb()
             ob = out.clone()
             fa()

@@ -15,7 +15,8 @@ Comparison normalises step fields so that renamed or regrouped fields compare eq
 - field names are mapped through RENAMED (old name -> the name now used);
 - fields at their neutral value (NEUTRAL: splits 1, ctas 0, None, False, ...) are dropped, so that a field that a
   step type no longer carries compares equal to the old default;
-- a step's type name is mapped through STEP_TYPES (a split step used to be a Copy with `split` set).
+- a step's type name is mapped through STEP_TYPES (a split step used to be a Copy with `split` set);
+- kernel names are mapped through KERNEL_PREFIXES (the helper kernels were util_*, now matmul_*).
 Estimates compare to a relative 1e-9; everything else exactly.
 """
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -38,6 +40,7 @@ from hgemm_rt.problem import Problem, View, batch_align, ptr_alignment  # noqa: 
 DEVICES = (((9, 0), 132), ((8, 9), 128), ((8, 0), 108))
 RENAMED = {"epilogue": "applies_alpha_beta", "format": "split"}  # old field name -> new (a Split's format: its role)
 STEP_TYPES = {"Copy+split": "Split"}  # old step type (a Copy with `split` set) -> new
+KERNEL_PREFIXES = {"util_": "matmul_"}  # an old snapshot's kernel-name prefix -> the one used now
 NEUTRAL = {"splits": 1, "k_groups": 1, "ctas": 0, "sk_tiles": 0, "group": 0, "groups": 0, "k_deferred": False,
            "c_unmapped": False, "swizzle": False, "swizzle_stride": None, "work": None, "a_shift": None,
            "b_shift": None, "shift": None, "split": "", "epi": None, "bias": None, "variant": (), "batch": (),
@@ -328,7 +331,10 @@ def main(argv: list[str]) -> int:
         Path(argv[1]).write_text(json.dumps(snap, sort_keys=True))
         print(f"{len(snap)} (problem, device) entries, {sum(map(len, snap.values()))} recipes -> {argv[1]}")
         return 0
-    diffs = compare(json.loads(Path(argv[1]).read_text()), json.loads(json.dumps(snap, sort_keys=True)))
+    old_text = Path(argv[1]).read_text()
+    for before, now in KERNEL_PREFIXES.items():
+        old_text = re.sub(rf"\b{before}", now, old_text)
+    diffs = compare(json.loads(old_text), json.loads(json.dumps(snap, sort_keys=True)))
     for d in diffs[:50]:
         print(d)
     print(f"{len(snap)} (problem, device) entries, {sum(map(len, snap.values()))} recipes: "

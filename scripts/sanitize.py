@@ -3,7 +3,7 @@
 GPU machine; the driver is hgemm_bench/sanitize.py (`--help` lists the flags).
 
     python scripts/sanitize.py --tools memcheck,racecheck,synccheck,initcheck --timeout 250
-    python scripts/sanitize.py --kernels 'util_*'
+    python scripts/sanitize.py --kernels 'matmul_*'
 """
 import sys
 from pathlib import Path

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hgemm_bench.util_checks import download, stored_and_exact
+from hgemm_bench.matmul_checks import download, stored_and_exact
 from hgemm_rt.dtypes import ITEMSIZE, STORAGE, storage_to_f64
 
 

@@ -27,7 +27,7 @@ from hgemm_rt.dtypes import ITEMSIZE, STORAGE, storage_to_f64
 from hgemm_rt.errors import ManifestError, ValidationError
 from hgemm_rt.launcher import ParamPacker
 from hgemm_rt.manifest import kernel_spec_from_dict
-from hgemm_bench.util_checks import download, stored_and_exact
+from hgemm_bench.matmul_checks import download, stored_and_exact
 from hgemm_rt.numerics import error_floor
 from hgemm_rt.roles import SPLIT_FORMATS, split_format
 from hgemm_rt.roles.gemm_fused_wgmma import streamk
@@ -220,7 +220,7 @@ def test_the_batch_is_in_the_plan_key():
 # ---------------------------------------------------------------------------------------------------
 
 def _spec(params):
-    return kernel_spec_from_dict({"name": "k_test", "family": "t", "ladder": "util", "role": "gemm_strided_simt",
+    return kernel_spec_from_dict({"name": "k_test", "family": "t", "ladder": "matmul", "role": "gemm_strided_simt",
                                   "layout": "NN", "dtype": "f16", "out": "f16", "block": [256], "tile": [64, 64, 16],
                                   "grid": "tiles", "params": params})
 
@@ -607,7 +607,7 @@ def test_dynamic_tile_order_is_correct_launch_after_launch(dtype, b_order, rng, 
     float64: the counter the CTAs claim tiles from is back at zero after every launch (a tile claimed twice or never
     would leave NaN or a wrong sum), with beta * C_old too."""
     monkeypatch.setattr(costmodel, "DYNAMIC_MIN_OUT_BYTES", 0)
-    kernel = f"util_gemm_wgmma_fused_{dtype}_{'tn' if b_order == 'col' else 'nn'}"
+    kernel = f"matmul_gemm_wgmma_fused_{dtype}_{'tn' if b_order == 'col' else 'nn'}"
     for call, beta in enumerate((0.0, 0.0, 0.5)):  # (the same execution each time: its counter)
         a = GuardedArray(rng.standard_normal((100, 300, 72)), dtype)
         b = GuardedArray(rng.standard_normal((100, 72, 1000)), dtype, b_order)
@@ -631,7 +631,7 @@ def test_dynamic_tile_order_at_any_tile_count(batch, M, N, K, rng, monkeypatch, 
         b = GuardedArray(rng.standard_normal((batch, K, N)), dtype)
         c = GuardedArray(np.full((batch, M, N), np.nan), dtype)
         plan = hg.explain(a.view, b.view, c.view)
-        if "util_gemm_wgmma_fused" not in plan:
+        if "matmul_gemm_wgmma_fused" not in plan:
             continue  # (another kernel's route: nothing to test here)
         assert "dynamic tile order" in plan
         for call in range(2):
@@ -954,5 +954,5 @@ def test_many_small_outputs_keep_the_static_tile_order():
     for batch, M, N, queued in ((1024, 128, 128, False), (256, 512, 512, True)):
         q, k = _fake((batch, M, 64)), _fake((batch, 64, N), slot=1)
         recipe = planner.ranked_recipes(api.problem_of(_call(q, k)), MANIFEST, (9, 0), 132)[0][1]
-        assert "util_gemm_wgmma_fused" in planner.describe(recipe)
+        assert "matmul_gemm_wgmma_fused" in planner.describe(recipe)
         assert ("dynamic tile order" in planner.describe(recipe)) == queued, planner.describe(recipe)

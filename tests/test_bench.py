@@ -87,7 +87,7 @@ def test_every_group_flag_exists_with_the_issue_spelling():
 # -- selection (duck-typed registry entries) ---------------------------------------------------------
 
 def entry(name, ladder, step, layout="NN", dtype="f16", variants=None, grid="tiles", baseline=False, acc="f32"):
-    return SimpleNamespace(name=name, ladder=ladder, catalogue=ladder != "util", step=step, layout=layout, dtype=dtype,
+    return SimpleNamespace(name=name, ladder=ladder, catalogue=ladder != "matmul", step=step, layout=layout, dtype=dtype,
                            out=dtype,
                            variants=variants or {}, is_baseline=baseline, acc_for=lambda choice: acc,
                            spec=None if baseline else SimpleNamespace(grid=grid, tile=(128, 256, 32)))

@@ -108,13 +108,13 @@ def test_other_numbers_the_run_cannot_use_are_refused(argv, capsys):
 # -- --kernels: a pattern that matches nothing is refused, not "cuBLAS alone, exit 0" ----------------
 
 def entry(name, ladder, baseline=False):
-    return SimpleNamespace(name=name, ladder=ladder, catalogue=ladder != "util", step=1, layout="NN", dtype="f16",
+    return SimpleNamespace(name=name, ladder=ladder, catalogue=ladder != "matmul", step=1, layout="NN", dtype="f16",
                            out="f16", variants={},
                            is_baseline=baseline, acc_for=lambda choice: "f32",
                            spec=None if baseline else SimpleNamespace(grid="tiles", tile=(128, 128, 32)))
 
 
-ENTRIES = [entry("hgemm_mma_a", "mma"), entry("hgemm_wmma_b", "wmma"), entry("util_copy", "util"),
+ENTRIES = [entry("hgemm_mma_a", "mma"), entry("hgemm_wmma_b", "wmma"), entry("matmul_copy", "matmul"),
            entry("hgemm_cublas_tensor_op_nn", "cublas", baseline=True)]
 
 
@@ -128,7 +128,7 @@ def test_kernels_patterns_that_match_no_kernel_are_named():
     assert _problem([]) is None
     for argv, named in ((["--kernels", "nosuch"], "'nosuch'"), (["--kernels", "mma_a,nosuch*"], "'nosuch*'"),
                         (["--kernels", "cublas"], "'cublas'"),  # the baselines run anyway: not a kernel
-                        (["--kernels", "util_copy"], "'util_copy'")):  # a matmul helper: not benchmarked
+                        (["--kernels", "matmul_copy"], "'matmul_copy'")):  # a matmul helper: not benchmarked
         got = _problem(argv)
         assert got and named in got and "no kernel" in got, (argv, got)
     assert "group flags keep none" in _problem(["--mma", "--kernels", "wmma"])
@@ -226,8 +226,8 @@ def test_an_interrupted_matmul_run_keeps_the_sections_it_finished(tmp_path, monk
 def fake_build(monkeypatch):
     import hgemm_rt as hg
 
-    kernels = {n: SimpleNamespace(name=n, ladder=ladder, catalogue=ladder != "util") for n, ladder in (("hgemm_mma_a", "mma"),
-                                                                            ("util_copy2d_f16", "util"))}
+    kernels = {n: SimpleNamespace(name=n, ladder=ladder, catalogue=ladder != "matmul") for n, ladder in (("hgemm_mma_a", "mma"),
+                                                                            ("matmul_copy2d_f16", "matmul"))}
     monkeypatch.setattr(hg, "get_registry", lambda: SimpleNamespace(manifest=SimpleNamespace(kernels=kernels)))
 
 

@@ -26,7 +26,7 @@ def test_dependent_kernels_are_declared():
     if MANIFEST is None:
         pytest.skip("no build manifest (python build_kernels.py)")
     families = {MANIFEST.kernels[n].family for n in DEPENDENT}
-    assert {"util", "util_decode", "util_sm90", "util_sm90_fused", "hgemm_sm90"} <= families
+    assert {"matmul", "matmul_decode", "matmul_sm90", "matmul_sm90_fused", "hgemm_sm90"} <= families
 
 
 @pytest.mark.parametrize("value,on,warns", [("0", False, False), ("1", True, False), ("", True, False),

@@ -1,6 +1,6 @@
 """Resource hygiene on the GPU: no device-memory growth over many launches and alloc/free cycles,
-out-of-memory as a clear exception that leaves the runtime usable, concurrent threads; the util
-kernels through the sanitizer's matmul plans (hgemm_bench.util_checks.run_util, without the sanitizer)."""
+out-of-memory as a clear exception that leaves the runtime usable, concurrent threads; the matmul
+kernels through the sanitizer's matmul plans (hgemm_bench.matmul_checks.run_matmul_checks, without the sanitizer)."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,7 +9,7 @@ import pytest
 import hgemm_rt as hg
 from hgemm_rt._driver import check, driver
 from hgemm_bench.kernel_checks import random_operands
-from hgemm_bench.util_checks import missing, run_util, util_names
+from hgemm_bench.matmul_checks import missing, run_matmul_checks, matmul_kernel_names
 from hgemm_rt.numerics import reference, rel_error
 from threads import errors_from_threads
 
@@ -71,9 +71,9 @@ def test_two_python_threads_launching_at_once_get_correct_results():
 
 def test_every_util_kernel_is_right_through_matmul_plans_at_aligned_and_ragged_shapes():
     """The sanitizer's schedule without the sanitizer: each plan against float64, inputs with never-written
-    row gaps, C untouched outside its view, every util kernel at both shape classes."""
+    row gaps, C untouched outside its view, every matmul kernel at both shape classes."""
     dev = hg.get_device()
-    names, _unbuilt = util_names(hg.get_registry().manifest, None, dev.info.cc)
-    bad, launches, covered = run_util(names)
+    names, _unbuilt = matmul_kernel_names(hg.get_registry().manifest, None, dev.info.cc)
+    bad, launches, covered = run_matmul_checks(names)
     assert bad == 0 and launches > len(names)
     assert missing(names, covered) == []

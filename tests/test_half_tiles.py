@@ -21,8 +21,8 @@ from kernel_cases import load_manifest_or_none
 
 MANIFEST = load_manifest_or_none()
 needs_manifest = pytest.mark.skipif(MANIFEST is None, reason="no build manifest (python build_kernels.py)")
-FUSED = ("util_gemm_wgmma_fused_f16_tn", "util_gemm_wgmma_fused_f16_nn", "util_gemm_wgmma_fused_bf16_tn",
-         "util_gemm_wgmma_fused_bf16_nn")
+FUSED = ("matmul_gemm_wgmma_fused_f16_tn", "matmul_gemm_wgmma_fused_f16_nn", "matmul_gemm_wgmma_fused_bf16_tn",
+         "matmul_gemm_wgmma_fused_bf16_nn")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -40,7 +40,7 @@ def test_the_fused_kernels_and_only_they_declare_half_tiles():
 @pytest.mark.parametrize("N,cols", [(1, 128), (100, 128), (128, 128), (129, 256), (256, 256), (257, 384),
                                     (384, 384), (385, 512), (4096, 4096)])
 def test_a_last_tile_of_half_the_width_computes_half(N, cols):
-    spec = MANIFEST.kernels["util_gemm_wgmma_fused_f16_tn"]
+    spec = MANIFEST.kernels["matmul_gemm_wgmma_fused_f16_tn"]
     assert spec.tile[1] == 256
     assert spec.computed_cols(N) == cols
     assert spec.computed_cols(N, swiglu=True) == -(-N // 256) * 256  # SwiGLU tiles are gate and up halves
@@ -68,7 +68,7 @@ def test_attention_like_batches_pick_the_fused_kernel(batch, M, N, K):
     78.7 (torch.matmul 14.7, 24.2, 72.2)."""
     prob = _batched_problem(batch, M, N, K)
     _us, recipe = planner.ranked_recipes(prob, MANIFEST, (9, 0), 132)[0]
-    assert next(s for s in recipe.steps if isinstance(s, Gemm)).kernel.startswith("util_gemm_wgmma_fused_f16"), \
+    assert next(s for s in recipe.steps if isinstance(s, Gemm)).kernel.startswith("matmul_gemm_wgmma_fused_f16"), \
         planner.describe(recipe)
 
 

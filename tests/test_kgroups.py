@@ -1,6 +1,6 @@
-"""K groups (cu/util_sm90.cu, `i32:k_groups`): clusters of one tile along grid.z, each on its own share of K, the
+"""K groups (cu/matmul_sm90.cu, `i32:k_groups`): clusters of one tile along grid.z, each on its own share of K, the
 last to finish summing every group's partial from a workspace; deferred, each group's sums to a plane that a second
-kernel (util_kgroups_sum) adds. The planner's offers, recipes and workspace (CPU); every util_sm90 kernel with K
+kernel (matmul_kgroups_sum) adds. The planner's offers, recipes and workspace (CPU); every matmul_sm90 kernel with K
 groups, both ways, against float64, repeated bitwise, the workspace's counts left zero (GPU)."""
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def test_planner_offers_k_groups_to_the_util_sm90_kernels_only_unbatched_and_wit
 
 @needs_manifest
 def test_a_k_group_recipe_carries_its_groups_and_workspace_and_bad_ones_are_refused():
-    name = "util_gemm_wgmma_f16_m64n64_tn"
+    name = "matmul_gemm_wgmma_f16_m64n64_tn"
     spec = MANIFEST.kernels[name]
     prob = _problem(128, 128, 131072)
     recipe = planner.recipe_for(Route(name, False, ((KG, 3), ("splits", 8))), prob, MANIFEST)
@@ -85,7 +85,7 @@ def test_a_k_group_recipe_carries_its_groups_and_workspace_and_bad_ones_are_refu
         assert planner.recipe_for(Route(name, False, opts), prob, MANIFEST) is None, opts
     assert planner.recipe_for(Route(name, False, ((KG, 2), ("splits", 1))), _problem(128, 128, 8192, batch=(2,)),
                               MANIFEST) is None
-    pair = "util_gemm_wgmma_f16_m128n128_tn"
+    pair = "matmul_gemm_wgmma_f16_m128n128_tn"
     assert planner.recipe_for(Route(pair, False, ((KG, 2), ("mc", 2), ("splits", 1))), _problem(256, 256, 65536),
                               MANIFEST) is None
     fused = next(n for n, s in MANIFEST.kernels.items() if s.role == "gemm_fused_wgmma" and s.dtype == "f16")
@@ -102,7 +102,7 @@ def test_the_long_k_shapes_take_deferred_k_groups_where_they_were_measured_to_ga
                         ((256, 256, 65536), "m128n64_tn k_groups=16 deferred"),
                         ((64, 64, 65536), "m64n64_tn k_groups=132 deferred")):
         pick = planner.describe(planner.heuristic_recipe(_problem(*shape), MANIFEST, (9, 0), 132))
-        assert want in pick and "util_kgroups_sum_f16" in pick, (shape, pick)
+        assert want in pick and "matmul_kgroups_sum_f16" in pick, (shape, pick)
     for shape in ((1024, 1024, 1024), (256, 4096, 14336), (128, 8192, 8192)):  # no long K: one launch
         pick = planner.heuristic_recipe(_problem(*shape), MANIFEST, (9, 0), 132)
         assert not any(isinstance(s, GroupSum) for s in pick.steps), (shape, planner.describe(pick))
@@ -130,20 +130,20 @@ def test_deferred_k_groups_are_offered_unclustered_on_the_tallest_tile_c_fills()
 def test_a_deferred_recipe_is_the_plain_gemm_then_the_sum_with_the_epilogue():
     from hgemm_rt.epilogue import Epilogue
 
-    name = "util_gemm_wgmma_f16_m128n64_tn"
+    name = "matmul_gemm_wgmma_f16_m128n64_tn"
     base = _problem(300, 200, 40000)
     bias = problem.View.make("bias", 1, 200, 200, 1, 256)
     prob = problem.Problem("f16", "f32", base.a, base.b, base.c, plain=False, beta_zero=False,
                            epi=Epilogue("col", "gelu"), bias=bias)
     recipe = planner.recipe_for(Route(name, False, ((KG, 9), (KS, 1), ("splits", 1))), prob, MANIFEST)
     g, s = recipe.steps
-    assert isinstance(g, Gemm) and isinstance(s, GroupSum) and s.kernel == "util_kgroups_sum_f16"
+    assert isinstance(g, Gemm) and isinstance(s, GroupSum) and s.kernel == "matmul_kgroups_sum_f16"
     assert g.k_deferred and g.k_groups == 9 and not g.applies_alpha_beta and g.epi is None and g.bias is None
     assert s.applies_alpha_beta and s.epi == prob.epi and s.bias == bias and s.c == prob.c and (s.M, s.N, s.groups) == (300, 200, 9)
     assert g.work == s.work and [t.name for t in recipe.temps] == ["tW"]
     assert g.work.cols * 2 >= k_sum_work_bytes(300, 200, 9) == 9 * 300 * 200 * 4
     assert k_sum_work_bytes(3, 5, 2) == 2 * 3 * 8 * 4  # rows of whole fp32 quads
-    assert "k_groups=9 deferred" in planner.describe(recipe) and "util_kgroups_sum_f16 of 9 groups" in \
+    assert "k_groups=9 deferred" in planner.describe(recipe) and "matmul_kgroups_sum_f16 of 9 groups" in \
         planner.describe(recipe)
     assert step_scalars(g)["k_groups"] == 9 | K_GROUPS_DEFERRED and step_scalars(s)["k_groups"] == 9
     assert (step_scalars(s)["M"], step_scalars(s)["N"], step_scalars(s)["ldc_r"]) == (300, 200, 200)
@@ -157,14 +157,14 @@ def test_a_deferred_recipe_is_the_plain_gemm_then_the_sum_with_the_epilogue():
 
 
 def test_the_deferred_bit_is_the_kernels():
-    src = (ROOT / "cu" / "util_sm90.cu").read_text()
+    src = (ROOT / "cu" / "matmul_sm90.cu").read_text()
     assert re.search(r"kKgDeferred = 1 << (\d+)", src).group(1) == str(K_GROUPS_DEFERRED.bit_length() - 1)
     assert K_GROUPS_DEFERRED > KG_MAX
 
 
 @needs_manifest
 def test_cost_model_prices_k_groups_as_more_ctas_on_shorter_k():
-    name = "util_gemm_wgmma_f16_m128n64_tn"
+    name = "matmul_gemm_wgmma_f16_m128n64_tn"
     prob = _problem(128, 128, 131072)
     model = CostModel.for_device((9, 0), 132, MANIFEST)
     est = {kg: model.estimate_us(planner.recipe_for(Route(name, False, ((KG, kg), ("splits", 8))) if kg > 1 else

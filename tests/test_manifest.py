@@ -59,8 +59,8 @@ def test_cubins_match_their_sha256(manifest):
 #   bias is prefetched): 24 bytes stored, 28 loaded; since half tiles (the `half_tiles` test made once a tile before
 #   the k-loop and again after it) one more word of the tile's state, loaded once a tile outside the k-loop: 28-32
 #   stored, 32 loaded (H100, fp16, 256 x (512 x 512 x 64) through the queue 67.8-68.7 us before, 68.1-68.9 after).
-JUSTIFIED_SPILL_BYTES = {r"util_gemm_wgmma_streamk_.*": 36, r"util_gemm_wgmma_fused_.*__queue0": 40,
-                         r"util_gemm_wgmma_fused_.*__queue1": 32}
+JUSTIFIED_SPILL_BYTES = {r"matmul_gemm_wgmma_streamk_.*": 36, r"matmul_gemm_wgmma_fused_.*__queue0": 40,
+                         r"matmul_gemm_wgmma_fused_.*__queue1": 32}
 
 
 def test_no_local_memory_spills(manifest):
@@ -181,7 +181,7 @@ def _valid_manifest() -> dict:
     from hgemm_build.publish import merge
     from hgemm_rt.declaration import SYMBOL_FIELDS
 
-    wanted = {"naive", "sgemm_wmma", "hgemm_sm90", "util"}
+    wanted = {"naive", "sgemm_wmma", "hgemm_sm90", "matmul"}
     families = [f for f in CATALOG if f.name in wanted]
     built = {}
     for fam in families:
@@ -264,11 +264,11 @@ def test_a_damaged_manifest_loads_the_same_or_raises_manifest_error(mutations):
 @pytest.mark.parametrize("text,match", [
     ("{not json", "is not readable JSON"),
     ("[1, 2]", "holds a JSON list, not a manifest table"),
-    ('{"schema": 3, "nvcc": "13.0", "build_hash": "x", "created": "x", "kernels": {}}',
+    ('{"schema": 4, "nvcc": "13.0", "build_hash": "x", "created": "x", "kernels": {}}',
      "kernels must be a list of kernel entries, got {}"),
-    ('{"schema": 3, "nvcc": "13.0", "build_hash": "x", "kernels": []}', r"the top level: missing \['created'\]"),
-    ('{"schema": 3, "nvcc": 13, "build_hash": "x", "created": "x", "kernels": []}', "nvcc must be a string, got 13"),
-    ('{"schema": 3, "nvcc": "13.0", "build_hash": "x", "created": "x", "kernels": ["k"]}',
+    ('{"schema": 4, "nvcc": "13.0", "build_hash": "x", "kernels": []}', r"the top level: missing \['created'\]"),
+    ('{"schema": 4, "nvcc": 13, "build_hash": "x", "created": "x", "kernels": []}', "nvcc must be a string, got 13"),
+    ('{"schema": 4, "nvcc": "13.0", "build_hash": "x", "created": "x", "kernels": ["k"]}',
      "a kernel declaration must be a table, got 'k'"),
 ])
 def test_a_broken_manifest_file_names_the_problem_and_the_rebuild(tmp_path, text, match):

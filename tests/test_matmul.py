@@ -23,7 +23,7 @@ from hgemm_rt import DeviceArray, planner, problem, tuning
 from hgemm_rt.api import repeat_key
 from hgemm_rt.dtypes import ITEMSIZE, STORAGE, storage_to_f64
 from hgemm_rt.errors import UnknownKernelError, ValidationError
-from hgemm_bench.util_checks import download
+from hgemm_bench.matmul_checks import download
 from hgemm_rt.numerics import error_floor
 from hgemm_rt.roles import SPLIT_FORMATS
 from hgemm_rt.roles.base import MULTICAST
@@ -39,8 +39,8 @@ from threads import errors_from_threads
 MANIFEST = load_manifest_or_none()
 needs_manifest = pytest.mark.skipif(MANIFEST is None, reason="no build manifest (python build_kernels.py)")
 # the compute capabilities this build can serve (the SIMT fallback is built for each of them)
-CCS = sorted({(int(a[0]), int(a[1])) for a in MANIFEST.kernels["util_gemm_simt_f16"].builds if not a.endswith("a")}) \
-    if MANIFEST and "util_gemm_simt_f16" in MANIFEST.kernels else [(9, 0)]
+CCS = sorted({(int(a[0]), int(a[1])) for a in MANIFEST.kernels["matmul_gemm_simt_f16"].builds if not a.endswith("a")}) \
+    if MANIFEST and "matmul_gemm_simt_f16" in MANIFEST.kernels else [(9, 0)]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -117,7 +117,7 @@ def test_numpy_out_aliasing_an_input_is_refused():
 @needs_manifest
 def test_unknown_kernel_names_close_matches():
     with pytest.raises(UnknownKernelError, match="did you mean"):
-        hg.matmul(_fake(0x10000, (3, 4)), _fake(0x20000, (4, 5)), kernel="util_gemm_simt_f1")
+        hg.matmul(_fake(0x10000, (3, 4)), _fake(0x20000, (4, 5)), kernel="matmul_gemm_simt_f1")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -128,7 +128,7 @@ def test_a_graph_runs_the_copies_of_different_operands_side_by_side_and_orders_w
     from hgemm_rt.executor import launch_dependencies
 
     v = lambda base: problem.View.make(base, 64, 64, 64, 1, 256)  # noqa: E731
-    copy = lambda src, dst, epi=False: problem.Copy("util_copy2d_f16", v(src), v(dst), 64, 64, epi)  # noqa: E731
+    copy = lambda src, dst, epi=False: problem.Copy("matmul_copy2d_f16", v(src), v(dst), 64, 64, epi)  # noqa: E731
     gemm = problem.Gemm("k", "gemm_strided_wgmma", v("tA"), v("tB"), v("tC"), 64, 64, 64)
     steps = [copy("A", "tA"), copy("B", "tB"), gemm, copy("tC", "C", True)]
     assert launch_dependencies(steps, 1) == [(), (), (0, 1), (2,)]
@@ -346,7 +346,7 @@ def test_the_128_x_192_tiles_go_where_256_wide_ones_leave_a_wave_part_empty():
         for M, N, K in ((4096, 4096, 4096), (2048, 6144, 4096), (8192, 8192, 8192), (1024, 4096, 4096)):
             p = h(M, N, K, dtype, orders=("row", "col", "row"))
             assert p.route.kernel not in narrow, planner.describe(p)
-    # nor beside copies of the operands (4097^3 packed: 538.7 us on them against 320 on the util kernel's route)
+    # nor beside copies of the operands (4097^3 packed: 538.7 us on them against 320 on the matmul kernel's route)
     p = h(4097, 4097, 4097)
     assert len(p.steps) > 1 and not [s for s in p.steps if getattr(s, "kernel", None) in narrow], planner.describe(p)
     # never on an output narrower than the tile (either way round)
@@ -374,7 +374,7 @@ def test_heuristic_picks_the_fast_paths_on_hopper():
             assert k.ladder == "hopper" and k.a_order == "col" and len(p.steps) == 1, planner.describe(p)
     p = h(4095, 4095, 4095)  # unaligned: padded copies, then a TMA + wgmma kernel
     k = MANIFEST.kernels[p.route.kernel]
-    assert (k.ladder == "hopper" or k.name.startswith("util_gemm_wgmma_")) and len(p.steps) >= 2
+    assert (k.ladder == "hopper" or k.name.startswith("matmul_gemm_wgmma_")) and len(p.steps) >= 2
     # decode shapes (a side <= 16): a 16-row-tile kernel, copying at most the short operand (N = 16 is
     # solved as C^T = B^T A^T, whose A is B^T: not row-major); B as N x K (nn.Linear's weight) gets the
     # streaming kernel
@@ -383,11 +383,11 @@ def test_heuristic_picks_the_fast_paths_on_hopper():
         p = h(*shape, **({"orders": orders} if orders else {}))
         assert MANIFEST.kernels[p.route.kernel].tile[0] <= planner.DECODE_ROWS, planner.describe(p)
         assert len(p.steps) <= steps and p.copy_bytes <= 2 * 16 * 4096 * 2, planner.describe(p)
-    assert h(1, 4096, 4096, orders=("row", "col", "row")).route.kernel.startswith("util_gemm_decode_tn_")
-    # M = 128: a util kernel whose tiles M fills (H100, 128 x 4096 x 4096 fp16: 64 x 64 tiles unsplit 26.1 us,
+    assert h(1, 4096, 4096, orders=("row", "col", "row")).route.kernel.startswith("matmul_gemm_decode_tn_")
+    # M = 128: a matmul kernel whose tiles M fills (H100, 128 x 4096 x 4096 fp16: 64 x 64 tiles unsplit 26.1 us,
     # 128 x 64 split in 2 24.9, 128 x 128 split in 4 34.4), no copies
     p = h(128, 4096, 4096)
-    assert p.route.kernel.startswith(("util_gemm_mma_f16_m", "util_gemm_wgmma_f16_m")) and len(p.steps) == 1
+    assert p.route.kernel.startswith(("matmul_gemm_mma_f16_m", "matmul_gemm_wgmma_f16_m")) and len(p.steps) == 1
     assert MANIFEST.kernels[p.route.kernel].tile[0] <= 128 and dict(p.route.options).get("splits", 1) <= 2
     # a side <= SHORT_SIDE: tiles that side fills (16384 x 64 x 4096: 128 x 64 tiles 60.5 us, 128 x 256 96.5)
     for M, N in ((16384, 64), (64, 16384), (16384, 128)):
@@ -397,19 +397,19 @@ def test_heuristic_picks_the_fast_paths_on_hopper():
 
 @needs_manifest
 def test_kxn_decode_takes_the_register_stream_kernel():
-    """Decode rows with B as K x N (x @ W, W row-major) go to util_gemm_decode_nn in place, split in two where its
+    """Decode rows with B as K x N (x @ W, W row-major) go to matmul_gemm_decode_nn in place, split in two where its
     CTAs would leave half the SMs idle and unsplit where they fill them (H100, fp16, L2 flushed: 1 x 4096 x 4096
     split 2 21.8 us, unsplit 27.5, split 4 27.6; 1 x 14336 x 4096 unsplit 50.0, split 2 55.6; 16 x 4096 x 14336
-    split 2 53.7 against util_gemm_mma_f16_m16 split 4's 58.3); B as N x K keeps the ring kernel."""
+    split 2 53.7 against matmul_gemm_mma_f16_m16 split 4's 58.3); B as N x K keeps the ring kernel."""
     h = lambda M, N, K, dtype="f16", b="row": planner.heuristic_recipe(  # noqa: E731
         _problem(M, N, K, dtype, orders=("row", b, "row")), MANIFEST, (9, 0), 132)
     for (M, N, K), splits in (((1, 4096, 4096), 2), ((16, 4096, 4096), 2), ((1, 14336, 4096), 1),
                               ((16, 14336, 4096), 1), ((1, 4096, 14336), 2), ((16, 4096, 14336), 2)):
         for dtype in ("f16", "bf16"):
             p = h(M, N, K, dtype)
-            assert p.route.kernel == f"util_gemm_decode_nn_{dtype}" and len(p.steps) == 1, planner.describe(p)
+            assert p.route.kernel == f"matmul_gemm_decode_nn_{dtype}" and len(p.steps) == 1, planner.describe(p)
             assert dict(p.route.options).get("splits", 1) == splits, planner.describe(p)
-    assert h(1, 4096, 4096, b="col").route.kernel == "util_gemm_decode_tn_f16"
+    assert h(1, 4096, 4096, b="col").route.kernel == "matmul_gemm_decode_tn_f16"
     # a split of 4 or more slows the stream far more than one of 2 (STREAM_SPLIT_COST)
     assert STREAM_SPLIT_COST[4] > 4 * STREAM_SPLIT_COST[2] > 0
 
@@ -462,7 +462,7 @@ def test_a_route_from_the_tuning_cache_is_held_to_the_precision_rules():
 
 
 def test_route_json_roundtrip_and_rejects_junk():
-    r = problem.Route("util_gemm_mma_f16_m16", True, (("splits", 4),))
+    r = problem.Route("matmul_gemm_mma_f16_m16", True, (("splits", 4),))
     assert problem.Route.from_json(json.loads(json.dumps(r.to_json()))) == r
     for bad in ({"kernel": 3, "transpose": False}, {"kernel": "k", "transpose": "no"},
                 {"kernel": "k", "transpose": False, "options": {"x": [1]}}):
@@ -500,7 +500,7 @@ def test_autotune_cache_roundtrip_and_corruption_is_never_trusted(tmp_path, monk
     at = tuning
     monkeypatch.setenv("HGEMM_CACHE_DIR", str(tmp_path))
     name, h = "NVIDIA H100 80GB HBM3", MANIFEST.build_hash
-    route = problem.Route("util_gemm_mma_f16_m16", False, (("splits", 2),))
+    route = problem.Route("matmul_gemm_mma_f16_m16", False, (("splits", 2),))
     path = at.save({"k1": {"route": route, "us": 12.5}}, name, h)
     assert path.parent == tmp_path and "H100" in path.name
     with warnings.catch_warnings():
@@ -657,10 +657,10 @@ def _check_ranked_routes(rng, dtype, shape, orders, a_offset, chosen, b_pad=0):
     ("bf16", (3, 64, 40), 0),
 ])
 def test_every_kxn_decode_route_is_correct(dtype, shape, b_pad, rng):
-    """util_gemm_decode_nn (B as K x N, streamed into registers), every split the planner ranks, in place on B
+    """matmul_gemm_decode_nn (B as K x N, streamed into registers), every split the planner ranks, in place on B
     (its leading dimension a multiple of 8), against float64; C's surroundings untouched."""
     _check_ranked_routes(rng, dtype, shape, ("row", "row"), 0,
-                         lambda r: any(isinstance(s, problem.Gemm) and s.kernel.startswith("util_gemm_decode_nn_")
+                         lambda r: any(isinstance(s, problem.Gemm) and s.kernel.startswith("matmul_gemm_decode_nn_")
                                        for s in r.steps), b_pad=b_pad)
 
 
@@ -839,7 +839,7 @@ def test_repeats_of_one_long_kernel_stay_plain_launches_and_correct(rng):
 
 
 @needs_manifest
-@pytest.mark.parametrize("name", ["util_gemm_decode_tn_f16", "util_gemm_mma_bf16_m64", "util_copy2d_f16"])
+@pytest.mark.parametrize("name", ["matmul_gemm_decode_tn_f16", "matmul_gemm_mma_bf16_m64", "matmul_copy2d_f16"])
 def test_reusable_parameter_arrays_set_in_place_hold_what_pack_builds(name):
     """ParamPacker.reusable's array, its pointers set for some operands, holds the bytes pack() builds for them
     (the integers shared, every pointer where the kernel reads it)."""
@@ -954,7 +954,7 @@ def test_autotune_of_a_batched_call_caches_a_route_that_matmul_then_uses(tmp_pat
 def test_repeated_calls_take_the_validated_call_cache_and_stay_correct(rng):
     """matmul's hot path (a repeat call on the same DeviceArrays skips validation): new scalars, a
     second output and back again all give the right result, and a closed array is still refused."""
-    M, N, K = 130, 264, 200  # a split-K util route (cluster launch) at this size
+    M, N, K = 130, 264, 200  # a split-K matmul route (cluster launch) at this size
     a = rng.standard_normal((M, K)).astype(np.float16)
     b = rng.standard_normal((K, N)).astype(np.float16)
     A, B = hg.to_device(a), hg.to_device(b)
@@ -996,9 +996,9 @@ def test_clusters_of_4_or_8_fill_120_of_132_sms():
     (H100: 15 clusters of 8, 30 of 4, 66 of 2): 256 x 256 x 65536 at m64n64 splits=8 is 16 clusters of 8, two
     waves, so twice the one-wave estimate, and the split-K pick is a grid that fits (m128n64, 8 clusters)."""
     from hgemm_rt.costmodel import CostModel
-    spec = MANIFEST.kernels.get("util_gemm_wgmma_f16_m64n64_tn")
+    spec = MANIFEST.kernels.get("matmul_gemm_wgmma_f16_m64n64_tn")
     if spec is None:
-        pytest.skip("no util_gemm_wgmma_f16_m64n64_tn in this build")
+        pytest.skip("no matmul_gemm_wgmma_f16_m64n64_tn in this build")
     model = CostModel.for_device((9, 0), 132, MANIFEST)
     assert [model.cta_slots(spec, s) for s in (1, 2, 4, 8)] == [132, 132, 120, 120]
     g = problem.Gemm(spec.name, spec.role, _view("A", 256, 65536, "row"), _view("B", 65536, 256, "col"),
@@ -1033,11 +1033,11 @@ def test_b_multicast_pairs_rows_of_tiles_on_unsplit_unbatched_hopper_launches():
                for opts in ((("splits", 1),), (("mc", 2), ("splits", 1)))]
         return tuple(est)
 
-    plain, pair = twins(_problem(256, 8192, 8192, orders=("row", "col", "row")), "util_gemm_wgmma_f16_m128n128_tn")
+    plain, pair = twins(_problem(256, 8192, 8192, orders=("row", "col", "row")), "matmul_gemm_wgmma_f16_m128n128_tn")
     assert pair < plain  # B beyond L2: the pair halves its traffic (H100: 78.0 -> 66.5 us)
-    plain, pair = twins(_problem(256, 6144, 4096, orders=("row", "col", "row")), "util_gemm_wgmma_f16_m128n128_tn")
+    plain, pair = twins(_problem(256, 6144, 4096, orders=("row", "col", "row")), "matmul_gemm_wgmma_f16_m128n128_tn")
     assert pair > plain  # B (48 MiB) in L2: no gain (H100: 34.0 -> 34.5 us), the cluster's cost
-    route = next(r for r in routes if r.kernel == "util_gemm_wgmma_f16_m128n128_tn" and not r.transpose)
+    route = next(r for r in routes if r.kernel == "matmul_gemm_wgmma_f16_m128n128_tn" and not r.transpose)
     recipe = planner.recipe_for(route, prob, MANIFEST)
     g = next(s for s in recipe.steps if isinstance(s, problem.Gemm))
     assert g.cluster_m == 2 and "[mc=2]" in planner.describe(recipe)

@@ -65,9 +65,9 @@ def test_every_symbol_of_a_generated_family_comes_from_its_declaration(fam):
     assert generated | written == {s for k in fam.kernels for s in k.symbols()}
 
 
-# families that compile kernels their toml does not declare for an arch: util.cu's two splits (written out by hand,
+# families that compile kernels their toml does not declare for an arch: matmul.cu's two splits (written out by hand,
 # declared for sm_90 only, compiled for every arch of the family)
-UNDECLARED_EXTRAS = {"util"}
+UNDECLARED_EXTRAS = {"matmul"}
 
 
 def _manifest():
@@ -102,7 +102,7 @@ def test_rated_roles_carry_their_rate_and_where_it_was_measured():
 
 def test_catalogue_comes_from_the_role_and_helpers_have_no_step():
     for k in (k for f in CATALOG for k in f.kernels):
-        assert k.catalogue == (k.role == "gemm") == (k.ladder != "util")
+        assert k.catalogue == (k.role == "gemm") == (k.ladder != "matmul")
         assert (k.step is None) == (not k.catalogue)
 
 

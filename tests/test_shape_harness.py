@@ -44,7 +44,7 @@ def test_no_runtime_module_imports_the_test_harness():
 
 
 def test_the_bench_shares_its_checks_with_the_tests_without_importing_them():
-    """tests/ import the bench's checks (hgemm_bench.kernel_checks, util_checks), never the other way round:
+    """tests/ import the bench's checks (hgemm_bench.kernel_checks, matmul_checks), never the other way round:
     the bench ships in the wheel, tests/ does not."""
     bad = [f"{path.relative_to(REPO)} imports {mod}" for path in sorted((REPO / "hgemm_bench").rglob("*.py"))
            for mod in _imported(path, "hgemm_bench") if mod.split(".")[0] in TEST_MODULES | {"tests"}]

@@ -1,4 +1,4 @@
-"""Stream-K (util_gemm_wgmma_streamk_*, StreamK in cu/common/sm90_gemm.cuh): the schedule's pieces emulated
+"""Stream-K (matmul_gemm_wgmma_streamk_*, StreamK in cu/common/sm90_gemm.cuh): the schedule's pieces emulated
 from the kernel's integer formulas (CPU), the planner's routes and workspace (CPU), and every stream-K kernel at
 several grids against float64, twice (bitwise the same: the partial tiles are added in a fixed order), its
 workspace flags zero afterwards (GPU)."""

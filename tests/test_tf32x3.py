@@ -217,7 +217,7 @@ def test_fp32_accuracy_on_hopper_plans_the_3xfp16_split_with_row_exponents(b_ord
 
 
 def _f16x3_pieces(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """util_split_f16x3's pieces of each row of x (float32) in float64: hi, lo (fp16, scaled) and the row's exponent."""
+    """matmul_split_f16x3's pieces of each row of x (float32) in float64: hi, lo (fp16, scaled) and the row's exponent."""
     top = np.abs(np.where(np.isfinite(x), x, 0)).max(axis=1)
     shift = np.where(top > 0, 14 - np.floor(np.log2(np.where(top > 0, top, 1))), 0)
     y = x.astype(np.float64) * 2.0 ** shift[:, None]  # exact
@@ -243,7 +243,7 @@ def test_three_fp16_products_of_scaled_rows_carry_fp32_accuracy(rng):
 
 
 def test_three_tf32_products_carry_fp32_accuracy(rng):
-    """What gemm_tf32x3 sums (lo(a) hi(b) + hi(a) lo(b) + hi(a) hi(b) of util_split_tf32's pieces), in float64:
+    """What gemm_tf32x3 sums (lo(a) hi(b) + hi(a) lo(b) + hi(a) hi(b) of matmul_split_tf32's pieces), in float64:
     ~2^-21 from the dropped lo(a) lo(b) and the residuals' rounding, where one TF32 pass leaves ~2^-11."""
     a = rng.standard_normal((64, 300)) * 2.0 ** rng.uniform(-20, 20, (64, 300))
     b = rng.standard_normal((300, 48)) * 2.0 ** rng.uniform(-20, 20, (300, 48))

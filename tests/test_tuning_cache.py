@@ -20,8 +20,8 @@ from hgemm_rt.problem import Route
 
 HASH = "0123456789abcdef"
 INFO = SimpleNamespace(name="NVIDIA H100 80GB HBM3")
-MANIFEST = SimpleNamespace(build_hash=HASH, kernels={"util_k": SimpleNamespace(variants={"stages": (3, 4)})})
-ROUTE = Route("util_k", False, (("splits", 2),))
+MANIFEST = SimpleNamespace(build_hash=HASH, kernels={"matmul_k": SimpleNamespace(variants={"stages": (3, 4)})})
+ROUTE = Route("matmul_k", False, (("splits", 2),))
 
 
 @pytest.fixture(autouse=True)
@@ -82,7 +82,7 @@ def test_a_read_only_cache_file_is_left_as_it_is(cache_dir):
     path = tuning.cache_path(INFO.name, HASH)
     before = path.read_text()
     path.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
-    other = Route("util_k", False, (("stages", 4),))
+    other = Route("matmul_k", False, (("stages", 4),))
     with pytest.warns(RuntimeWarning, match="read-only"):
         assert tuning.record(INFO, MANIFEST, "new", results(other)) is None
     assert path.read_text() == before
@@ -91,11 +91,11 @@ def test_a_read_only_cache_file_is_left_as_it_is(cache_dir):
 
 @pytest.mark.parametrize("bad", [
     [1, 2],                                                         # a route that is not an object
-    "util_k",
+    "matmul_k",
     {"kernel": 5, "transpose": False, "options": {}},               # wrong types
-    {"kernel": "util_k", "transpose": "no", "options": {}},
-    {"kernel": "util_k", "transpose": False, "options": [["splits", 2]]},
-    {"kernel": "util_k", "transpose": False, "options": {"splits": [2]}},
+    {"kernel": "matmul_k", "transpose": "no", "options": {}},
+    {"kernel": "matmul_k", "transpose": False, "options": [["splits", 2]]},
+    {"kernel": "matmul_k", "transpose": False, "options": {"splits": [2]}},
     {"kernel": "no_such_kernel", "transpose": False, "options": {}},  # not runnable on this build
 ])
 def test_a_malformed_entry_is_left_out_with_a_warning_and_the_others_are_used(bad):

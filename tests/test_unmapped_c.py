@@ -65,8 +65,8 @@ def test_a_mappable_c_keeps_its_map_and_a_c_without_contiguous_rows_is_not_offer
 @needs_manifest
 @pytest.mark.parametrize("M,N", [(4096, 4097), (1024, 50257), (16384, 4097)])
 def test_an_odd_width_runs_a_fused_kernel_by_pointer_not_on_c_transposed(M, N):
-    # H100, fp16: 4096 x 4097 x 4096 on the util m128 kernel as C^T 467 us, the catalogue kernel into a temporary and a
-    # transposing copy-out 443, stream-K by pointer 225; 1024 x 50257 x 4096 util m128 1220, fused by pointer 625
+    # H100, fp16: 4096 x 4097 x 4096 on the matmul m128 kernel as C^T 467 us, the catalogue kernel into a temporary and a
+    # transposing copy-out 443, stream-K by pointer 225; 1024 x 50257 x 4096 matmul m128 1220, fused by pointer 625
     ranked = planner.ranked_recipes(_problem(M, N, 4096, N), MANIFEST, (9, 0), 132)
     best = ranked[0][1]
     g = next(s for s in best.steps if isinstance(s, Gemm))
@@ -80,7 +80,7 @@ def test_an_unmapped_operand_gets_a_zero_tensor_map():
     from hgemm_rt.manifest import kernel_spec_from_dict
 
     spec = kernel_spec_from_dict({
-        "name": "k", "family": "f", "role": "gemm_fused_wgmma", "ladder": "util", "step": None, "layout": "TN", "dtype": "f16",
+        "name": "k", "family": "f", "role": "gemm_fused_wgmma", "ladder": "matmul", "step": None, "layout": "TN", "dtype": "f16",
         "acc": "f32", "out": "f16", "block": [384, 1, 1], "tile": [128, 256, 64], "grid": "persistent",
         "params": ["tmap:C", "ptr:C", "i32:M"], "tma": {"C": {"box": [64, 64], "swizzle": 128}},
         "technique": "t", "archs": ["90a"]}, "x.toml")

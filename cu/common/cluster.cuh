@@ -1,5 +1,5 @@
 // Thread-block cluster and programmatic dependent launch primitives (sm_90+), shared by the Hopper GEMMs and the
-// util kernels behind matmul.
+// kernels behind hgemm_rt.matmul.
 #pragma once
 #include <cstdint>
 

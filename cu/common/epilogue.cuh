@@ -1,4 +1,4 @@
-// The fused epilogue of the util GEMMs (hgemm_rt.matmul's bias=, activation=, scale=, beta=), applied
+// The fused epilogue of the matmul GEMMs (hgemm_rt.matmul's bias=, activation=, scale=, beta=), applied
 // to the fp32 accumulator before the final rounding. One truth for the encoding: hgemm_rt/epilogue.py
 // writes the same bits.
 //

@@ -1,4 +1,4 @@
-// Device helpers of the "util" family (cu/util.cu), the kernels behind hgemm_rt.matmul: element
+// Device helpers of the "matmul" family (cu/matmul.cu), the kernels behind hgemm_rt.matmul: element
 // conversions for the three dtypes, a bf16 mma.sync, the any-alignment 16-byte load of the copies,
 // the thread-block-cluster primitives of the split-K reduction (sm_90) and the stores that apply the
 // fused epilogue (cu/common/epilogue.cuh) to the fp32 sums.
@@ -72,7 +72,7 @@ __device__ __forceinline__ GridZ grid_z(int batch_inner) {
   int z;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   uint32_t n, r, c;
-  asm("mov.u32 %0, %%cluster_nctaid.z;\n" : "=r"(n));  // (a cluster along M, util_sm90's multicast pair, is no split)
+  asm("mov.u32 %0, %%cluster_nctaid.z;\n" : "=r"(n));  // (a cluster along M, matmul_sm90's multicast pair, is no split)
   asm("mov.u32 %0, %%cluster_ctaid.z;\n" : "=r"(r));
   asm("mov.u32 %0, %%clusterid.z;\n" : "=r"(c));
   g.splits = static_cast<int>(n);
@@ -202,7 +202,7 @@ __device__ __forceinline__ void store4(T* C, long long off, int ldc_c, int cols_
   store4_values<T>(C, off, ldc_c, cols_left, x, ep.beta);
 }
 
-// The split-K epilogue shared by the util GEMMs. Every CTA of the cluster holds its fp32 partial
+// The split-K epilogue shared by the matmul GEMMs. Every CTA of the cluster holds its fp32 partial
 // BM x BN tile at shared offset `tile` (row stride kStride floats) and has passed a cluster barrier;
 // CTA `rank` of `splits` sums rows [rank*BM/splits, (rank+1)*BM/splits) over all the CTAs' tiles
 // (distributed shared memory) and stores them through the epilogue: C[m*ldc_r + n*ldc_c] =

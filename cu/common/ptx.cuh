@@ -11,7 +11,7 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// 16 bytes from a shared-window address (the staged epilogues' read-back: cu/common/mma.cuh, cu/util_sm90.cu).
+// 16 bytes from a shared-window address (the staged epilogues' read-back: cu/common/mma.cuh, cu/matmul_sm90.cu).
 __device__ __forceinline__ uint4 ld_shared_v4(uint32_t smem_addr) {
   uint4 v;
   asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
@@ -21,7 +21,7 @@ __device__ __forceinline__ uint4 ld_shared_v4(uint32_t smem_addr) {
   return v;
 }
 
-// x as a TF32 head and residual (3xTF32: util_split_tf32's planes):
+// x as a TF32 head and residual (3xTF32: matmul_split_tf32's planes):
 // hi = x rounded to TF32 (cvt.rna: to nearest, ties away from zero), lo = x - hi rounded alike. A head rounded up
 // past FLT_MAX is truncated instead; an inf or NaN x has no residual.
 __device__ __forceinline__ float tf32_rna(float x) {

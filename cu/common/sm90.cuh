@@ -1,5 +1,5 @@
 // Hopper (sm_90 / sm_90a) PTX wrappers: mbarrier, TMA (cp.async.bulk.tensor, its L2 prefetch), cluster,
-// wgmma, stmatrix/ldmatrix, setmaxnreg. Used by the hgemm_sm90, util_sm90 and util_sm90_fused families.
+// wgmma, stmatrix/ldmatrix, setmaxnreg. Used by the hgemm_sm90, matmul_sm90 and matmul_sm90_fused families.
 //
 // Every wrapper is __forceinline__ on purpose: a wgmma wrapper that ends up as a real call makes
 // ptxas serialise the whole warpgroup-MMA pipeline (warning C7510), and the accumulator array would be

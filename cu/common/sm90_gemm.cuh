@@ -2,7 +2,7 @@
 // and its reasons), shared so that other families can instantiate it: the knobs and the rungs of the
 // ladder, Config (shared-memory layout), TileSched (tile order), the epilogues and sm90_gemm (producer +
 // consumer warpgroups). A family declares its symbols with a rung: sm90_gemm<Config<Rung>>(...).
-// The kFused knob (rung Fused, cu/util_sm90_fused.cu) adds the fused epilogue (cu/common/epilogue.cuh), a
+// The kFused knob (rung Fused, cu/matmul_sm90_fused.cu) adds the fused epilogue (cu/common/epilogue.cuh), a
 // batch of matrices in the persistent tile order over rank-4 tensor maps, SwiGLU tiles and grouped GEMM
 // (mixture of experts: ragged row groups read from a device vector); with it off, every catalogue kernel
 // compiles to the SASS it had before the knob existed.
@@ -62,7 +62,7 @@ struct Knobs {
   static constexpr int kClusterM = 1;    // CTAs per cluster along M, sharing (multicasting) B
   static constexpr bool kPersistent = false;  // persistent grid walking tiles, else one tile per CTA
   static constexpr bool kTmaStore = false;    // stmatrix + TMA-store epilogue, else direct stores
-  // The util family's fused GEMM (cu/util_sm90_fused.cu; persistent, TMA store, half-tile staging, no
+  // The matmul family's fused GEMM (cu/matmul_sm90_fused.cu; persistent, TMA store, half-tile staging, no
   // cluster, A row-major): hge::Epilogue applied to the accumulators (bias, activation, scale,
   // beta * C_old read through a pointer), batch_count matrices over rank-4 tensor maps, SwiGLU tiles.
   static constexpr bool kFused = false;
@@ -380,7 +380,7 @@ __device__ __forceinline__ int* tile_queue_counter(const X& x) {
     return nullptr;
 }
 
-// ---- stream-K (kStreamK; cu/util_sm90_fused.cu's util_gemm_wgmma_streamk_*) ----
+// ---- stream-K (kStreamK; cu/matmul_sm90_fused.cu's matmul_gemm_wgmma_streamk_*) ----
 // Where a persistent grid's last wave of tiles would leave SMs idle (tiles % G of the G CTAs busy, or fewer
 // tiles than CTAs), the last sk_tiles tiles are each cut along K into s = min(G / sk_tiles, nk) equal pieces,
 // one per CTA: unit u = the piece u % s of tile u / s, run by CTA u, after the whole tiles before them (tile t
@@ -1578,7 +1578,7 @@ struct Cluster2Direct : Cluster2 {
 struct Acol : Persistent {  // A column-major
   static constexpr bool kAT = true;
 };
-// The util family's fused GEMM (cu/util_sm90_fused.cu): the persistent kernel with 4 stages and half-tile
+// The matmul family's fused GEMM (cu/matmul_sm90_fused.cu): the persistent kernel with 4 stages and half-tile
 // staging + the fused epilogue, batch and SwiGLU.
 struct Fused : Stages<Persistent, 4> {
   static constexpr bool kFused = true;

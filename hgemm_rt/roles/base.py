@@ -14,8 +14,8 @@ from ..problem import Gemm, Problem, Recipe, Route, kernel_batch
 from ..validate import GemmShape
 from .glue import SPLITS, Glue
 
-OCC = "occ"  # the variant axis of two CTAs an SM (2; cu/util_sm90.cu), priced by costmodel.OCC2_SCALE
-# Kernels with the `mc` variant (cu/util_sm90.cu) may run unsplit, unbatched launches as pairs of CTAs of two
+OCC = "occ"  # the variant axis of two CTAs an SM (2; cu/matmul_sm90.cu), priced by costmodel.OCC2_SCALE
+# Kernels with the `mc` variant (cu/matmul_sm90.cu) may run unsplit, unbatched launches as pairs of CTAs of two
 # neighbouring rows of tiles in a cluster that loads their shared B tile once and multicasts it (mc = 2); the cost
 # model says where that pays (CostModel.gemm_us: only where B does not fit in L2)
 MULTICAST = 2

@@ -47,7 +47,7 @@ class Catalogue(GemmRole):
         opts = ((STAGES, WHOLE_TILE_STAGES),) if whole_tile_staging(spec, prob) else ()
         out = []
         for t in (False, True):
-            # the 128 x 192 kernels are for the wave fill of wide outputs; narrower than the tile, the util kernels'
+            # the 128 x 192 kernels are for the wave fill of wide outputs; narrower than the tile, the matmul kernels'
             # tiles fill it better (as ranked_recipes' tile-fill rule has it for 256-wide ones). A kernel the caller
             # names runs wherever it can.
             if ctx.kernel is None and narrow_hopper(spec) and (prob.M if t else prob.N) < spec.tile[1]:

@@ -1,4 +1,4 @@
-"""gemm_fused_wgmma: the persistent Hopper kernels with the fused epilogue (cu/util_sm90_fused.cu): a static tile
+"""gemm_fused_wgmma: the persistent Hopper kernels with the fused epilogue (cu/matmul_sm90_fused.cu): a static tile
 order or the tile queue (`queue`), stream-K (kernels with `i32:sk_tiles`: a grid of `ctas` CTAs cutting the last
 tiles along K), C through its TMA map or its pointer, and the grouped GEMMs of grouped_matmul (kernels with
 `ptr:group`): one launch over every expert's tiles. Grouped GEMM is this role, not one of its own: the same

@@ -28,8 +28,8 @@ KG_SUM_MIN_BLOCKS = 2  # (no group waits on another: short shares cost only thei
 # A smem_split kernel's split-K slice: its cost beyond its K at the kernel's rate (fill, the first stage's split, the
 # cluster's DSMEM sum), and per piece beyond two the sum of a 128 x 128 fp32 tile (docs/dev/cost_model.md#smem-split)
 SMEM_SPLIT_FIXED_US = 5.5
-KG_SUM_LOADS = 4  # the K groups' sum: L2 loads in flight per thread (cu/util_sm90.cu, kgroups_fixup's unroll)
-K_GROUPS_DEFERRED = 1 << 16  # i32:k_groups's bit of a deferred launch (cu/util_sm90.cu, kKgDeferred)
+KG_SUM_LOADS = 4  # the K groups' sum: L2 loads in flight per thread (cu/matmul_sm90.cu, kgroups_fixup's unroll)
+K_GROUPS_DEFERRED = 1 << 16  # i32:k_groups's bit of a deferred launch (cu/matmul_sm90.cu, kKgDeferred)
 SMEM_SPLIT_SUM_US = 0.6
 
 

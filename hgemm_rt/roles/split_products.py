@@ -1,4 +1,4 @@
-"""The split products (fp32 at fp32 accuracy as three tensor-core products of split operands, cu/util.cu): both
+"""The split products (fp32 at fp32 accuracy as three tensor-core products of split operands, cu/matmul.cu): both
 operands split by the format's kernel into head and residual planes, whatever their layout; the product reads
 A's and B^T's planes through rank-4 TMA maps (`split_planes`)."""
 from __future__ import annotations

@@ -1,6 +1,6 @@
-// Family "util_sm90": the Hopper split-K GEMM behind hgemm_rt.matmul (ladder "util", sm_90a).
+// Family "matmul_sm90": the Hopper split-K GEMM behind hgemm_rt.matmul (ladder "matmul", sm_90a).
 //
-// util_gemm_wgmma_{f16,bf16}_m{64,128}_{tn,nn} (BN = 256), util_gemm_wgmma_f16_m{64,128}n{128,64}_{tn,nn}:
+// matmul_gemm_wgmma_{f16,bf16}_m{64,128}_{tn,nn} (BN = 256), matmul_gemm_wgmma_f16_m{64,128}n{128,64}_{tn,nn}:
 //   C = scale * act(alpha * A.B + bias) + beta * C (cu/common/epilogue.cuh: ptr:bias, i32:bias_stride,
 //   i32:epi, i32:scale_bits after i32:beta_bits, the bias indexed by C's row or column) with fp32
 //   accumulation; the general epilogue's stores are a function of their own (store_pass_general), the
@@ -61,8 +61,8 @@ using hg90::tma_load_4d;  // cu/common/sm90.cuh
 // per half (BN = BK: one chunk at n_lo).
 // W::kX3 (3xTF32, 3xFP16): the K slice walks 3 x3_blocks k-blocks, the three products lo(a) hi(b), hi(a) lo(b),
 // hi(a) hi(b) of each k-block (32 TF32 or 64 fp16 columns) in turn (so the second read of a head plane comes from
-// L2), A and B being rank-4 maps (32 fp32 units, rows, 2 x3_blocks planes, matrices) of util_split_tf32's or
-// util_split_f16x3's planes, ai / bi the matrix (0 unbatched).
+// L2), A and B being rank-4 maps (32 fp32 units, rows, 2 x3_blocks planes, matrices) of matmul_split_tf32's or
+// matmul_split_f16x3's planes, ai / bi the matrix (0 unbatched).
 // W::kMc = 2 (a cluster of two CTAs along M, unbatched, unsplit): the pair shares its B tile; CTA `rank` loads
 // the halves (tn) or 64-column chunks (nn) whose index is `rank` modulo 2 and multicasts them into both rings.
 template <class W, bool kRank4>
@@ -144,7 +144,7 @@ struct WCfg {
   // (produce), and each k-block's products summed in the tensor cores from zero, then added to the accumulators
   // with FADD (consumer): the tensor cores' accumulation rounds toward zero, so a sum kept there over K =
   // 2048-8192 lost 6-12x cuBLAS SGEMM's accuracy (H100; docs/dev/tuning_log.md). 3xFP16's planes are scaled by a
-  // power of two per row of A and of B^T (util_split_f16x3), which the consumers take back off before the epilogue.
+  // power of two per row of A and of B^T (matmul_split_f16x3), which the consumers take back off before the epilogue.
   static constexpr bool kX3 = X3 > 0;
   static constexpr bool kX3Scaled = kX3 && sizeof(T) == 2;  // 3xFP16: rows scaled by powers of two (unscale_x3)
   // 3xTF32 from the fp32 operands themselves (the gemm_tf32x3s kernels, T = float): the consumers write each
@@ -251,7 +251,7 @@ __device__ __noinline__ void store_pass_swiglu(const uint8_t* tile, int row0, in
 // waits on anybody, so the groups need not be resident together. `work`: int32 counts (tiles x splits, rounded up
 // to kKgCountAlign bytes; zero before a launch and left zero), then tiles x groups fp32 BM x BN partials.
 // Deferred (k_groups | kKgDeferred): nobody counts or sums; each CTA writes its rows of the tile, unscaled, into
-// its group's fp32 plane of C's shape (`work`: groups planes of M x kg_pitch(N)), and util_kgroups_sum (a second
+// its group's fp32 plane of C's shape (`work`: groups planes of M x kg_pitch(N)), and matmul_kgroups_sum (a second
 // launch) adds the planes and applies the epilogue. For many groups of small tiles (64 x 64 x 65536: 132 groups),
 // where one CTA summing every group's partial would read megabytes alone.
 struct KGroups {
@@ -324,7 +324,7 @@ __device__ __noinline__ bool kgroups_fixup(uint8_t* tile, int row0, int total, i
 // kGroup quads, all peers' DSMEM loads for them issued two peers at a time, written back in place
 // into this CTA's own rows (no peer reads those), then (2) the stores to C. A DSMEM round trip is
 // ~1 us under load, and hgu::reduce_store's one-quad-at-a-time loop made the reduction the largest
-// cost of the short split-K launches (M = 128, 1024^3; docs/dev/tuning_log.md, util_sm90); the split keeps the stores' 64-bit
+// cost of the short split-K launches (M = 128, 1024^3; docs/dev/tuning_log.md, matmul_sm90); the split keeps the stores' 64-bit
 // addressing out of the loads' register peak (the 384-thread kernels run under a 168-register cap).
 template <class W>
 __device__ __forceinline__ void reduce_store_wide(uint8_t* tile, int splits, uint32_t rank, int t,
@@ -392,7 +392,7 @@ __device__ __forceinline__ void reduce_store_wide(uint8_t* tile, int splits, uin
 // warpgroup stmatrix-es its 64 x BN tile into the idle ring as fp16/bf16 (64-column boxes of 128-byte rows,
 // 16-byte chunks swizzled by row: conflict-free), then stores whole 16-byte chunks, a warp covering 512
 // contiguous bytes of rows. No fp32 tile, no second pass, 16-byte rather than 8-byte stores (what the fp32 round
-// trip and the registers' 4-byte pairs cost: docs/dev/code_measurements.md, "util_sm90 staged store").
+// trip and the registers' 4-byte pairs cost: docs/dev/code_measurements.md, "matmul_sm90 staged store").
 template <class W>
 __device__ __forceinline__ bool staged_store_ok(const typename W::Out* C, int splits, int N, int ldc_r, int ldc_c,
                                                 int beta_bits, int epi, int scale_bits) {
@@ -766,7 +766,7 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
   }
 }
 
-// util_kgroups_sum: C = epilogue(the sum of the deferred K groups' planes) (see KGroups). A CTA: 32 output quads (a
+// matmul_kgroups_sum: C = epilogue(the sum of the deferred K groups' planes) (see KGroups). A CTA: 32 output quads (a
 // tile of 2 rows x 64 columns), each summed by 8 warps over every 8th group, then by warp 0 over the 8 sums in
 // order: the same bits whatever the schedule. The loads of a warp cover 512 contiguous bytes of 2 rows.
 constexpr int kSumRows = 2, kSumCols = 64, kSumSlices = 8;
@@ -820,7 +820,7 @@ __device__ __forceinline__ void kgroups_sum(const float* __restrict__ work, T* C
     kgroups_sum<T>(work, C, M, N, ldc_r, ldc_c, alpha_bits, beta_bits, bias, bias_stride, epi, scale_bits, k_groups); \
   }
 
-// One kernel of the gemm_strided_wgmma ABI (util_sm90.toml) over the configuration CFG (a WCfg)
+// One kernel of the gemm_strided_wgmma ABI (matmul_sm90.toml) over the configuration CFG (a WCfg)
 #define UTIL_WGMMA_KERNEL(SYM, CFG)                                                                                \
   extern "C" __global__ void __launch_bounds__(CFG::kThreads, CFG::kOcc)                                          \
       SYM(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB, CFG::Out* C, int M,    \
@@ -834,8 +834,8 @@ __device__ __forceinline__ void kgroups_sum(const float* __restrict__ work, T* C
 #define UTIL_WGMMA_SYM_OCC(SYM, T, BM, BN, NN, STAGES, MC, OCC) \
   using SYM##_cfg = WCfg<T, BM, BN, NN, STAGES, 0, MC, OCC>;     \
   UTIL_WGMMA_KERNEL(SYM, SYM##_cfg)
-// The symbols and their knobs are declared in util_sm90.toml, whose `instance` lines the build generates
-// (util_sm90.instances.cuh, included at the end): `mc` 2 multicasts the B tile to a pair of CTAs along M, `occ` 2
+// The symbols and their knobs are declared in matmul_sm90.toml, whose `instance` lines the build generates
+// (matmul_sm90.instances.cuh, included at the end): `mc` 2 multicasts the B tile to a pair of CTAs along M, `occ` 2
 // runs two CTAs an SM, each with half the stages. The rings: 4 stages of 48 KB at BM = 128, 5 of 40 KB at BM = 64
 // (as deep as 227 KB allows); the narrower tiles keep a ~192 KB ring. TF32 (fp32 operands, tn only: tf32 wgmma
 // reads K-major operands) takes the same stage bytes (a k-block of 32 fp32 is one 128-byte row, as 64 fp16 are).
@@ -845,7 +845,7 @@ __device__ __forceinline__ void kgroups_sum(const float* __restrict__ work, T* C
 #define UTIL_TF32X3S(NAME, BM, BN, NN, STAGES)                         \
   using NAME##_cfg = WCfg<float, BM, BN, NN, STAGES, 0, 1, 1, true>; \
   UTIL_WGMMA_KERNEL(NAME, NAME##_cfg)
-// 3xTF32 (role gemm_tf32x3): A and B as util_split_tf32's planes, each k-block's products added in fp32 FMA.
+// 3xTF32 (role gemm_tf32x3): A and B as matmul_split_tf32's planes, each k-block's products added in fp32 FMA.
 #define UTIL_TF32X3(NAME, BM, BN, STAGES, PROMOTE)                                                                \
   extern "C" __global__ void __launch_bounds__(WCfg<float, BM, BN, false, STAGES, PROMOTE>::kThreads, 1)         \
       NAME(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB, float* C, int M,    \
@@ -858,7 +858,7 @@ __device__ __forceinline__ void kgroups_sum(const float* __restrict__ work, T* C
   HG_EXPORT_DSMEM(NAME, WCfg<float, BM, BN, false, STAGES, PROMOTE>::kSmemBytes)
 // The 3xTF32 products promote their partial sums every 4 k-blocks (128 of K; the toml's instance knob): as
 // fast as rarer promotion, as accurate as every 3 (docs/dev/code_measurements.md, "3xTF32 promotion").
-// 3xFP16 (role gemm_f16x3): A and B as util_split_f16x3's scaled fp16 planes and their rows' exponents, C fp32.
+// 3xFP16 (role gemm_f16x3): A and B as matmul_split_f16x3's scaled fp16 planes and their rows' exponents, C fp32.
 #define UTIL_F16X3(NAME, BM, BN, STAGES, PROMOTE)                                                                  \
   extern "C" __global__ void __launch_bounds__(WCfg<__half, BM, BN, false, STAGES, PROMOTE>::kThreads, 1)         \
       NAME(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB, float* C, int M,      \
@@ -871,4 +871,4 @@ __device__ __forceinline__ void kgroups_sum(const float* __restrict__ work, T* C
                                                              a_shift, b_shift);                                     \
   }                                                                                                                 \
   HG_EXPORT_DSMEM(NAME, WCfg<__half, BM, BN, false, STAGES, PROMOTE>::kSmemBytes)
-#include "util_sm90.instances.cuh"
+#include "matmul_sm90.instances.cuh"

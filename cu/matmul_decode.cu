@@ -1,14 +1,14 @@
-// Family "util_decode": the decode-shape GEMM behind hgemm_rt.matmul (M <= 16: one token or a few, as
+// Family "matmul_decode": the decode-shape GEMM behind hgemm_rt.matmul (M <= 16: one token or a few, as
 // an LLM generates). Such a GEMM reads all of B once and does almost no arithmetic per byte, so its
 // speed is how fast B streams from HBM: what matters is keeping enough bytes in flight per SM without
 // the CTA-wide barriers of a tiled pipeline. Here every thread runs its own cp.async ring: it copies
 // the 16-byte pieces of A and B that it will itself consume, kStages chunks ahead, and reads them back
 // into mma.sync fragments; nothing is shared between threads until the final reduction, so the ring
-// needs no barrier at all. B as K x N (util_gemm_decode_nn, below) loads into registers instead.
+// needs no barrier at all. B as K x N (matmul_gemm_decode_nn, below) loads into registers instead.
 //
-// util_gemm_decode_tn_{f16,bf16} (variant b = col), the ABI of the gemm_strided_mma kernels:
+// matmul_gemm_decode_tn_{f16,bf16} (variant b = col), the ABI of the gemm_strided_mma kernels:
 //   C = epilogue(A.B) (+ beta * C), cu/common/epilogue.cuh (bias, activation, scale: the parameters after
-//   beta_bits, as in util.cu; the general epilogue runs in hgu::reduce_store_general, a function of its
+//   beta_bits, as in matmul.cu; the general epilogue runs in hgu::reduce_store_general, a function of its
 //   own). A: M x K row-major with leading dimension lda. B: N x K row-major with
 //   ldb (b=col: the nn.Linear weight, the layout of decoding). C: any strides, any alignment.
 //   A warp owns 16 rows x 32 columns of C for its share of K, in 32-wide chunks: one m16n8k16 pair per
@@ -36,7 +36,7 @@ constexpr int kTiles = kBN / 8;                  // m16n8 tiles per warp
 constexpr int kSlots = 6;                        // 16-byte pieces per thread per chunk: A rows g, g+8; 4 of B
 constexpr int kRedStride = kBN + 4;              // floats per row of a warp's partial tile (16-byte rows)
 // The ring, [warp][stage][slot][lane] 16-byte pieces (a warp's reads of one slot are 512 contiguous
-// bytes: conflict-free); declared as the kernels' dynamic shared memory in util_decode.toml.
+// bytes: conflict-free); declared as the kernels' dynamic shared memory in matmul_decode.toml.
 template <int kStages>
 __host__ __device__ constexpr int ring_bytes() { return kWarps * kStages * kSlots * 32 * 16; }
 static_assert(kBM % 8 == 0, "split-K row slices: BM must divide by every cluster size up to 8");
@@ -159,7 +159,7 @@ __device__ __forceinline__ void gemm_decode(const T* __restrict__ A, const T* __
                                             long long bsb_o, long long bsb_i, long long bsc_o, long long bsc_i) {
   static_assert(kWarps * kBM * kRedStride * 4 <= ring_bytes<kStages>(), "the partial tiles reuse the ring");
   extern __shared__ __align__(128) unsigned char smem[];
-  hg::griddep_begin();  // dependent_launch (util_decode.toml): nothing global is touched before this
+  hg::griddep_begin();  // dependent_launch (matmul_decode.toml): nothing global is touched before this
   const hgu::GridZ gz = hgu::grid_z(batch_inner);
   A += hgu::batch_offset(gz, bsa_o, bsa_i);
   B += hgu::batch_offset(gz, bsb_o, bsb_i);
@@ -228,7 +228,7 @@ __device__ __forceinline__ void gemm_decode(const T* __restrict__ A, const T* __
 }
 
 // ---- B as K x N (variant b = row: x @ W with W row-major, as decoding with a K x N weight has it) ----
-// util_gemm_decode_nn_{f16,bf16}: thread (g, q) of a warp loads rows kb + 8q .. 8q + 7 of B at columns
+// matmul_gemm_decode_nn_{f16,bf16}: thread (g, q) of a warp loads rows kb + 8q .. 8q + 7 of B at columns
 // nw + 8g .. 8g + 7 (nw the warp's 64 columns) straight into registers, one 16-byte load each, so a warp's
 // load instruction reads 128-byte runs of 4 rows. The k order is the N x K kernel's (A's 16-byte pieces
 // unchanged); B's fragments come out of the 8 row pieces by byte permutes: n8 tile j takes column
@@ -334,7 +334,7 @@ __device__ __forceinline__ void gemm_decode_rowb(const T* __restrict__ A, const 
       if (c < c_end && row < kEnd) hg::prefetch_l2(B + static_cast<long long>(row) * ldb + n0);
     }
   }
-  hg::griddep_begin();  // dependent_launch (util_decode.toml): nothing global is touched before this
+  hg::griddep_begin();  // dependent_launch (matmul_decode.toml): nothing global is touched before this
 
   float acc[8][4];
 #pragma unroll
@@ -368,7 +368,7 @@ __device__ __forceinline__ void gemm_decode_rowb(const T* __restrict__ A, const 
 
 }  // namespace
 
-// ---- extern "C" entry points: instantiated from util_decode.toml (util_decode.instances.cuh) ----
+// ---- extern "C" entry points: instantiated from matmul_decode.toml (matmul_decode.instances.cuh) ----
 // Before sm_90 one CTA's ring fills most of an SM's shared memory anyway; ptxas's own register target
 // there (80) made the batched kernels spill, so it is told the real occupancy. sm_90 keeps its choice.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
@@ -376,8 +376,8 @@ __device__ __forceinline__ void gemm_decode_rowb(const T* __restrict__ A, const 
 #else
 #define HG_DECODE_BOUNDS __launch_bounds__(kThreads)
 #endif
-// STAGES ring stages (util_decode.toml's knob: 4; 2 to 8 stream alike once two CTAs (16 warps) share an SM,
-// docs/dev/tuning_log.md, util_decode)
+// STAGES ring stages (matmul_decode.toml's knob: 4; 2 to 8 stream alike once two CTAs (16 warps) share an SM,
+// docs/dev/tuning_log.md, matmul_decode)
 #define UTIL_DECODE(SYM, T, STAGES)                                                                     \
   extern "C" __global__ void HG_DECODE_BOUNDS                                                          \
       SYM(const T* A, const T* B, T* C, int M, int N, int K, int lda, int ldb, int ldc_r,       \
@@ -400,4 +400,4 @@ __device__ __forceinline__ void gemm_decode_rowb(const T* __restrict__ A, const 
   }                                                                                                     \
   HG_EXPORT_DSMEM(SYM, RowB::kRedBytes)
 
-#include "util_decode.instances.cuh"
+#include "matmul_decode.instances.cuh"

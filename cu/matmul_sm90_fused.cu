@@ -1,7 +1,7 @@
-// Family "util_sm90_fused": the persistent Hopper GEMM with the fused epilogue behind hgemm_rt.matmul
-// (ladder "util", role "gemm_fused_wgmma", sm_90a).
+// Family "matmul_sm90_fused": the persistent Hopper GEMM with the fused epilogue behind hgemm_rt.matmul
+// (ladder "matmul", role "gemm_fused_wgmma", sm_90a).
 //
-// util_gemm_wgmma_fused_{f16,bf16}_{tn,nn}:
+// matmul_gemm_wgmma_fused_{f16,bf16}_{tn,nn}:
 //   C = scale * act(alpha * A.B + bias) + beta * C_old (cu/common/epilogue.cuh; SwiGLU pairs gate/up
 //   columns) over batch_count matrices, fp32 accumulation, fp16 (bf16) in and out.
 //   The kernel is the catalogue's hgemm_sm90_wgmma_tma_ws_persistent_{tn,nn} with 4 stages (the code is
@@ -74,7 +74,7 @@ using namespace hg90g;  // the knobs, rungs and sm90_gemm (cu/common/sm90_gemm.c
                                                HG_UNPAREN TAIL_ARGS});                                           \
   }                                                                                                              \
   HG_EXPORT_DSMEM(NAME, Config<RUNG>::kSmemBytes)
-// One declared symbol (util_sm90_fused.toml's instance lines): BASE the rung before the toml's dtype and layout, the
+// One declared symbol (matmul_sm90_fused.toml's instance lines): BASE the rung before the toml's dtype and layout, the
 // `queue` variant 1 taking its tiles from the producer's TileQueue (the dynamic order where `work` is a counter).
 #define UTIL_FUSED_VARIANT(NAME, RUNG)                                                          \
   UTIL_FUSED_KERNEL(NAME, RUNG, (const int* group, int group_mode, int groups, float* work), \
@@ -92,4 +92,4 @@ using namespace hg90g;  // the knobs, rungs and sm90_gemm (cu/common/sm90_gemm.c
   using SYM##_rung = DeclaredRung<BASE, T, NN>::type;       \
   UTIL_FUSED_KERNEL(SYM, SYM##_rung, (float* work, int sk_tiles), (nullptr, 0, 0, work, sk_tiles))
 
-#include "util_sm90_fused.instances.cuh"
+#include "matmul_sm90_fused.instances.cuh"

@@ -1,4 +1,4 @@
-// Family "util": the helper kernels behind hgemm_rt.matmul (ladder "util": not catalogue GEMMs, so
+// Family "matmul": the helper kernels behind hgemm_rt.matmul (ladder "matmul": not catalogue GEMMs, so
 // the generic GEMM tests and bench.py skip them; tests/test_matmul.py checks them through matmul).
 // Every stride is in elements and may be any value (transposing views included); alpha and beta
 // arrive as the bit patterns of fp32 values in i32 parameters.
@@ -13,7 +13,7 @@
 // (z / batch_inner, z % batch_inner), each operand offset by its 64-bit batch strides (0: broadcast);
 // an unbatched launch has batch_inner = 1 and zero strides.
 //
-// util_copy2d_{f16,bf16,f32}: the memory-bound glue of the padding path.
+// matmul_copy2d_{f16,bf16,f32}: the memory-bound glue of the padding path.
 //   dst[r*drs + c*dcs] = epilogue(S(r, c)) (+ beta * dst[...] when beta != 0), r < M, c < N, where
 //   S(r, c) = src[r*srs + c*scs] inside src_rows x src_cols and 0 outside (zero padding).
 //   256 threads, 64 x 64 tile through shared memory: the read walks the source's contiguous
@@ -25,7 +25,7 @@
 //   a temporary where no fused kernel runs).
 //   Any M, N >= 1, any alignment; sm_80+.
 //
-// util_gemm_mma_{f16,bf16}_m{16,32,64,128} (variants b = row | col):
+// matmul_gemm_mma_{f16,bf16}_m{16,32,64,128} (variants b = row | col):
 //   C = epilogue(A.B) (+ beta * C). A: M x K row-major with leading dimension lda. B: K x N row-major
 //   (b=row, "NN") or N x K row-major (b=col, "TN") with ldb. C: any strides, any alignment.
 //   fp32 accumulation with mma.sync m16n8k16 fed by ldmatrix from XOR-swizzled shared memory,
@@ -40,7 +40,7 @@
 //   sm_80..89) the CTA reads back its own tile.
 //   Smem: stages * (BM + BN) * BK * 2 bytes (the fp32 tile reuses the pipeline buffers).
 //
-// util_split_tf32: an operand of the 3xTF32 product (matmul's fp32 inputs at fp32 accuracy on TF32 tensor
+// matmul_split_tf32: an operand of the 3xTF32 product (matmul's fp32 inputs at fp32 accuracy on TF32 tensor
 //   cores, role gemm_tf32x3). src (rows x K, any strides) becomes 2 KB planes of rows x 32 fp32 (KB =
 //   ceil(K / 32) k-blocks; plane q at dst + q * rows * 32, rows of 128 bytes): plane kb holds the TF32 heads
 //   hi(x) and plane KB + kb the residuals lo(x) of k-block kb (hg::tf32_split); zero past K.
@@ -50,7 +50,7 @@
 //   at half its rate). 64 x 64 source tile through shared memory, read along the source's contiguous
 //   dimension, written in 128-byte plane rows. Grid: (ceil(K / 64), ceil(rows / 64)). sm_80+ (cvt.rna).
 //
-// util_split_f16x3: an operand of the 3xFP16 product (matmul's fp32 inputs at fp32 accuracy on fp16 tensor
+// matmul_split_f16x3: an operand of the 3xFP16 product (matmul's fp32 inputs at fp32 accuracy on fp16 tensor
 //   cores, role gemm_f16x3). Each line of src (rows x K, any strides) is scaled by a power of two, 2^shift, that
 //   puts its largest finite magnitude in [2^14, 2^15) (fp16's range holds 2^-24 .. 65504, so a line of any
 //   magnitude keeps its 22 bits: no overflow, and its small entries stay above fp16's normal floor down to 2^-17 of
@@ -64,7 +64,7 @@
 //   matrices): matrix z = (outer, inner) = divmod(z, batch_inner) at element offsets outer * bs?_o + inner * bs?_i
 //   of src (bss), of the planes (bsd, in the planes' fp32 units) and of the exponents (bse).
 //
-// util_gemm_simt_{f16,bf16,f32}: C = epilogue(A.B) (+ beta * C) with any strides for A, B and C and any
+// matmul_gemm_simt_{f16,bf16,f32}: C = epilogue(A.B) (+ beta * C) with any strides for A, B and C and any
 //   alignment, fp32 FMA, 256 threads, 64 x 64 tile, 4 x 4 outputs per thread. The correctness fallback
 //   (dtypes/arches without a tensor-core kernel) and the one-launch path for tiny problems.
 #include "common/dsmem.cuh"
@@ -776,15 +776,15 @@ __device__ __forceinline__ void split_f16x3(const float* __restrict__ src, __hal
 
 }  // namespace
 
-// ---- extern "C" entry points: the splits written out, the rest instantiated from util.toml (util.instances.cuh) ----
+// ---- extern "C" entry points: the splits written out, the rest instantiated from matmul.toml (matmul.instances.cuh) ----
 extern "C" __global__ void __launch_bounds__(kCopyThreads)
-    util_split_tf32(const float* src, float* dst, int src_rows, int src_cols, int srs, int scs) {
+    matmul_split_tf32(const float* src, float* dst, int src_rows, int src_cols, int srs, int scs) {
   hg::griddep_begin();
   split_tf32(src, dst, src_rows, src_cols, srs, scs);
 }
 // two CTAs an SM: batches of short lines (64 x 256^3) are many CTAs of little work each, latency-bound
 extern "C" __global__ void __launch_bounds__(kCopyThreads, 2)
-    util_split_f16x3(const float* src, float* dst, int* shift, int src_rows, int src_cols, int srs, int scs,
+    matmul_split_f16x3(const float* src, float* dst, int* shift, int src_rows, int src_cols, int srs, int scs,
                      int batch_inner, long long bss_o, long long bss_i, long long bsd_o, long long bsd_i,
                      long long bse_o, long long bse_i) {
   hg::griddep_begin();
@@ -815,7 +815,7 @@ extern "C" __global__ void __launch_bounds__(kCopyThreads, 2)
                                                 batch_inner, bsa_o, bsa_i, bsb_o, bsb_i, bsc_o, bsc_i);  \
   }                                                                                                      \
   HG_EXPORT_DSMEM(SYM, MmaCfg<T, BM, WMW, WNW, ST, BROW>::kSmemBytes)
-// One symbol of the gemm_strided_mma ABI: BM, warps along M x N, stages (the knobs in util.toml) and the `b`
+// One symbol of the gemm_strided_mma ABI: BM, warps along M x N, stages (the knobs in matmul.toml) and the `b`
 // variant (row: B K x N, col: B N x K).
 #define HG_B_ROW_row true
 #define HG_B_ROW_col false
@@ -832,4 +832,4 @@ extern "C" __global__ void __launch_bounds__(kCopyThreads, 2)
                  epi, scale_bits, batch_inner, bsa_o, bsa_i, bsb_o, bsb_i, bsc_o, bsc_i);                  \
   }
 
-#include "util.instances.cuh"
+#include "matmul.instances.cuh"

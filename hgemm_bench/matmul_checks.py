@@ -1,4 +1,4 @@
-"""The matmul helper ("util") kernels' checks, shared by the sanitizer (sanitize.py) and the GPU tests:
+"""The matmul helper ("matmul") kernels' checks, shared by the sanitizer (sanitize.py) and the GPU tests:
 the problems whose matmul plans launch each of them at an aligned and a ragged shape, which of those
 plans to run (pure data, tested on the CPU), and the checked run of them on operands whose gaps are
 never written."""
@@ -15,7 +15,7 @@ from hgemm_rt.numerics import error_floor, rel_error
 from .kernel_checks import selected_specs
 
 SHAPE_CLASSES = ("aligned", "ragged", "ragged_mk")
-# aligned: multiples of every util tile (BM <= 128, BN <= 256, BK = 64), 8 K tiles so that every split
+# aligned: multiples of every matmul tile (BM <= 128, BN <= 256, BK = 64), 8 K tiles so that every split
 # count has work; ragged: no dimension a multiple of 8, K = 5 tiles (split 8 leaves slices empty); ragged_mk:
 # M and K ragged, C's rows whole 16-byte runs, as the TMA-store kernels (gemm_fused_wgmma) need them
 UTIL_SHAPES = {"aligned": (256, 256, 512), "ragged": (97, 141, 261), "ragged_mk": (97, 144, 261)}
@@ -36,7 +36,7 @@ class Operand:
 
 
 @dataclass(frozen=True)
-class UtilCase:
+class MatmulCase:
     dtype: str
     shape: str  # "aligned" | "ragged"
     what: str
@@ -75,29 +75,29 @@ class UtilCase:
         return f"{self.dtype} {self.shape} {'x'.join(map(str, self.MNK))} {self.what}{acc}"
 
 
-def util_cases(dtypes) -> list[UtilCase]:
+def matmul_cases(dtypes) -> list[MatmulCase]:
     row = Operand()
     cases = []
     for dtype in dtypes:
         for shape in SHAPE_CLASSES:
             if shape == "ragged_mk":  # only the case with every leading dimension padded (TMA in place)
                 _M, N, K = UTIL_SHAPES[shape]
-                cases.append(UtilCase(dtype, shape, "row-major, leading dimensions padded to 8, alpha/beta",
+                cases.append(MatmulCase(dtype, shape, "row-major, leading dimensions padded to 8, alpha/beta",
                                       Operand("row", 0, -K % 8), Operand("row", 0, -N % 8),
                                       Operand("row", 0, -N % 8), 0.5, 0.25))
                 continue
             cases += [
-                UtilCase(dtype, shape, "plain", row, row, row, 1.0, 0.0),
-                UtilCase(dtype, shape, "alpha/beta, column-major strided C", row, row, Operand("col", 0, 3), -2.0,
+                MatmulCase(dtype, shape, "plain", row, row, row, 1.0, 0.0),
+                MatmulCase(dtype, shape, "alpha/beta, column-major strided C", row, row, Operand("col", 0, 3), -2.0,
                          0.25),
                 # rows start off 16-byte boundaries and have odd lengths: copies take load16_any's
                 # misaligned path right up to each row's gap
-                UtilCase(dtype, shape, "misaligned A, column-major B, offset C, alpha", Operand("row", 1, 3),
+                MatmulCase(dtype, shape, "misaligned A, column-major B, offset C, alpha", Operand("row", 1, 3),
                          Operand("col", 3, 5), Operand("row", 1, 1), 0.5, 0.0),
             ]
             _M, N, K = UTIL_SHAPES[shape]
             if K % 8 or N % 8:  # ragged rows padded to 16 bytes: TMA maps of A, B and C in place
-                cases.append(UtilCase(dtype, shape, "row-major, leading dimensions padded to 8, alpha/beta",
+                cases.append(MatmulCase(dtype, shape, "row-major, leading dimensions padded to 8, alpha/beta",
                                       Operand("row", 0, -K % 8), Operand("row", 0, -N % 8),
                                       Operand("row", 0, -N % 8), 0.5, 0.25))
     # fp32 inputs at TF32 precision: the one-pass TF32 kernels (fp32 accuracy runs the split products above)
@@ -106,7 +106,7 @@ def util_cases(dtypes) -> list[UtilCase]:
 
 
 def plan_keys(plan, prob, shape: str, manifest) -> set[tuple[str, str, str]]:
-    """(kernel, feature, shape class) for every util kernel a plan launches; feature "" is the
+    """(kernel, feature, shape class) for every matmul kernel a plan launches; feature "" is the
     launch itself, then its variant, split-K, alpha/beta, transposing / misaligned copies."""
     from hgemm_rt.problem import Copy, GroupSum, Split
 
@@ -141,7 +141,7 @@ def plan_keys(plan, prob, shape: str, manifest) -> set[tuple[str, str, str]]:
     return keys
 
 
-def util_schedule(manifest, cc: tuple[int, int], sm_count: int, names: set[str]) -> tuple[list, set]:
+def matmul_schedule(manifest, cc: tuple[int, int], sm_count: int, names: set[str]) -> tuple[list, set]:
     """[(case, plan)] to run, and the keys they cover: per case, matmul's plans cheapest first, each
     taken only if it covers a key of a selected kernel that no earlier plan covered."""
     from hgemm_rt import planner
@@ -150,7 +150,7 @@ def util_schedule(manifest, cc: tuple[int, int], sm_count: int, names: set[str])
     dtypes = sorted({manifest.kernels[n].dtype for n in names})
     covered: set = set()
     out = []
-    for case in util_cases(dtypes):
+    for case in matmul_cases(dtypes):
         prob = case.problem()
         for _est, plan in planner.ranked_recipes(prob, manifest, cc, sm_count):
             new = {k for k in plan_keys(plan, prob, case.shape, manifest) if k[0] in names} - covered
@@ -176,12 +176,12 @@ def tma_stored_temps(plan, manifest) -> list[str]:
             and "tmap:C" in manifest.kernels[s.kernel].params]
 
 
-def util_names(manifest, pattern: str | None, cc: tuple[int, int]) -> tuple[set[str], list[str]]:
-    """(selected util kernels runnable on cc, the selected ones with no build for it)."""
+def matmul_kernel_names(manifest, pattern: str | None, cc: tuple[int, int]) -> tuple[set[str], list[str]]:
+    """(selected matmul kernels runnable on cc, the selected ones with no build for it)."""
     from hgemm_rt.errors import NotBuiltForDeviceError
 
     runnable, unbuilt = set(), []
-    for spec in selected_specs(manifest, pattern, util=True):
+    for spec in selected_specs(manifest, pattern, helpers=True):
         try:
             manifest.select(spec, cc)
             runnable.add(spec.name)
@@ -191,7 +191,7 @@ def util_names(manifest, pattern: str | None, cc: tuple[int, int]) -> tuple[set[
 
 
 def missing(names, covered) -> list[str]:
-    """Selected util kernels not launched at an aligned and at a ragged shape."""
+    """Selected matmul kernels not launched at an aligned and at a ragged shape."""
     out = [f"{n} (aligned)" for n in sorted(names) if (n, "", "aligned") not in covered]
     return out + [f"{n} (ragged)" for n in sorted(names) if not any((n, "", c) in covered for c in RAGGED)]
 
@@ -233,8 +233,8 @@ class Buffer:
         return download(self.buf, self.host)
 
 
-def run_util(names: set[str], report: Callable[[str], Any] = lambda line: None) -> tuple[int, int, set]:
-    """Run util_schedule on the GPU, each plan checked against float64 and C checked untouched outside
+def run_matmul_checks(names: set[str], report: Callable[[str], Any] = lambda line: None) -> tuple[int, int, set]:
+    """Run matmul_schedule on the GPU, each plan checked against float64 and C checked untouched outside
     its view; `report` gets one line per plan ("ok " or "BAD " first). Returns (wrong results,
     launches, covered keys)."""
     from hgemm_rt import planner
@@ -245,7 +245,7 @@ def run_util(names: set[str], report: Callable[[str], Any] = lambda line: None) 
 
     dev = get_device()
     manifest = get_registry().manifest
-    sched, _ = util_schedule(manifest, dev.info.cc, dev.info.sm_count, names)
+    sched, _ = matmul_schedule(manifest, dev.info.cc, dev.info.sm_count, names)
     rng = np.random.default_rng()
     bad = launches = 0
     covered: set = set()
