@@ -228,16 +228,22 @@ def _assert_moe(got, x, w, ends):
     assert err <= error_floor(dtype, "f32", dtype, x.shape[1]), err
 
 
-@pytest.mark.gpu
-def test_grouped_repeats_on_the_same_and_on_new_addresses_match_the_first_call(rng):
+def _first_torch_call(rng, E, T, K, N):
+    """(torch, x, w, ends, out, a copy of the first call's result, checked against float64)."""
     _hopper()
     torch = pytest.importorskip("torch")
-    from hgemm_rt.grouped import repeat_key
-
-    x, w, ends = _moe(torch, rng, 8, 700, 256, 192)
-    out = torch.full((700, 192), float("nan"), dtype=x.dtype, device="cuda")
+    x, w, ends = _moe(torch, rng, E, T, K, N)
+    out = torch.full((T, N), float("nan"), dtype=x.dtype, device="cuda")
     first = hg.grouped_matmul(x, w, out=out, offsets=ends).clone()
     _assert_moe(first, x, w, ends)
+    return torch, x, w, ends, out, first
+
+
+@pytest.mark.gpu
+def test_grouped_repeats_on_the_same_and_on_new_addresses_match_the_first_call(rng):
+    from hgemm_rt.grouped import repeat_key
+
+    torch, x, w, ends, out, first = _first_torch_call(rng, 8, 700, 256, 192)
     assert repeat_key(x, w, out, offsets=ends) in hg.plans.calls
     for _ in range(3):  # the same tensors: the kept call
         out.fill_(float("nan"))
@@ -325,11 +331,7 @@ def test_grouped_repeat_reads_the_offsets_contents_on_the_gpu_each_call(rng):
 
 @pytest.mark.gpu
 def test_grouped_repeat_on_another_stream_runs_there_and_stays_correct(rng):
-    _hopper()
-    torch = pytest.importorskip("torch")
-    x, w, ends = _moe(torch, rng, 4, 500, 128, 256)
-    out = torch.full((500, 256), float("nan"), dtype=x.dtype, device="cuda")
-    first = hg.grouped_matmul(x, w, out=out, offsets=ends).clone()
+    torch, x, w, ends, out, first = _first_torch_call(rng, 4, 500, 128, 256)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     for explicit in (False, True, False):
