@@ -1,5 +1,7 @@
-"""grouped_matmul's repeat path (hgemm_rt/grouped.py: repeat_key, GroupedCall) on the CPU: a fake Hopper device
-and a fake execution record every launch, so what a repeat call checks, skips and launches is seen without a GPU.
+"""grouped_matmul's repeat path (hgemm_rt/grouped.py: repeat_key, GroupedCall) on the CPU: a fake Hopper device, a
+fake build (one grouped kernel, its recipe a placeholder) and a fake execution that records every launch, so what a
+repeat call checks, skips and launches is seen without a GPU or a build. (The grouped recipe itself:
+tests/test_shape_roles.py.)
 
 A call is kept under the operands' cheap identities (operands.KEYERS), the low address bits and the options; a
 repeat launches the kept plan on the new addresses, checks out against the inputs, and refuses what the first call
@@ -19,12 +21,7 @@ from hgemm_rt import operands as ops
 from hgemm_rt.errors import ArgumentTypeError, ValidationError
 from hgemm_rt.grouped import repeat_key
 from hgemm_rt.launchplan import PackedSet
-from hgemm_rt.roles.gemm_fused_wgmma import grouped_kernel
-from kernel_cases import load_manifest_or_none
 
-MANIFEST = load_manifest_or_none()
-pytestmark = pytest.mark.skipif(MANIFEST is None or grouped_kernel(MANIFEST, "f16", "TN") is None,
-                                reason="no build manifest with the grouped kernels")
 E, T, K, N = 4, 100, 64, 32
 
 
@@ -68,7 +65,9 @@ def gpu(monkeypatch, fresh_plans):
     state = SimpleNamespace(log=[], planned=0, waits=[], next_result=7 << 36)
     dev = SimpleNamespace(info=SimpleNamespace(cc=(9, 0), name="H100", sm_count=132))
     monkeypatch.setattr(grouped, "get_device", lambda device=0: dev)
-    monkeypatch.setattr(grouped, "get_registry", lambda: SimpleNamespace(manifest=MANIFEST))
+    monkeypatch.setattr(grouped, "get_registry", lambda: SimpleNamespace(manifest=None))
+    monkeypatch.setattr(grouped, "grouped_kernel", lambda manifest, dtype, layout: SimpleNamespace(name="grouped"))
+    monkeypatch.setattr(grouped, "grouped_recipe", lambda prob, manifest: SimpleNamespace(prob=prob))
     executions = {}
 
     def execution(recipe, prob, device, stream):
