@@ -17,6 +17,12 @@ the T rows, counts 0 .. max_M); device ones are clamped on the GPU to the rows t
 max_M, offsets past T or decreasing), so a bad routing table cannot make the kernel read or write outside
 the arrays.
 
+Repeat calls: a call is kept (plans.calls, under repeat_key) by the cheap identities of its operands (torch, CuPy,
+JAX arrays and DeviceArrays for A, B and out; torch or CuPy offsets/counts), the low bits of their addresses and the
+options. A call that matches skips validation and planning (GroupedCall.run): it checks only what new addresses can
+change (out overlapping A or B), makes the waits the full path makes, and launches. Numpy offsets/counts (uploaded
+every call) and other array kinds take the full path every time.
+
 Hopper (sm_90a) only: the kernels are the persistent `gemm_fused_wgmma` ones (cu/matmul_sm90_fused.cu).
 """
 from __future__ import annotations
@@ -29,7 +35,8 @@ from . import operands as ops
 from .device import get_device, stream_handle
 from .epilogue import SWIGLU, Epilogue
 from .errors import ArgumentTypeError, NotBuiltForDeviceError, ValidationError
-from .memory import DeviceArray
+from .launchplan import PackedSet
+from .memory import DeviceArray, byte_extent
 from .planner import grouped_recipe
 from .plans import plans
 from .problem import ACCUMULATE, Problem, View, batch_align, ptr_alignment
@@ -37,7 +44,7 @@ from .registry import get_registry
 from .roles.gemm_fused_wgmma import GROUP_MODES, grouped_kernel
 from .streams import cai_stream, wait_for
 from .validate import I32_MAX, accumulate_code, check_activation, check_group_index, fp32_scalar, one_device, \
-    validate_out
+    out_overlaps, validate_out
 
 __all__ = ["grouped_matmul", "GROUP_MODES"]
 
@@ -100,7 +107,18 @@ def grouped_matmul(a: Any, b: Any, out: Any = None, *, offsets: Any = None, coun
                    beta: float = 0.0, activation: str | None = None, scale: float = 1.0,
                    accumulate: str | None = None, stream: Any = None) -> Any:
     """Every expert's GEMM in one launch (see the module docstring). Returns `out`, or the new result."""
-    accumulate = accumulate_code(accumulate, "grouped_matmul")
+    options = (alpha, beta, activation, scale, accumulate, stream)
+    index = offsets if offsets is not None else counts
+    try:  # a repeat call: the operands' identities and the options find the validated call
+        ptrs, key = _identity(a, b, out, offsets, counts, options)
+        kept = plans.calls[key]
+    except (KeyError, TypeError):  # new, uncacheable or unhashable: validate in full
+        kept = None
+    if kept is not None:
+        result = kept.run(ptrs, out, index)
+        if result is not None:  # (None: a new result at an address of another alignment, planned in full)
+            return result
+    acc_code = accumulate_code(accumulate, "grouped_matmul")
     if (offsets is None) == (counts is None):
         raise ValidationError("grouped_matmul: pass exactly one of offsets= (contiguous rows) or counts= (masked)")
     mode = "contiguous" if offsets is not None else "masked"
@@ -108,9 +126,9 @@ def grouped_matmul(a: Any, b: Any, out: Any = None, *, offsets: Any = None, coun
     given = stream_handle(stream) if explicit else ops.implied_stream((a, b, out))
     A, B = ops.describe(a, "A", given), ops.describe(b, "B", given)
     C = ops.describe(out, "out", given) if out is not None else None
-    G = _index(offsets if offsets is not None else counts, "offsets" if offsets is not None else "counts")
+    G = _index(index, "offsets" if offsets is not None else "counts")
     check_activation(activation, "grouped_matmul")
-    E, M, N, K, n_out, dtype, acc = _sizes(A, B, G, mode, activation, accumulate)
+    E, M, N, K, n_out, dtype, acc = _sizes(A, B, G, mode, activation, acc_code)
     shape_c = (M, n_out) if mode == "contiguous" else (E, M, n_out)
     if C is not None:
         if C.shape != shape_c or C.dtype != dtype:
@@ -125,13 +143,26 @@ def grouped_matmul(a: Any, b: Any, out: Any = None, *, offsets: Any = None, coun
     device = one_device((A, B, C, G), "grouped_matmul")
     alpha_f, beta_f, scale_f = (fp32_scalar(n, x, "grouped_matmul") for n, x in (("alpha", alpha), ("beta", beta),
                                                                                 ("scale", scale)))
-    epi = Epilogue(None, activation, scale_f)
-    epi = None if epi == Epilogue() else epi
-
-    isz = A.itemsize
-    layout, bview = _b_view(B, K, N, isz)
     if beta_f != 0.0 and C is None:
         raise ValidationError("grouped_matmul: beta != 0 needs out= (its values take part)")
+    epi = Epilogue(None, activation, scale_f)
+    key = _cache_key(a, b, out, offsets, counts, options)
+    result, call = _plan_and_run(A, B, C, G, mode, (E, M, N, K, n_out, dtype, acc), None if epi == Epilogue() else epi,
+                                 (alpha_f, beta_f), device, given if explicit else None, key is not None)
+    if call is not None:
+        plans.remember(key, call)
+    return result
+
+
+def _plan_and_run(A: Any, B: Any, C: Any, G: GroupIndex, mode: str, sizes: tuple, epi: Epilogue | None,
+                  scalars: tuple[float, float], device: int, stream: int | None, keep: bool
+                  ) -> tuple[Any, "GroupedCall | None"]:
+    """The validated call planned and launched (`stream`: the explicit one, None: the operands' framework's):
+    (the result, the GroupedCall a repeat call runs where `keep` and it can be kept, else None)."""
+    E, M, N, K, n_out, dtype, acc = sizes
+    alpha_f, beta_f = scalars
+    isz = A.itemsize
+    layout, bview = _b_view(B, K, N, isz)
     manifest = get_registry().manifest
     dev = get_device(device)
     if dev.info.cc < (9, 0):
@@ -142,9 +173,12 @@ def grouped_matmul(a: Any, b: Any, out: Any = None, *, offsets: Any = None, coun
     for v, name in ((av, "A"), (bview, "B")):
         _tma_ready(v, name, isz)
 
-    s = given if explicit else ops.framework_stream(tuple(f for f in (A.framework, B.framework) if f), device)
+    explicit = stream is not None
+    s = stream if explicit else ops.framework_stream(tuple(f for f in (A.framework, B.framework) if f), device)
+    given_c = C
     framework_obj = next((op for op in (A, B) if op.framework), None)
     if C is None:
+        shape_c = (M, n_out) if mode == "contiguous" else (E, M, n_out)
         result = ops.new_result(framework_obj, shape_c, device, s, explicit) if framework_obj else None
         result = result if result is not None else DeviceArray.empty(shape_c, dtype, device)
         C = ops.describe(result, "out", s)
@@ -153,12 +187,138 @@ def grouped_matmul(a: Any, b: Any, out: Any = None, *, offsets: Any = None, coun
     cv = _view(C, "C", M, n_out, isz)  # (any alignment and width: a C that TMA cannot store goes through its pointer)
     prob = Problem(dtype, acc, av, bview if layout == "NN" else bview.T, cv, plain=alpha_f == 1.0 and beta_f == 0.0,
                    beta_zero=beta_f == 0.0, batch=(E,), epi=epi, group=mode)
-    ex = plans.execution(grouped_recipe(prob, manifest), prob, device, s)  # (the planner's grouped role)
+    recipe = grouped_recipe(prob, manifest)  # (the planner's grouped role)
+    ex = plans.execution(recipe, prob, device, s)
     G.upload(device)
     ops.order_after_producers((A, B, C), s, device, explicit)
     wait_for(s, G.producer_stream, device)
     ex.run((A.ptr, B.ptr, C.ptr, 0, G.ptr), alpha_f, beta_f, s)
-    return result
+    if not keep or any(op.producer_stream is not None for op in (A, B, C)):  # (a CAI producer: waited for in full)
+        return result, None
+    return result, GroupedCall(recipe, prob, (A, B, given_c, C), G, s, explicit, scalars, ex.plan(s))
+
+
+# the first item of a grouped call's key in plans.calls (a matmul call's key starts with an operand's description)
+GROUPED = "grouped_matmul"
+
+
+def _identity(a: Any, b: Any, out: Any, offsets: Any, counts: Any, options: tuple) -> tuple:
+    """((A, B, out, index addresses), the key a validated call is filed under in plans.calls): each operand's
+    description (operands.KEYERS) and, for A, B and out, the low 8 address bits (all the planner and the TMA checks
+    read of an address), the index's kind, then the options and the scalars' and stream's types (alpha=True is
+    refused where alpha=1 is not). Raises KeyError for an operand without a cheap identity or both indexes; the key
+    may be unhashable."""
+    keys = ops.KEYERS
+    if counts is None:
+        mode, index = "contiguous", offsets
+    elif offsets is None:
+        mode, index = "masked", counts
+    else:
+        raise KeyError("offsets and counts")  # (refused by the full path)
+    pa, da = keys[type(a)](a)
+    pb, db = keys[type(b)](b)
+    pc, dc = keys[type(out)](out)
+    pg, dg = keys[type(index)](index)
+    alpha, beta, _, scale, _, stream = options
+    return (pa, pb, pc, pg), (GROUPED, mode, da, pa & 255, db, pb & 255, dc, pc & 255, dg, *options, type(alpha),
+                              type(beta), type(scale), type(stream))
+
+
+def _cache_key(a: Any, b: Any, out: Any, offsets: Any, counts: Any, options: tuple) -> tuple | None:
+    """_identity's key, or None where the call has none (an operand without a cheap identity, such as numpy
+    offsets, which are uploaded each call; an unhashable option)."""
+    index = offsets if counts is None else counts
+    if any(ops.call_key(x) is None for x in (a, b, out, index)):  # (call_key learns the operands' types)
+        return None
+    key = _identity(a, b, out, offsets, counts, options)[1]
+    try:
+        hash(key)
+    except TypeError:  # an unhashable stream object or scalar: every call takes the full path
+        return None
+    return key
+
+
+def repeat_key(a: Any, b: Any, out: Any = None, *, offsets: Any = None, counts: Any = None, alpha: float = 1.0,
+               beta: float = 0.0, activation: str | None = None, scale: float = 1.0, accumulate: str | None = None,
+               stream: Any = None) -> tuple | None:
+    """The key `grouped_matmul` files a call with these arguments under in plans.calls (None: it is not kept)."""
+    return _cache_key(a, b, out, offsets, counts, (alpha, beta, activation, scale, accumulate, stream))
+
+
+class GroupedCall:
+    """A validated grouped_matmul call, ready to run again on operands of the same identities: the per-call work is
+    the stream, the result (if new), the overlap check of new addresses against the kept byte extents, the producer
+    waits the full path makes, and one launch from the launch plan of its execution on the call's stream. It keeps
+    descriptions only, never the caller's arrays."""
+
+    __slots__ = ("recipe", "problem", "device", "fixed_stream", "stream_fn", "explicit", "alpha", "beta", "waits",
+                 "index_what", "extents", "result_like", "result_shape", "result_low", "plan", "last")
+
+    def __init__(self, recipe: Any, prob: Problem, operands: tuple, G: GroupIndex, stream: int, explicit: bool,
+                 scalars: tuple[float, float], plan: Any):
+        A, B, given_c, C = operands  # (C: given_c, or the first call's new result)
+        self.recipe, self.problem, self.device, self.plan = recipe, prob, plan.execution.device, plan
+        self.fixed_stream, self.explicit, (self.alpha, self.beta) = stream, explicit, scalars
+        # without stream=, the framework's current stream is read on every call (it can change)
+        fw = next((f for f in (A.framework, B.framework) if f in ops.FRAMEWORK_STREAM), None)
+        self.stream_fn = None if explicit else fw
+        # stream= on framework operands: their framework's current stream is a producer to wait for
+        framed = [ops.Operand(op.what, 0, (), (), op.dtype, op.device, framework=op.framework) for op in (A, B, C)
+                  if op.framework in ops.FRAMEWORK_STREAM]
+        self.waits = tuple(framed) if explicit and framed else None
+        # an index whose __cuda_array_interface__ names a stream (CuPy's: its current one) is waited for each call
+        what = "offsets" if prob.group == "contiguous" else "counts"
+        self.index_what = f"grouped_matmul: {what}" if G.framework == "cupy" or G.producer_stream is not None else None
+        self.extents = None if given_c is None else \
+            tuple(byte_extent(0, op.shape, op.strides, op.itemsize) for op in (A, B, given_c))
+        like = next((op for op in (A, B) if op.framework), None)
+        self.result_like = ops.described(like) if given_c is None and like is not None else None
+        self.result_shape, self.result_low = C.shape, C.ptr & 255
+        self.last: PackedSet | None = None  # the parameter set the last call launched
+
+    def plan_for(self, stream: int) -> Any:
+        """The launch plan of this call's execution on `stream` (plans.execution's, kept for the next call)."""
+        plan = self.plan
+        if plan.stream != stream or plan.closed:
+            plan = self.plan = plans.execution(self.recipe, self.problem, self.device, stream).plan(stream)
+        return plan
+
+    def new_result(self, stream: int) -> Any:
+        like = self.result_like
+        if like is None:
+            return DeviceArray.empty(self.result_shape, self.problem.dtype, self.device)
+        return ops.new_result(like, self.result_shape, self.device, stream, self.explicit)
+
+    def run(self, ptrs: tuple[int, int, int, int], out: Any, index: Any) -> Any:
+        """Launch on A, B, out and the index at `ptrs` (out None: a new result). Returns the result; None where a
+        new result's low address bits are not the first call's (the caller plans that call in full)."""
+        pa, pb, pc, pg = ptrs
+        fw = self.stream_fn
+        s = self.fixed_stream if fw is None else ops.FRAMEWORK_STREAM[fw](self.device)
+        if out is None:
+            out = self.new_result(s)
+            pc = ops.result_ptr(out)
+            if pc & 255 != self.result_low:
+                return None
+        else:  # (the one check that reads addresses: validate_out's overlap)
+            (alo, ahi), (blo, bhi), (clo, chi) = self.extents
+            if pc + clo < pa + ahi and pa + alo < pc + chi:
+                raise out_overlaps("grouped_matmul", "A")
+            if pc + clo < pb + bhi and pb + blo < pc + chi:
+                raise out_overlaps("grouped_matmul", "B")
+        if self.waits is not None:
+            ops.order_after_producers(self.waits, s, self.device, True)
+        if self.index_what is not None:
+            wait_for(s, cai_stream(index.__cuda_array_interface__, self.index_what), self.device)
+        kept = self.last
+        if kept is None or kept.key != (pa, pb, pc, 0, pg, s) or kept.plan.closed:
+            kept = self.last = self.plan_for(s).packed_set((pa, pb, pc, 0, pg), self.alpha, self.beta)
+        for launch, kernel in kept.launches:
+            code = launch()
+            if code:  # another context current on this thread: ours made current, launched again (an error repeats)
+                get_device(self.device)
+                kernel.check_launch(launch())
+        return out
 
 
 def _sizes(A: Any, B: Any, G: GroupIndex, mode: str, activation: str | None, accumulate: str | None) -> tuple:

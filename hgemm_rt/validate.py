@@ -202,12 +202,18 @@ def validate_out(C: Any, inputs: tuple, where: str = "matmul") -> None:
     for op in inputs:
         if C.host is not None or op.host is not None:
             if C.host is not None and op.host is not None and np.shares_memory(C.host, op.host):
-                raise ValidationError(f"{where}: out overlaps {op.what} in memory; it must not alias an input")
+                raise out_overlaps(where, op.what)
             continue
         lo, hi = byte_extent(C.ptr, C.shape, C.strides, C.itemsize)
         olo, ohi = byte_extent(op.ptr, op.shape, op.strides, op.itemsize)
         if lo < ohi and olo < hi:
-            raise ValidationError(f"{where}: out overlaps {op.what} in memory; it must not alias an input")
+            raise out_overlaps(where, op.what)
+
+
+def out_overlaps(where: str, what: str) -> ValidationError:
+    """The error for an out that shares memory with input `what` (validate_out's, and a repeat call's that checks
+    new addresses against kept extents)."""
+    return ValidationError(f"{where}: out overlaps {what} in memory; it must not alias an input")
 
 
 def check_group_index(host: np.ndarray, what: str, rows: int) -> None:
