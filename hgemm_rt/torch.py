@@ -123,12 +123,10 @@ def _mm_cuda(a: Tensor, b: Tensor, accumulate: Optional[str]) -> Tensor:
             and accumulate is None and a.is_cuda and b.is_cuda and a.get_device() == b.get_device()):
         _check_mm(a, b, accumulate, fake=False)
     (M, K), N = sa, sb[1]
-    out = a.new_empty((M, N))  # the caching allocator, current stream
-    if K == 0:  # (the kernels take M, N, K >= 1; torch.mm's answer for K = 0 is zeros)
-        return out.zero_()
-    if M and N:
-        matmul(_readable(a), _readable(b), out=out, accumulate=accumulate)  # on torch's current stream
-    return out
+    if M and N and K:  # the result: a.new_empty by matmul (caching allocator, torch's current stream: where it runs)
+        return matmul(_readable(a), _readable(b), accumulate=accumulate)
+    out = a.new_empty((M, N))
+    return out.zero_() if K == 0 else out  # (the kernels take M, N, K >= 1; torch.mm's answer for K = 0 is zeros)
 
 
 def _linear_cuda(x: Tensor, weight: Tensor, bias: Optional[Tensor], accumulate: Optional[str]) -> Tensor:
@@ -139,19 +137,17 @@ def _linear_cuda(x: Tensor, weight: Tensor, bias: Optional[Tensor], accumulate: 
                  and bias.get_device() == x.get_device())):
         _check_linear(x, weight, bias, accumulate, fake=False)
     N, K = ws
-    if len(xs) == 2:  # (no reshape: even a view costs a dispatch)
-        rows, out = xs[0], x.new_empty((xs[0], N))  # the caching allocator, current stream
-        x2, out2 = x, out
-    else:
-        rows, out = math.prod(xs[:-1]), x.new_empty((*xs[:-1], N))
-        # reshape: a view when x's batch dimensions fold into rows, else one copy (matmul refuses those)
-        x2, out2 = x.reshape(rows, K), out.view(rows, N)
+    if len(xs) == 2 and xs[0] and N and K:  # the result: x.new_empty by matmul (caching allocator, current stream)
+        return matmul(_readable(x), _readable(weight).t(), bias=None if bias is None else _readable(bias),
+                      accumulate=accumulate)
+    rows, out = math.prod(xs[:-1]), x.new_empty((*xs[:-1], N))
     if rows == 0 or N == 0:
         return out
     if K == 0:  # an empty sum: the bias alone
         return out.zero_() if bias is None else out.copy_(bias)
-    matmul(_readable(x2), _readable(weight).t(), out=out2, bias=None if bias is None else _readable(bias),
-           accumulate=accumulate)
+    # reshape: a view when x's batch dimensions fold into rows, else one copy (matmul refuses those)
+    matmul(_readable(x.reshape(rows, K)), _readable(weight).t(), out=out.view(rows, N),
+           bias=None if bias is None else _readable(bias), accumulate=accumulate)
     return out
 
 

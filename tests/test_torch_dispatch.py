@@ -175,7 +175,8 @@ def test_torch_compile_records_the_custom_ops(log):
         return compiler
 
     torch.compiler.reset()
-    compiled = torch.compile(model, fullgraph=True, backend=aot_autograd(fw_compiler=keep("fw"), bw_compiler=keep("bw")))
+    backend = aot_autograd(fw_compiler=keep("fw"), bw_compiler=keep("bw"))
+    compiled = torch.compile(model, fullgraph=True, backend=backend)
     x, m = _inputs((5, 7), (3, 4), requires_grad=(0,), dtype=torch.float32)
     g = torch.randn(5, 4)
     compiled(x, m).backward(g)
@@ -242,3 +243,41 @@ def test_the_direct_path_refuses_host_tensors():
         ht.linear(torch.zeros(3, 6, dtype=torch.float16), torch.zeros(4, 6, dtype=torch.float16))
     with pytest.raises(ValidationError, match="b is on cpu; hgemm runs on CUDA"):  # (the fake implementation's)
         ht.mm(torch.zeros(3, 6, dtype=torch.float16, device="meta"), torch.zeros(6, 4, dtype=torch.float16))
+
+
+@pytest.fixture
+def cpu_matmul(monkeypatch, cpu_checks):
+    """hgemm_rt.matmul as the computations call it, on CPU tensors: each call logged as (a, b, out, bias)."""
+    calls = []
+
+    def matmul(a, b, out=None, *, bias=None, accumulate=None):
+        calls.append((a, b, out, bias))
+        c = a @ b if bias is None else a @ b + bias
+        return c if out is None else out.copy_(c)
+
+    monkeypatch.setattr(ht, "matmul", matmul)
+    return calls
+
+
+def test_the_computations_shape_their_calls_as_torch_does(cpu_matmul):
+    """The real CUDA computations over a CPU matmul: every shape class of x (2-D, 3-D, one that does not
+    fold into rows, 1-D, empty, K = 0) gives F.linear's result; zero-size products never call matmul, and
+    broadcast (stride 0) operands reach it dense."""
+    w, bias = torch.randn(3, 7), torch.randn(3)
+    x3 = torch.randn(2, 5, 7)
+    for x in (x3[0], x3, x3.transpose(0, 1), x3[0, 0], x3[:, :0], torch.randn(1, 7).expand(4, 7)):
+        for b in (None, bias):
+            cpu_matmul.clear()
+            y = ht.linear(x, w, b)
+            ref = F.linear(x, w, b)
+            assert y.shape == ref.shape and y.is_contiguous() and torch.allclose(y, ref, atol=1e-6), (x.shape, b)
+            assert len(cpu_matmul) == (x.numel() > 0)
+            assert all(0 not in t.stride() for call in cpu_matmul for t in call if t is not None and t.numel() > 1)
+    assert torch.equal(ht.linear(x3[..., :0], w[:, :0], bias), bias.expand(2, 5, 3))  # K = 0: the bias alone
+    assert torch.equal(ht.linear(x3[..., :0], w[:, :0]), torch.zeros(2, 5, 3))
+    assert ht.linear(x3, w[:0]).shape == (2, 5, 0)
+    a, b = torch.randn(5, 7), torch.randn(7, 3)
+    cpu_matmul.clear()
+    assert torch.allclose(ht.mm(a, b), a @ b) and torch.allclose(ht.mm(a, b.t().contiguous().t()), a @ b)
+    assert ht.mm(a[:0], b).shape == (0, 3) and torch.equal(ht.mm(a[:, :0], b[:0]), torch.zeros(5, 3))
+    assert len(cpu_matmul) == 2
