@@ -443,8 +443,7 @@ def test_compiled_functions_call_the_custom_ops(gpu_torch, ht, rng):
     def fn(x, w, bias, m):
         return ht.mm(ht.linear(x, w, bias), m)
 
-    x, w, bias = _randn(torch, rng, (40, 96), "f16"), _randn(torch, rng, (64, 96), "f16"), _randn(torch, rng, (64,), "f16")
-    m = _randn(torch, rng, (64, 24), "f16")
+    x, w, bias, m = (_randn(torch, rng, shape, "f16") for shape in ((40, 96), (64, 96), (64,), (64, 24)))
     torch.compiler.reset()
     got = torch.compile(fn, backend=record, fullgraph=True)(x, w, bias, m)
     targets = [str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"]
