@@ -259,16 +259,16 @@ def _eager(a: Tensor, b: Tensor, c: Optional[Tensor] = None) -> bool:
         and (c is None or type(c) in _PLAIN_TYPES) and not a.is_meta
 
 
+# (forward with ctx, no setup_context: Function.apply binds a setup_context Function's arguments with
+# inspect.signature on every call, several times the rest of its cost; the functorch transforms that need
+# setup_context take the custom op instead)
 class _MmFunction(torch.autograd.Function):
     """mm with autograd outside the custom op: the same backward, its GEMMs on `mm` again."""
 
     @staticmethod
-    def forward(a: Tensor, b: Tensor, accumulate: Optional[str]) -> Tensor:
+    def forward(ctx, a: Tensor, b: Tensor, accumulate: Optional[str]) -> Tensor:
+        _mm_save(ctx, a, b, accumulate)
         return _mm_cuda(a, b, accumulate)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output) -> None:
-        _mm_save(ctx, *inputs)
 
     @staticmethod
     def backward(ctx, grad: Tensor):
@@ -279,13 +279,9 @@ class _LinearFunction(torch.autograd.Function):
     """linear with autograd outside the custom op: the same backward, its GEMMs on `mm`."""
 
     @staticmethod
-    def forward(x: Tensor, weight: Tensor, bias: Optional[Tensor], accumulate: Optional[str]) -> Tensor:
-        return _linear_cuda(x, weight, bias, accumulate)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output) -> None:
-        x, weight, bias, accumulate = inputs
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Optional[Tensor], accumulate: Optional[str]) -> Tensor:
         _linear_save(ctx, x, weight, accumulate)
+        return _linear_cuda(x, weight, bias, accumulate)
 
     @staticmethod
     def backward(ctx, grad: Tensor):
