@@ -6,7 +6,10 @@ refusal (device, dtype, shape, accumulate) with its message. On the GPU: torch.l
 ops (fp16/bf16; aligned, ragged and tiny shapes; with and without autograd), results and gradients
 against float64 references with the tolerances of the other matmul tests (hgemm_rt.numerics), a side
 stream, and a small MLP on the ops under torch.compile (fullgraph) against the same module run
-eagerly, against torch's own nn.Linear, and backward through the compiled graph.
+eagerly, against torch's own nn.Linear, and backward through the compiled graph. The direct path
+(eager ht.mm / ht.linear without the custom op's dispatch): forward and gradients against float64 and
+against the custom ops', compiled functions still holding the ops, and every refusal with the fake
+implementation's message (tests/test_torch_dispatch.py checks the dispatch itself on the CPU).
 """
 from __future__ import annotations
 
