@@ -15,9 +15,10 @@ Sections (matmul_table declares their rows, baseline and target):
   batched GPU time of hg.matmul on 3-D torch tensors (attention's Q.K^T and P.V, batches of mid-size
           GEMMs) against the faster of cublasGemmStridedBatchedEx called directly on the same tensors
           (hgemm_rt.cublas.gemm_strided_batched, each accumulation) and torch.matmul; wall time beside
-  host    wall time per call of a 64^3 matmul per input kind (DeviceArray, torch, CuPy, a Matmul
-          object, CUDA-graph replay) beside torch/CuPy's own matmul, and one repeat call split into
-          its parts
+  host    wall time per call at 64^3 and 16 x 4096 x 4096 per input kind (DeviceArray, torch, CuPy, a
+          Matmul object, CUDA-graph replay) beside torch/CuPy's own matmul, one repeat call split into
+          its parts, and the calls a model makes (LAYER_CALLS: ht.linear, ht.mm, hg.matmul on a new
+          activation every call) beside F.linear, torch.mm and torch.matmul called the same way
 
 Protocol: random N(0, 1) data; every result is verified before it is timed (NaN-filled
 output, float64 reference; the error bound is hgemm_rt.numerics.error_bound over the cuBLAS/torch error
@@ -51,8 +52,8 @@ from hgemm_rt.timing import L2Flusher, time_fn
 
 from .analysis import geomean
 from .devinfo import ClockSampler, clocks, device_record, header_lines
-from .matmul_table import (GRAPH_CALLS, LT_ALGOS, SECTIONS, WALL_MIN_CALLS, WALL_REPEAT_S, WALL_REPEATS, HostCall,
-                           Section, Shape, selected_shapes, shape_text)
+from .matmul_table import (GRAPH_CALLS, LAYER_CALLS, LAYER_POOL, LT_ALGOS, SECTIONS, WALL_MIN_CALLS, WALL_REPEAT_S,
+                           WALL_REPEATS, HostCall, LayerCall, Section, Shape, selected_shapes, shape_text)
 from .measure import ShapeInputs, checked_launch, timed_once
 from .results import MATMUL_SCHEMA
 from .steady import Contender, Protocol, interleave
@@ -741,6 +742,8 @@ def measure_host(section: str, shape: Shape, run: Run) -> list[dict]:
     operands: dict[str, tuple] = {}
     reference_us: dict[str, float] = {}  # each reference measured once, shown beside every row it serves
     rows = []
+    where = {"section": section, "M": shape.M, "N": shape.N, "K": shape.K, "dtype": shape.dtype, "a_order": "row",
+             "b_order": "row"}
     for hc in SECTIONS[section].calls:
         if hc.kind != "DeviceArray" and framework(hc.kind)[0] is None:
             run.skip(section, hc.label, framework(hc.kind)[1])
@@ -755,14 +758,64 @@ def measure_host(section: str, shape: Shape, run: Run) -> list[dict]:
         if label and label not in reference_us:
             reference_us[label] = wall_us(matmul_call(framework(hc.kind)[0], hc.reference, A, B, C), sync)
         theirs = reference_us.get(label)
-        rows.append({"section": section, "M": shape.M, "N": shape.N, "K": shape.K, "dtype": shape.dtype,
-                     "call": hc.label, "hg_us": us, "reference": label, "reference_us": theirs,
+        rows.append({**where, "call": hc.label, "hg_us": us, "reference": label, "reference_us": theirs,
                      "ratio": ratio(theirs, us), **verdict_of(err, err_bound)})
     if "torch" in operands:
-        rows += [{"section": section, **r} for r in breakdown(*operands["torch"], sync, run)]
+        rows += [{**where, **r} for r in breakdown(*operands["torch"], sync, run)]
     else:
         run.skip(section, "breakdown of a repeat call", framework("torch")[1])
+    # (B = w.t(): column-major, as nn.Linear's weight gives it)
+    return rows + [{**where, "b_order": "col", **r} for r in layer_rows(section, shape, b, sync, run)]
+
+
+def layer_names() -> tuple[dict | None, str | None]:
+    """(the names a LayerCall's expressions use, None), or (None, why they cannot run)."""
+    torch, why = framework("torch")
+    if torch is None:
+        return None, why
+    try:
+        import hgemm_rt.torch as ht
+    except ImportError as exc:  # (a torch too old for the ops)
+        return None, str(exc)
+    return {"ht": ht, "hg": hg, "torch": torch, "F": torch.nn.functional}, None
+
+
+def layer_call(expr: str, names: dict, pool: list, w: Any, bias: Any) -> Callable[[], Any]:
+    """expr on the next tensor of the pool each call (x), w and bias: a new activation address every call."""
+    fn = eval(f"lambda x, w, bias: {expr}", dict(names))  # (the table's label is the code, so one truth)
+    pick = itertools.cycle(pool).__next__
+    return lambda: fn(pick(), w, bias)
+
+
+def layer_rows(section: str, shape: Shape, b: np.ndarray, sync: Callable[[], Any], run: Run) -> list[dict]:
+    """Each LayerCall and torch's call beside it, wall time per call, with w = b^T (N, K) and LAYER_POOL
+    activations of their own values; ours checked first against float64 on an activation no call had before."""
+    names, why = layer_names()
+    if names is None:
+        run.skip(section, "the torch-op rows (LAYER_CALLS)", why)
+        return []
+    torch = names["torch"]
+    xs = [random_operands(shape.M, 1, shape.K, "NN", shape.dtype, run.rng)[0] for _ in range(LAYER_POOL)]
+    bias_np = random_operands(1, shape.N, 1, "NN", shape.dtype, run.rng)[1][0]
+    pool = [torch.from_numpy(x).cuda() for x in xs]
+    w0, bias = torch.from_numpy(np.ascontiguousarray(b.T)).cuda(), torch.from_numpy(bias_np).cuda()
+    err_bound = error_bound(shape.dtype, ACCUMULATE[shape.dtype][0], shape.dtype, shape.K)
+    rows = []
+    for lc in LAYER_CALLS:
+        w = w0.detach().requires_grad_(lc.weight_grad)  # (grad mode on, as the bench runs: a model's default)
+        got = layer_call(lc.ours, names, pool[1:2], w, bias)()  # (values no earlier call computed: no stale result)
+        sync()
+        uses_bias = "bias" in lc.ours  # (the expression is the call)
+        want = reference(xs[1], b, "NN") + (bias_np.astype(np.float64) if uses_bias else 0.0)
+        err = rel_error(hg.as_device_array(got.detach()).to_numpy(), want)
+        us, theirs = (wall_us(layer_call(e, names, pool, w, bias), sync) for e in (lc.ours, lc.theirs))
+        rows.append({"call": layer_label(lc), "hg_us": us, "reference": lc.theirs, "reference_us": theirs,
+                     "ratio": ratio(theirs, us), **verdict_of(err if math.isfinite(err) else None, err_bound)})
     return rows
+
+
+def layer_label(lc: LayerCall) -> str:
+    return f"{lc.ours}, a new x every call" + (", w requires grad" if lc.weight_grad else "")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -844,16 +897,18 @@ def torch_table(rows: list[dict]) -> str:
 
 def host_table(rows: list[dict]) -> str:
     calls = [r for r in rows if "call" in r]
-    parts = [r for r in rows if "part" in r]
     text = (f"wall us per call: {WALL_MIN_CALLS}+ calls back to back (~{WALL_REPEAT_S:g} s), one sync at the end, "
-            f"best of {WALL_REPEATS} (a 64^3 launch takes ~2.5 us of GPU time: the wall time is the host's)\n")
-    text += tabulate([[r["call"], fmt(r["hg_us"]), r["reference"] or "-", fmt(r["reference_us"]),
+            f"best of {WALL_REPEATS} (a 64^3 launch takes ~2.5 us of GPU time: the wall time is the host's); "
+            f"'a new x every call': the next of {LAYER_POOL} activations each call, as a model's layers see them\n")
+    text += tabulate([[shape_cell(r), r["call"], fmt(r["hg_us"]), r["reference"] or "-", fmt(r["reference_us"]),
                        fmt(r["ratio"], ".2f", "x"), fmt_err(r)] for r in calls],
-                     headers=["hg.matmul", "us", "reference", "us", "ref/hg", "rel err"], disable_numparse=True)
-    if parts:
+                     headers=["shape", "call", "us", "reference", "us", "ref/ours", "rel err"], disable_numparse=True)
+    for shape, parts in itertools.groupby((r for r in rows if "part" in r),
+                                          key=lambda r: f", {shape_cell(r)}" if "M" in r else ""):
+        parts = list(parts)
         whole = sum(r["us"] for r in parts if r["role"] == "whole")
         rest = whole - sum(r["us"] for r in parts if r["role"] == "part")
-        text += "\n\none repeat call from torch tensors, by part (wall us per call, measured alone):\n"
+        text += f"\n\none repeat call from torch tensors{shape}, by part (wall us per call, measured alone):\n"
         text += tabulate([[r["part"], fmt(r["us"], ".2f")] for r in parts]
                          + [["the rest of the call (whole - parts, derived)", fmt(rest, ".2f")]],
                          headers=["part", "us"], disable_numparse=True)

@@ -85,7 +85,8 @@ BASELINES = {
                "launches queued ahead); torch._grouped_mm beside it where the installed torch has it",
     "eager": "the same work in torch eager mode: F.gelu(F.linear(x, W, b)); the SwiGLU MLP as "
              "g, u = (x @ W1^T).chunk(2); x + (F.silu(g) * u) @ W2^T",
-    "host": "each input kind's own matmul (HostCall.reference), wall time per call",
+    "host": "each input kind's own matmul (HostCall.reference), and torch's own call beside each LayerCall, "
+            "wall time per call",
 }
 
 
@@ -159,6 +160,26 @@ def model_layers() -> tuple["Shape", ...]:
 # of hidden size 7168, and a small-batch decode-like step (tokens per expert ~ 32)
 MOE_SHAPES = ((8, 16384, 4096, 4096), (64, 32768, 1408, 2048), (256, 65536, 2048, 7168), (128, 4096, 768, 2048))
 
+
+@dataclass(frozen=True)
+class LayerCall:
+    """A host row called as a model calls a layer: x (M, K) a new activation every call (the next of LAYER_POOL
+    tensors at distinct addresses), w (N, K) as nn.Linear holds it, bias (N,). `ours` against `theirs`, each
+    a Python expression in x, w and bias over ht (hgemm_rt.torch), hg (hgemm_rt), torch and F
+    (torch.nn.functional): the label is the code that is timed."""
+    ours: str
+    theirs: str
+    weight_grad: bool = False  # w requires grad (grad mode on): both build their autograd graph every call
+
+
+LAYER_CALLS = (
+    LayerCall("ht.linear(x, w)", "F.linear(x, w)"),
+    LayerCall("ht.linear(x, w, bias)", "F.linear(x, w, bias)"),
+    LayerCall("ht.linear(x, w)", "F.linear(x, w)", weight_grad=True),
+    LayerCall("ht.mm(x, w.t())", "torch.mm(x, w.t())"),
+    LayerCall("hg.matmul(x, w.t())", "torch.matmul(x, w.t())"),
+)
+LAYER_POOL = 16  # distinct activations cycled through: no call sees the address of the call before
 
 HOST_CALLS = (
     HostCall("DeviceArray, out given", "DeviceArray", "out"),
@@ -241,7 +262,9 @@ SECTIONS: dict[str, Section] = {
                    "where torch has it; uniform and skewed (Dirichlet 0.3) routing", "grouped",
                    tuple(Shape(t, n, k, "bf16", b_order="col", batch=e, routing=r) for e, t, n, k in MOE_SHAPES
                          for r in ("uniform", "skewed")), target=1.2),
-    "host": Section("host cost per call of a 64^3 fp16 matmul, back to back, per input kind", "host", (cube(64),),
+    "host": Section("host cost per call of an fp16 matmul, back to back: per input kind, and the torch ops and "
+                    "hg.matmul as a model calls them (LAYER_CALLS: a new activation every call), at 64^3 and at a "
+                    "decode step's 16 x 4096 x 4096", "host", (cube(64), Shape(16, 4096, 4096, "f16")),
                     calls=HOST_CALLS),
 }
 
