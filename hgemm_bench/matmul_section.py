@@ -57,6 +57,7 @@ from .matmul_table import (GRAPH_CALLS, LAYER_CALLS, LAYER_POOL, LT_ALGOS, SECTI
 from .measure import ShapeInputs, checked_launch, timed_once
 from .results import MATMUL_SCHEMA
 from .steady import Contender, Protocol, interleave
+from .kernel_names import kernel_record
 from .tables import STEADY_HEADERS, steady_cells, tabulate
 
 TORCH_DTYPES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32"}
@@ -97,6 +98,8 @@ class Run:
     skipped: list[dict] = field(default_factory=list)
     hbm: float | None = None  # measured HBM bandwidth, bytes/s (hbm_bytes_per_s)
     only: str | None = None  # --only: the regular expression a shape's table text must match (None: every shape)
+    # names the kernels one call launches (kernel_names.kernel_record); None: the rows do not name them
+    kernel_names: Callable[[Callable[[], Any]], dict] | None = kernel_record
 
     def hbm_bytes_per_s(self) -> float:
         """HBM bandwidth as a 1 GiB fill measures it, once per run: the reference of memory-bound rows."""
@@ -271,7 +274,8 @@ def time_vs_cublas(run: Run, ours: Callable[[], Any], calls: list[BaselineCall],
     """GPU microseconds of hg.matmul and of every call that passed its check (a call that fails while
     timed gets its `reason`), all on `stream`, and per group its fastest call: by default the fastest
     GemmEx or cuBLASLt call ("cublas_*", or `why` there is none), beside the fastest GemmEx ("gemmex_*")
-    and torch.matmul ("torch_*"). The `judged` group's ratio is the row's "ratio". With the steady
+    and torch.matmul ("torch_*"). The `judged` group's ratio is the row's "ratio", and "<judged>_kernel" names
+    the kernels its fastest call launches (Run.kernel_names, one more call of it). With the steady
     protocol all run in interleaved rounds, a group's time is the median over the rounds of its fastest
     member, its ratio the median of the rounds' ratios, and "steady" keeps the rounds."""
     live = [c for c in calls if c.reason is None]
@@ -307,6 +311,9 @@ def time_vs_cublas(run: Run, ours: Callable[[], Any], calls: list[BaselineCall],
         if name == judged and steady is not None:
             steady = {**steady, "ratio": rounds}
     out["ratio"] = out.pop(f"{judged}_ratio")
+    winner = next((c for c in live if c.label == out[f"{judged}_variant"] and c.us is not None), None)
+    if winner is not None and run.kernel_names is not None:  # what the baseline runs: tile, cluster, schedule
+        out[f"{judged}_kernel"] = run.kernel_names(winner.run)
     if out["cublas_variant"] is None:
         out["cublas_variant"] = why or "no cuBLAS call passed its check"
     if steady is not None:

@@ -226,7 +226,7 @@ def test_check_holds_gemmex_to_the_static_bound_and_lt_to_gemmex(monkeypatch):
 def fake_run(us: dict, steady=None):
     """A Run whose GPU time of a call is us[the label it records]; a label with an exception raises."""
     run = ms.Run(iters=1, warmup=0, check_rows=0, autotune=False, rng=np.random.default_rng(0), flusher=None,
-                 steady=steady)
+                 steady=steady, kernel_names=None)
     log = []
 
     def gpu_us(fn, stream=None):
@@ -257,6 +257,34 @@ def test_the_baseline_is_the_fastest_gemmex_or_lt_call_and_gemmex_stays_beside_i
     assert calls[3].reason == "while timed: RuntimeError: launch failed" and calls[3].us is None
     assert [c.us for c in calls] == [close(120.0), close(110.0), close(95.0), None, close(90.0), None]
     assert "Lt #2" not in log and "steady" not in t
+
+
+def test_the_row_names_the_kernels_of_the_fastest_baseline_call_only():
+    run, log = fake_run({"hg": 100.0, "GemmEx acc f32": 120.0, "Lt #0": 95.0})
+    named = []
+    run.kernel_names = lambda fn: (named.append(fn), {"kernel": "nvjet_x"})[1]
+    calls = [ms.BaselineCall(label, api, "f32", lambda label=label: log.append(label))
+             for label, api in (("GemmEx acc f32", "GemmEx"), ("Lt #0", "Lt"))]
+    t = ms.time_vs_cublas(run, lambda: log.append("hg"), calls, "")
+    assert named == [calls[1].run] and t["cublas_kernel"] == {"kernel": "nvjet_x"}
+    run, log = fake_run({"hg": 10.0})
+    run.kernel_names = lambda fn: pytest.fail("no baseline ran: nothing to name")
+    assert "cublas_kernel" not in ms.time_vs_cublas(run, lambda: log.append("hg"), [], "none")
+
+
+def test_kernel_names_parse_cublas_nvjet_names_and_say_why_without_torch(monkeypatch):
+    from hgemm_bench import kernel_names as kn
+    assert kn.parse_nvjet("nvjet_sm90_hsh_112x128_64x7_2x1_v_bz_splitK_TNN") == {
+        "tile": [112, 128, 64], "stages": 7, "cluster": [2, 1], "raster": "v", "schedule": "no coop", "split_k": True,
+        "layout": "TNN"}
+    assert kn.parse_nvjet("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_TNT")["schedule"] == "coopA"
+    assert kn.parse_nvjet("sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize64x128x8") is None
+
+    def no_torch(name):
+        raise ImportError(f"No module named {name!r}")
+    monkeypatch.setattr(kn.importlib, "import_module", no_torch)
+    rec = kn.kernel_record(lambda: pytest.fail("not called without a profiler"))
+    assert rec["kernel"] is None and rec["why"].startswith("torch is not installed")
 
 
 def test_without_any_cublas_call_the_row_says_why():
