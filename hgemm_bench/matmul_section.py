@@ -15,6 +15,11 @@ Sections (matmul_table declares their rows, baseline and target):
   batched GPU time of hg.matmul on 3-D torch tensors (attention's Q.K^T and P.V, batches of mid-size
           GEMMs) against the faster of cublasGemmStridedBatchedEx called directly on the same tensors
           (hgemm_rt.cublas.gemm_strided_batched, each accumulation) and torch.matmul; wall time beside
+  decode_graph  one decode step's linear layers (shape.layers at M token rows) captured in one torch
+          CUDA graph with hg.matmul(x, w.t(), out=y) and in another with torch.matmul on the same
+          tensors, every layer checked after one replay; GPU time per step of replays back to back
+          (no L2 flush: consecutive steps, layers of distinct weights cycled), hg and torch in
+          alternating rounds; GB/s of the weights beside the HBM bandwidth
   host    wall time per call at 64^3 and 16 x 4096 x 4096 per input kind (DeviceArray, torch, CuPy, a
           Matmul object, CUDA-graph replay) beside torch/CuPy's own matmul, one repeat call split into
           its parts, and the calls a model makes (LAYER_CALLS: ht.linear, ht.mm, hg.matmul on a new
@@ -52,8 +57,9 @@ from hgemm_rt.timing import L2Flusher, time_fn
 
 from .analysis import geomean
 from .devinfo import ClockSampler, clocks, device_record, header_lines
-from .matmul_table import (GRAPH_CALLS, LAYER_CALLS, LAYER_POOL, LT_ALGOS, SECTIONS, WALL_MIN_CALLS, WALL_REPEAT_S,
-                           WALL_REPEATS, HostCall, LayerCall, Section, Shape, selected_shapes, shape_text)
+from .matmul_table import (DECODE_GRAPH_COPIES, DECODE_GRAPH_REPLAYS, GRAPH_CALLS, LAYER_CALLS, LAYER_POOL, LT_ALGOS,
+                           SECTIONS, WALL_MIN_CALLS, WALL_REPEAT_S, WALL_REPEATS, HostCall, LayerCall, Section, Shape,
+                           selected_shapes, shape_text)
 from .measure import ShapeInputs, checked_launch, timed_once
 from .results import MATMUL_SCHEMA
 from .steady import Contender, Protocol, interleave
@@ -634,19 +640,26 @@ def host_operands(kind: str, a: np.ndarray, b: np.ndarray) -> tuple[Any, Any, An
     return mod.asarray(a), mod.asarray(b), mod.empty(shape, dtype=a.dtype)
 
 
-def captured_graph(torch: Any, a: Any, b: Any, c: Any) -> Any:
-    """A torch CUDA graph of GRAPH_CALLS hg.matmul calls, captured on a side stream after one call there
-    outside the capture (which makes the call's execution for that stream)."""
+def capture_graph(torch: Any, warm_up: Callable[[], Any], body: Callable[[], Any]) -> Any:
+    """A torch CUDA graph of body(), captured on a side stream after warm_up() there outside the capture
+    (which makes hg.matmul's executions for that stream, and torch's cuBLAS workspace)."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        hg.matmul(a, b, c)
+        warm_up()
     side.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, stream=side):
+        body()
+    return graph
+
+
+def captured_graph(torch: Any, a: Any, b: Any, c: Any) -> Any:
+    """A torch CUDA graph of GRAPH_CALLS hg.matmul calls, captured on a side stream after one call there."""
+    def calls():
         for _ in range(GRAPH_CALLS):
             hg.matmul(a, b, c)
-    return graph
+    return capture_graph(torch, lambda: hg.matmul(a, b, c), calls)
 
 
 def hg_call(form: str, a: Any, b: Any, c: Any) -> tuple[Callable[[], Any], int]:
@@ -825,6 +838,105 @@ def layer_label(lc: LayerCall) -> str:
     return f"{lc.ours}, a new x every call" + (", w requires grad" if lc.weight_grad else "")
 
 
+# -- decode steps in CUDA graphs against torch.matmul captured the same way ---------------------------------
+
+def step_tensors(torch: Any, shape: Shape, run: Run) -> list[tuple]:
+    """Per layer of the decode step: (x (M, K), w (N, K) as nn.Linear holds it, y (M, N), x @ w^T in float64)."""
+    tensors = []
+    for _name, n, k in shape.layers:
+        x = torch_operand(torch, run.rng, shape.M, k, "row", shape.dtype)
+        w = torch_operand(torch, run.rng, n, k, "row", shape.dtype)
+        y = torch.empty((shape.M, n), dtype=x.dtype, device=x.device)
+        tensors.append((x, w, y, x.double() @ w.double().t()))
+    return tensors
+
+
+def step_call(matmul: Callable[..., Any], tensors: list[tuple]) -> Callable[[], None]:
+    """One decode step: matmul(x, w.t(), out=y) for each layer in order (hg.matmul, or torch.matmul as F.linear)."""
+    def step() -> None:
+        for x, w, y, _ref in tensors:
+            matmul(x, w.t(), out=y)
+    return step
+
+
+def replayed_errors(torch: Any, graph: Any, tensors: list[tuple]) -> list[float | None]:
+    """Each layer's relative error against float64 after one replay of the graph, every y NaN-filled before."""
+    for _x, _w, y, _ref in tensors:
+        y.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    return [torch_rel_error(y, ref) for _x, _w, y, ref in tensors]
+
+
+def step_checks(torch: Any, shape: Shape, graphs: dict[str, list], copies: list[list[tuple]]) -> list[dict]:
+    """Every layer of every copy, after one replay of hg's graph and one of torch's: hg's error held to
+    the bound torch's error sets at the layer's K."""
+    acc = ACCUMULATE[shape.dtype][0]
+    checks = []
+    for c, tensors in enumerate(copies):
+        ours, theirs = (replayed_errors(torch, graphs[who][c], tensors) for who in ("hg", "torch"))
+        for (name, _n, k), err, torch_err in zip(shape.layers, ours, theirs):
+            bound = error_bound(shape.dtype, acc, shape.dtype, k, torch_err)
+            checks.append({"layer": name, "copy": c, "torch_rel_error": torch_err, **verdict_of(err, bound)})
+    return checks
+
+
+def replay_us(torch: Any, graphs: list, replays: int) -> float:
+    """GPU microseconds per replay: `replays` replays cycling through the graphs back to back between two
+    events on the current stream, behind one untimed replay of each (the host's launches stay ahead)."""
+    for graph in graphs:
+        graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for i in range(replays):
+        graphs[i % len(graphs)].replay()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1e3 / replays
+
+
+def measure_decode_graph(section: str, shape: Shape, run: Run) -> list[dict]:
+    """One decode step (shape.layers at M token rows) captured in one CUDA graph with hg.matmul and in another
+    with torch.matmul on the same tensors, DECODE_GRAPH_COPIES copies of distinct weights each: every layer
+    checked after one replay, then GPU time per step, hg and torch in alternating rounds (run.warmup untimed,
+    run.iters timed), the medians. A capture that fails is a skipped row that says why."""
+    torch = framework("torch")[0]
+    where = {"section": section, "M": shape.M, "N": shape.N, "K": shape.K, "dtype": shape.dtype,
+             "a_order": shape.a_order, "b_order": shape.b_order, "layers": [list(layer) for layer in shape.layers]}
+    copies = [step_tensors(torch, shape, run) for _ in range(DECODE_GRAPH_COPIES)]
+    try:
+        graphs = {who: [capture_graph(torch, step_call(mm, t), step_call(mm, t)) for t in copies]
+                  for who, mm in (("hg", hg.matmul), ("torch", torch.matmul))}
+    except (hg.HgemmError, RuntimeError) as exc:
+        reason = f"CUDA graph capture: {type(exc).__name__}: {exc}"
+        run.skip(section, shape.label, reason)
+        return [{**where, "hg_us": None, "torch_us": None, "ratio": None, "skipped": reason}]
+    checks = step_checks(torch, shape, graphs, copies)
+    rounds: dict[str, list[float]] = {"hg": [], "torch": []}
+    for i in range(run.warmup + run.iters):
+        for who in rounds:  # ABAB: hg, then torch, each round
+            us = replay_us(torch, graphs[who], DECODE_GRAPH_REPLAYS)
+            if i >= run.warmup:
+                rounds[who].append(us)
+    hg_us, torch_us = (statistics.median(rounds[who]) for who in ("hg", "torch"))
+    worst = max(checks, key=lambda c: math.inf if c["rel_error"] is None else c["rel_error"] / c["error_bound"])
+    routes = " | ".join(f"{name}: {hg.explain(x, w.t(), out=y)}" for (name, _n, _k), (x, w, y, _r)
+                        in zip(shape.layers, copies[0]))
+    weight_bytes = shape.N * shape.K * ITEMSIZE[shape.dtype]  # (N x K: the layers' weights in total)
+    row = {**where, "route": routes, "copies": DECODE_GRAPH_COPIES, "replays": DECODE_GRAPH_REPLAYS,
+           "hg_us": hg_us, "torch_us": torch_us, "ratio": ratio(torch_us, hg_us),
+           "round_ratios": [t / h for h, t in zip(rounds["hg"], rounds["torch"])], "hg_rounds_us": rounds["hg"],
+           "torch_rounds_us": rounds["torch"], "hg_tflops": tflops(shape, hg_us),
+           "torch_tflops": tflops(shape, torch_us), "weight_bytes": weight_bytes,
+           "hg_gbps": weight_bytes / (hg_us * 1e-6) / 1e9, "torch_gbps": weight_bytes / (torch_us * 1e-6) / 1e9,
+           "layer_checks": checks, "rel_error": worst["rel_error"], "error_bound": worst["error_bound"],
+           "ok": all(c["ok"] for c in checks)}
+    if SECTIONS[section].bandwidth:
+        hbm = run.hbm_bytes_per_s()
+        row.update(hbm_gbps=hbm / 1e9, hg_hbm_share=row["hg_gbps"] * 1e9 / hbm)
+    return [row]
+
+
 # ---------------------------------------------------------------------------------------------------
 # reporting
 # ---------------------------------------------------------------------------------------------------
@@ -840,7 +952,7 @@ def fmt_err(r: dict) -> str:
 
 def shape_cell(r: dict) -> str:
     return shape_text(r["M"], r["N"], r["K"], r["dtype"], r.get("a_order", ""), r.get("b_order", ""),
-                      r.get("batch", 1), r.get("epilogue", ""), r.get("routing", ""))
+                      r.get("batch", 1), r.get("epilogue", ""), r.get("routing", ""), r.get("layers", ()))
 
 
 def tried_cell(r: dict) -> str:
@@ -922,6 +1034,25 @@ def host_table(rows: list[dict]) -> str:
     return text
 
 
+def decode_graph_table(rows: list[dict]) -> str:
+    timed = [r for r in rows if not r.get("skipped")]
+    text = tabulate([[shape_cell(r), fmt(r["hg_us"]), fmt(r["torch_us"]), fmt(r["ratio"], ".2f", "x"),
+                      f"{min(r['round_ratios']):.2f}-{max(r['round_ratios']):.2f}x", fmt(r["hg_gbps"], ".0f"),
+                      fmt(r["torch_gbps"], ".0f"), fmt(100 * r["hg_hbm_share"], ".0f", "%") if "hg_hbm_share" in r
+                      else "-", fmt_err(r), r["route"]] for r in timed],
+                    headers=["decode step", "hg us/step", "torch us/step", "x torch", "rounds", "GB/s hg", "GB/s torch",
+                             "hg % HBM", "rel err (worst layer)", "route"], disable_numparse=True)
+    if timed:
+        r = timed[0]
+        text += (f"\nGPU time per step: {r['replays']} graph replays back to back between two events, {r['copies']} "
+                 f"layers of distinct weights cycled (one graph each), hg and torch in alternating rounds, the median; "
+                 f"GB/s: the weights' bytes per step")
+        if "hbm_gbps" in r:
+            text += f"; HBM bandwidth (a 1 GiB fill on this GPU): {r['hbm_gbps']:.0f} GB/s"
+        text += f"\ngeomean x torch {fmt(geomean([r['ratio'] for r in timed if r['ratio']]), '.3f', 'x')}"
+    return text + "".join(f"\nskipped {shape_cell(r)}: {r['skipped']}" for r in rows if r.get("skipped"))
+
+
 @dataclass(frozen=True)
 class Kind:
     measure: Callable[[str, Shape, Run], list[dict]]
@@ -936,6 +1067,7 @@ KINDS: dict[str, Kind] = {
     "host": Kind(measure_host, host_table),
     "eager": Kind(measure_vs_eager, torch_table, needs="torch"),
     "grouped": Kind(measure_grouped, grouped_table, needs="torch"),
+    "graph": Kind(measure_decode_graph, decode_graph_table, needs="torch"),
 }
 
 
@@ -995,6 +1127,7 @@ def run_section(name: str, run: Run) -> tuple[list[dict], dict | None]:
         except (hg.HgemmError, RuntimeError) as exc:
             failed.append({"section": name, "M": shape.M, "N": shape.N, "K": shape.K, "dtype": shape.dtype,
                            "a_order": shape.a_order, "b_order": shape.b_order, "ok": False,
+                           **({"layers": [list(layer) for layer in shape.layers]} if shape.layers else {}),
                            "error": f"{type(exc).__name__}: {exc}"})
             print(f"  !! {shape_cell(failed[-1])}: {failed[-1]['error']}", flush=True)
     if rows:
