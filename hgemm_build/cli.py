@@ -31,7 +31,7 @@ from hgemm_rt.declaration import ARCHS
 from .catalog import Family, load_catalog, select_families
 from .jobs import BuildError, Built, Job, Runner, cached, compile_job, job_key, verify
 from .publish import previous_entries, publish
-from .toolchain import ToolchainError, cutlass_include, find_nvcc, nvcc_version
+from .toolchain import ToolchainError, cuda12_nvcc, cutlass_include, find_cuda12_ptxas, find_nvcc, nvcc_version
 
 DEFAULT_ARCHS = ("80", "86", "89", "90", "90a")
 EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
@@ -114,6 +114,10 @@ def _arg_parser(prog: str) -> argparse.ArgumentParser:
     ap.add_argument("--kernels", metavar="PATTERN", help="only families holding a kernel matching this glob")
     ap.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1, help="parallel nvcc processes")
     ap.add_argument("--nvcc", help="nvcc to use (default: $HGEMM_NVCC, the pip wheel, then PATH)")
+    ap.add_argument("--cuda12", action="store_true",
+                    help="cubins a CUDA 12 driver (R525+) loads, from a CUDA 13 nvcc: it compiles to PTX, a CUDA 12 "
+                         "ptxas assembles (docs/cuda12.md); not needed with the nvcc of a CUDA 12 toolkit")
+    ap.add_argument("--ptxas", help="with --cuda12: a CUDA 12.8/12.9 ptxas (default: the cu12 nvcc wheel's)")
     ap.add_argument("--src", type=Path, help="the hgemm checkout holding cu/ (default: the one this package is in)")
     ap.add_argument("--out", type=Path, help="artifacts directory (default: SRC/artifacts)")
     ap.add_argument("--list", action="store_true", help="list the catalogue and exit")
@@ -199,6 +203,10 @@ def _build(argv: list[str] | None, prog: str) -> int:
         raise BuildError(f"nothing to build: {', '.join(f.name for f in chosen)} declare(s) sm_{', sm_'.join(declared)}, "
                          f"none of --arch {','.join(archs)}")
     nvcc = find_nvcc(args.nvcc)
+    if args.ptxas and not args.cuda12:
+        raise BuildError("--ptxas goes with --cuda12 (a CUDA 12 ptxas assembling the nvcc's PTX)")
+    if args.cuda12 and int(nvcc_version(nvcc).split(".")[0]) > 12:  # a CUDA 12 nvcc builds for CUDA 12 as it is
+        nvcc = cuda12_nvcc(nvcc, find_cuda12_ptxas(args.ptxas), cache.parent)
     nvcc_ver = nvcc_version(nvcc)
     cutlass_dir = cutlass_include() if any(f.cutlass for f in chosen) else None
     jobs = [Job(f, a, job_key(f, a, nvcc_ver, cu, cutlass_dir if f.cutlass else None), cache)
