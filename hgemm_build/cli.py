@@ -202,9 +202,9 @@ def _build(argv: list[str] | None, prog: str) -> int:
         declared = sorted({a for f in chosen for a in f.archs})
         raise BuildError(f"nothing to build: {', '.join(f.name for f in chosen)} declare(s) sm_{', sm_'.join(declared)}, "
                          f"none of --arch {','.join(archs)}")
-    nvcc = find_nvcc(args.nvcc)
     if args.ptxas and not args.cuda12:
         raise BuildError("--ptxas goes with --cuda12 (a CUDA 12 ptxas assembling the nvcc's PTX)")
+    nvcc = find_nvcc(args.nvcc)
     if args.cuda12 and int(nvcc_version(nvcc).split(".")[0]) > 12:  # a CUDA 12 nvcc builds for CUDA 12 as it is
         nvcc = cuda12_nvcc(nvcc, find_cuda12_ptxas(args.ptxas), cache.parent)
     nvcc_ver = nvcc_version(nvcc)

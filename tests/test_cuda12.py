@@ -163,3 +163,11 @@ def test_the_extras_for_a_cuda12_user():
     cublas12 = " ".join(extras["cublas-cu12"])
     assert "nvidia-cublas-cu12>=12,<13" in cublas12 and "cuda-bindings>=12.9.2,<13" in cublas12
     assert "nvidia-cublas>=13" not in cublas12
+
+
+def test_ptxas_without_cuda12_is_a_usage_error(tmp_path, capsys):
+    from hgemm_build.cli import EXIT_USAGE, main
+
+    assert main(["--ptxas", "/usr/bin/true", "--arch", "90", "--out", str(tmp_path)]) == EXIT_USAGE
+    assert "--ptxas goes with --cuda12" in capsys.readouterr().err
+    assert not (tmp_path / "manifest.json").exists()
