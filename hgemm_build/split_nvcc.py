@@ -61,8 +61,12 @@ def split_command(argv: list[str]) -> dict:
     for arg in it:
         if arg == "-cubin" or arg == "--keep":
             continue
-        if arg == "-Xptxas":
+        if arg in ("-Xptxas", "--ptxas-options"):
             parts["ptxas"] += next(it).split(",")
+        elif arg.startswith(("-Xptxas=", "--ptxas-options=")):
+            parts["ptxas"] += arg.split("=", 1)[1].split(",")
+        elif re.fullmatch(r"--?maxrregcount=\d+", arg):  # a ptxas option nvcc forwards (a PTX has no room for it)
+            parts["ptxas"].append("--maxrregcount=" + arg.split("=", 1)[1])
         elif arg == "-o":
             parts["out"] = next(it)
         elif arg.startswith("--keep-dir="):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hgemm_build.cubin import CubinError, toolkit_version
-from hgemm_build.split_nvcc import lower_ptx_version, split_command
+from hgemm_build.split_nvcc import SplitNvccError, lower_ptx_version, split_command
 from hgemm_build.toolchain import nvcc_command
 from hgemm_rt.device import driver_needed, driver_problem, driver_requirement
 
@@ -117,6 +117,14 @@ def test_the_split_nvcc_reads_the_build_s_command():
     assert parts["arch"] == "90a" and parts["out"] == "o/x.cubin" and parts["source"] == "cu/x.cu"
     assert parts["keep_dir"] == "k" and parts["ptxas"] == ["-v", "-warn-spills", "-warn-lmem-usage"]
     assert parts["front"] == ["-O3", "-std=c++17", "-lineinfo", "-Icu", "-DX"]
+
+
+def test_the_split_nvcc_routes_the_ptxas_options_nvcc_forwards():
+    parts = split_command(["-cubin", "-gencode=arch=compute_80,code=sm_80", "-maxrregcount=128", "-Xptxas=-O2",
+                           "--ptxas-options", "-dlcm=cg", "-use_fast_math", "-o", "x.cubin", "x.cu"])
+    assert parts["ptxas"] == ["--maxrregcount=128", "-O2", "-dlcm=cg"] and parts["front"] == ["-use_fast_math"]
+    with pytest.raises(SplitNvccError, match="only -gencode=arch=compute_XX,code=sm_XX"):
+        split_command(["-gencode=arch=compute_90,code=compute_90", "-o", "x.ptx", "x.cu"])
 
 
 def test_the_ptx_version_is_lowered_only_when_newer():
