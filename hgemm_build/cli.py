@@ -31,7 +31,8 @@ from hgemm_rt.declaration import ARCHS
 from .catalog import Family, load_catalog, select_families
 from .jobs import BuildError, Built, Job, Runner, cached, compile_job, job_key, verify
 from .publish import previous_entries, publish
-from .toolchain import ToolchainError, cuda12_nvcc, cutlass_include, find_cuda12_ptxas, find_nvcc, nvcc_version
+from .toolchain import (ToolchainError, cuda12_nvcc, cutlass_include, find_cuda12_ptxas, find_nvcc, nvcc_version,
+                        split_identity)
 
 DEFAULT_ARCHS = ("80", "86", "89", "90", "90a")
 EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
@@ -205,14 +206,18 @@ def _build(argv: list[str] | None, prog: str) -> int:
     if args.ptxas and not args.cuda12:
         raise BuildError("--ptxas goes with --cuda12 (a CUDA 12 ptxas assembling the nvcc's PTX)")
     nvcc = find_nvcc(args.nvcc)
-    if args.cuda12 and int(nvcc_version(nvcc).split(".")[0]) > 12:  # a CUDA 12 nvcc builds for CUDA 12 as it is
-        nvcc = cuda12_nvcc(nvcc, find_cuda12_ptxas(args.ptxas), cache.parent)
+    split = args.cuda12 and int(nvcc_version(nvcc).split(".")[0]) > 12  # (a CUDA 12 nvcc builds for CUDA 12 as it is)
+    front = nvcc
+    if split:
+        nvcc = cuda12_nvcc(front, find_cuda12_ptxas(args.ptxas), cache.parent)
     nvcc_ver = nvcc_version(nvcc)
+    # the cache key's compiler: a split build's reports its ptxas's release, so its front end is added
+    key_ver = f"{nvcc_ver} ({split_identity(front)})" if split else nvcc_ver
     cutlass_dir = cutlass_include() if any(f.cutlass for f in chosen) else None
-    jobs = [Job(f, a, job_key(f, a, nvcc_ver, cu, cutlass_dir if f.cutlass else None), cache)
+    jobs = [Job(f, a, job_key(f, a, key_ver, cu, cutlass_dir if f.cutlass else None), cache)
             for f in chosen for a in f.archs if a in archs]
     if previous_entries(out)[1] is not None:  # no manifest to merge into: what the cache holds is published too
-        jobs += recoverable_jobs(families, jobs, nvcc_ver, cu, cache)
+        jobs += recoverable_jobs(families, jobs, key_ver, cu, cache)
     cache.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     # one build at a time per cache: concurrent builds would race on the manifest; the jobs left to

@@ -2,6 +2,7 @@
 ptxas's resource report."""
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import re
@@ -71,6 +72,14 @@ def find_cuda12_ptxas(explicit: str | None = None) -> Path:
     raise ToolchainError("--cuda12 needs a CUDA 12 ptxas: `pip install -e .[build,build-cu12]` (the "
                          "nvidia-cuda-nvcc-cu12 wheel), or pass --ptxas /path/to/cuda-12.9/bin/ptxas; with the "
                          "nvcc of a CUDA 12 toolkit, HGEMM_NVCC=/usr/local/cuda-12.9/bin/nvcc needs no --cuda12")
+
+
+def split_identity(front: Path) -> str:
+    """What a --cuda12 build's cache key adds to the ptxas release it reports: the front end's version and the
+    split's own code (hgemm_build/split_nvcc.py), so that neither a CUDA 12 toolkit's nvcc of the same
+    release nor an earlier split shares its cache entries."""
+    code = (Path(__file__).resolve().parent / "split_nvcc.py").read_bytes()
+    return f"split: front end nvcc {nvcc_version(front)}, split_nvcc {hashlib.sha256(code).hexdigest()[:16]}"
 
 
 def cuda12_nvcc(nvcc: Path, ptxas: Path, directory: Path) -> Path:

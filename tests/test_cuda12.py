@@ -179,3 +179,15 @@ def test_ptxas_without_cuda12_is_a_usage_error(tmp_path, capsys):
     assert main(["--ptxas", "/usr/bin/true", "--arch", "90", "--out", str(tmp_path)]) == EXIT_USAGE
     assert "--ptxas goes with --cuda12" in capsys.readouterr().err
     assert not (tmp_path / "manifest.json").exists()
+
+
+def test_a_split_build_has_its_own_cache_entries(tmp_path):
+    """A --cuda12 build reports its ptxas's release (12.9.86), as a CUDA 12.9 toolkit's nvcc does: the cache key
+    adds the front end's version and the split's code, so the two never share cached cubins."""
+    from hgemm_build.toolchain import split_identity
+
+    fake = tmp_path / "nvcc"
+    fake.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 13.0, V13.0.88'\n")
+    fake.chmod(0o755)
+    identity = split_identity(fake)
+    assert "front end nvcc 13.0.88" in identity and "split_nvcc " in identity
