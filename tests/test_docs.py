@@ -146,3 +146,40 @@ def test_a_results_file_named_with_its_build_and_date_is_named_as_it_records():
     for name, build, date in hits:
         doc = json.loads((DOCS / name).read_text())
         assert (build, date) == (doc["build"]["hash"], doc["created"][:10]), name
+
+
+def quick_start_code() -> str:
+    """The Python blocks of the README's Quick start, in order, as one program."""
+    text = README.read_text()
+    start = text.index("## Quick start")
+    section = text[start:text.index("\n## ", start + 1)]
+    return "\n".join(re.findall(r"^```python\n(.*?)^```", section, re.S | re.M))
+
+
+def test_the_quick_start_has_the_two_programs_it_shows():
+    code = quick_start_code()
+    compile(code, "README.md", "exec")  # valid Python as written
+    assert "hg.matmul(a, b, out=c" in code and "ht.replace_linear(model)" in code
+
+
+@pytest.mark.gpu
+def test_the_readme_quick_start_runs_as_written():
+    """The first screen's code, verbatim, on the GPU: the in-place call, the fused epilogue, numpy in and
+    out, F.linear and a compiled model on hgemm, each against torch's own result in float64."""
+    torch = pytest.importorskip("torch")
+    scope: dict = {}
+    exec(compile(quick_start_code(), "README.md (Quick start)", "exec"), scope)  # noqa: S102
+    a, b, w, bias = (scope[k].double() for k in ("a", "b", "w", "bias"))
+
+    def close(got, want):
+        got = torch.as_tensor(got).double().to(want.device)
+        assert (torch.linalg.norm(got - want) / torch.linalg.norm(want)).item() < 1e-2
+
+    close(scope["c"], 1.5 * (a @ b))  # c = a @ b, then c = 0.5 * a @ b + c
+    close(scope["y"], torch.nn.functional.gelu(a @ w.T + bias))
+    assert isinstance(scope["z"], np.ndarray)
+    close(scope["z"], torch.full((64, 32), 128.0, dtype=torch.float64))
+    close(scope["lin"], a @ w.T + bias)
+    first = scope["model"]._orig_mod[0]  # the compiled module's Linear, now hgemm's
+    assert type(first).__module__ == "hgemm_rt.torch"
+    close(scope["h"], torch.nn.functional.gelu(a @ first.weight.double().T + first.bias.double()))
