@@ -145,10 +145,21 @@ def back_to_back_s(fn: Callable[[], Any], sync: Callable[[], Any], n: int) -> fl
 def wall_us(fn: Callable[[], Any], sync: Callable[[], Any]) -> float:
     """Wall microseconds per call as a user sees them: n calls back to back with no sync between, one
     at the end, the best of WALL_REPEATS. A warm-up call and a probe of WALL_MIN_CALLS size n."""
-    fn()
-    probe = back_to_back_s(fn, sync, WALL_MIN_CALLS) / WALL_MIN_CALLS
-    n = calls_per_repeat(probe)
-    return min(back_to_back_s(fn, sync, n) for _ in range(WALL_REPEATS)) / n * 1e6
+    return interleaved_wall_us([fn], sync)[0]
+
+
+def interleaved_wall_us(fns: list[Callable[[], Any]], sync: Callable[[], Any]) -> list[float]:
+    """wall_us of each of fns, their repetitions taken in turn (A B A B ...), so that a drift of the host or the
+    GPU over the measurement weighs on every call alike: the figures of calls compared with each other."""
+    sizes = []
+    for fn in fns:
+        fn()
+        sizes.append(calls_per_repeat(back_to_back_s(fn, sync, WALL_MIN_CALLS) / WALL_MIN_CALLS))
+    best = [math.inf] * len(fns)
+    for _ in range(WALL_REPEATS):
+        for i, (fn, n) in enumerate(zip(fns, sizes)):
+            best[i] = min(best[i], back_to_back_s(fn, sync, n) / n)
+    return [t * 1e6 for t in best]
 
 
 def tflops(shape: Shape, us: float | None) -> float | None:
@@ -828,7 +839,7 @@ def layer_rows(section: str, shape: Shape, b: np.ndarray, sync: Callable[[], Any
         uses_bias = "bias" in lc.ours  # (the expression is the call)
         want = reference(xs[1], b, "NN") + (bias_np.astype(np.float64) if uses_bias else 0.0)
         err = rel_error(hg.as_device_array(got.detach()).to_numpy(), want)
-        us, theirs = (wall_us(layer_call(e, names, pool, w, bias), sync) for e in (lc.ours, lc.theirs))
+        us, theirs = interleaved_wall_us([layer_call(e, names, pool, w, bias) for e in (lc.ours, lc.theirs)], sync)
         rows.append({"call": layer_label(lc), "hg_us": us, "reference": lc.theirs, "reference_us": theirs,
                      "ratio": ratio(theirs, us), **verdict_of(err if math.isfinite(err) else None, err_bound)})
     return rows

@@ -916,3 +916,22 @@ def test_a_section_cut_by_only_runs_its_matching_shapes_and_is_not_judged(monkey
     seen.clear()
     rows, verdict = ms.run_section("public", run)
     assert len(seen) == len(SECTIONS["public"].shapes) and verdict is not None
+
+
+def test_interleaved_wall_time_takes_the_calls_repetitions_in_turn(monkeypatch):
+    """interleaved_wall_us: each call warmed up and probed, then WALL_REPEATS rounds of one repetition of each in
+    turn (A B A B), the best of each call's; wall_us is its one-call case."""
+    order, clock = [], [0.0]
+    cost = {"a": 2e-6, "b": 3e-6}
+
+    def call(name):
+        def fn():
+            order.append(name)
+            clock[0] += cost[name]
+        return fn
+    monkeypatch.setattr(ms.time, "perf_counter", lambda: clock[0])
+    a_us, b_us = ms.interleaved_wall_us([call("a"), call("b")], lambda: None)
+    assert (a_us, b_us) == (pytest.approx(2.0), pytest.approx(3.0))
+    runs = [name for i, name in enumerate(order) if i == 0 or order[i - 1] != name]  # the runs of one name
+    assert runs == ["a", "b"] + ["a", "b"] * ms.WALL_REPEATS
+    assert ms.wall_us(call("a"), lambda: None) == pytest.approx(2.0)
