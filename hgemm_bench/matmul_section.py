@@ -347,7 +347,7 @@ def unavailable(calls: list[BaselineCall], apis: tuple[str, ...] = CUBLAS_APIS) 
 def autotune(a: Any, b: Any, c: Any, shape: Shape) -> None:
     """--autotune: time the shape's candidate routes first (the tuning cache then holds the fastest); the best
     three printed."""
-    tuned = hg.autotune(a, b, c)
+    tuned = hg.autotune(a, b, out=c)
     print(f"  autotune {shape.label}: " + "; ".join(
         f"{r['route'].kernel}{' (C^T)' if r['route'].transpose else ''} {r['us']:.1f} us" for r in tuned[:3]))
 
@@ -363,14 +363,14 @@ def measure_vs_cublas(section: str, shape: Shape, run: Run) -> list[dict]:
         C = inp.output(dtype)
         if run.autotune:
             autotune(A, B, C, shape)
-        route = hg.explain(A, B, C)
-        _, err = checked_launch(lambda: hg.matmul(A, B, C), C, inp, dtype)
+        route = hg.explain(A, B, out=C)
+        _, err = checked_launch(lambda: hg.matmul(A, B, out=C), C, inp, dtype)
         acc = ACCUMULATE[dtype][0]  # what matmul accumulates in by default
         calls = baseline_calls(A, B, C, dtype)
         calls += [c for c in (torch_cross_check(A, B, C),) if c is not None]
         gemmex_err = check_baselines(calls, K, dtype, lambda fn: checked_launch(fn, C, inp, dtype)[1])
         cublas_err = gemmex_err.get(baseline_acc(dtype, acc))  # None: the static bound applies
-        timed = time_vs_cublas(run, lambda: hg.matmul(A, B, C), calls, unavailable(calls))
+        timed = time_vs_cublas(run, lambda: hg.matmul(A, B, out=C), calls, unavailable(calls))
     finally:
         records = [c.record() for c in calls]
         calls.clear()  # torch's DLPack views of the buffers go before the buffers
@@ -587,7 +587,7 @@ def measure_grouped(section: str, shape: Shape, run: Run) -> list[dict]:
     wt = w.transpose(-1, -2)  # (E, K, N), column-major per expert
     out = torch.full((T, N), float("nan"), dtype=x.dtype, device="cuda")
     bounds = list(zip([0, *ends_host[:-1]], ends_host))
-    hg.grouped_matmul(x, wt, out, offsets=ends)
+    hg.grouped_matmul(x, wt, out=out, offsets=ends)
     ref = torch.empty((T, N), dtype=torch.float64, device="cuda")
     for e, (s, t) in enumerate(bounds):
         ref[s:t] = x[s:t].double() @ wt[e].double()
@@ -600,7 +600,7 @@ def measure_grouped(section: str, shape: Shape, run: Run) -> list[dict]:
 
     loop()
     loop_err = torch_rel_error(out, ref)
-    ours = lambda: hg.grouped_matmul(x, wt, out, offsets=ends)  # noqa: E731
+    ours = lambda: hg.grouped_matmul(x, wt, out=out, offsets=ends)  # noqa: E731
     stream = torch.cuda.current_stream().cuda_stream
     gpu = {"hg": run.gpu_us(ours, stream), "loop": run.gpu_us(loop, stream)}
     wall = {"hg": wall_us(ours, torch.cuda.synchronize), "loop": wall_us(loop, torch.cuda.synchronize)}
@@ -669,15 +669,15 @@ def captured_graph(torch: Any, a: Any, b: Any, c: Any) -> Any:
     """A torch CUDA graph of GRAPH_CALLS hg.matmul calls, captured on a side stream after one call there."""
     def calls():
         for _ in range(GRAPH_CALLS):
-            hg.matmul(a, b, c)
-    return capture_graph(torch, lambda: hg.matmul(a, b, c), calls)
+            hg.matmul(a, b, out=c)
+    return capture_graph(torch, lambda: hg.matmul(a, b, out=c), calls)
 
 
 def hg_call(form: str, a: Any, b: Any, c: Any) -> tuple[Callable[[], Any], int]:
     """(fn, matmul calls one fn() makes) for a HostCall form."""
     if form == "plan":
-        mm = hg.Matmul(a, b, c)
-        return (lambda: mm(a, b, c)), 1
+        mm = hg.Matmul(a, b, out=c)
+        return (lambda: mm(a, b, out=c)), 1
     if form == "graph":
         return captured_graph(framework("torch")[0], a, b, c).replay, GRAPH_CALLS
     return matmul_call(hg, form, a, b, c), 1
@@ -706,31 +706,31 @@ def host_error(fn: Callable[[], Any], c: Any, ref: np.ndarray, sync: Callable[[]
 @functools.lru_cache(maxsize=None)
 def matmul_defaults() -> tuple:
     """hgemm_rt.matmul's keyword defaults in signature order (alpha, beta, activation, scale, accumulate,
-    kernel, stream; the bias is an operand, keyed apart): the options part of the key a call made without
+    kernel, stream; out and the bias are operands, keyed apart): the options part of the key a call made without
     them is filed under."""
     params = inspect.signature(hg.matmul).parameters.values()
-    return tuple(p.default for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name != "bias")
+    return tuple(p.default for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in ("out", "bias"))
 
 
 def repeat_call_key(a: Any, b: Any, c: Any) -> tuple:
-    """The key hgemm_rt.matmul(a, b, c) looks a repeat call up by in hgemm_rt.plans.calls, built as
+    """The key hgemm_rt.matmul(a, b, out=c) looks a repeat call up by in hgemm_rt.plans.calls, built as
     api.matmul builds it (api.call_identity with matmul's default options)."""
     return call_identity(a, b, c, matmul_defaults())[3]
 
 
 def breakdown(a: Any, b: Any, c: Any, sync: Callable[[], Any], run: Run) -> list[dict]:
-    """One repeat hg.matmul(a, b, c) on torch tensors by part (role "part"), the whole call ("whole"),
+    """One repeat hg.matmul(a, b, out=c) on torch tensors by part (role "part"), the whole call ("whole"),
     the validation a first call pays (a Matmul made from scratch, its plan cached) and the GPU time of
     the launch ("other"). Wall microseconds per call, back to back (the GPU part of a 64^3 call is
     shorter than its host part)."""
-    hg.matmul(a, b, c)
-    hg.matmul(a, b, c)  # (the second call leaves its bound launches in the Bound)
+    hg.matmul(a, b, out=c)
+    hg.matmul(a, b, out=c)  # (the second call leaves its bound launches in the Bound)
     calls = hg.plans.calls
     key = repeat_call_key(a, b, c)
     bound = calls.get(key)
     if bound is None:
         raise RuntimeError("hgemm_rt.plans.calls holds no call under matmul_section.repeat_call_key after "
-                           "hg.matmul(a, b, c): update it from api.matmul")
+                           "hg.matmul(a, b, out=c): update it from api.matmul")
     stream = bound.stream()
     last = bound.last  # what the last call launched: its graph if the repeats switched to one
     launch = last.graph_launch if last.graph is not None else last.launches[0][0]
@@ -753,11 +753,11 @@ def breakdown(a: Any, b: Any, c: Any, sync: Callable[[], Any], run: Run) -> list
         ("stream: torch's current stream", "part", bound.stream),
         ("the rest of Bound.run: overlap check, the last call's launches", "part",
          lambda: bound.run(pa, pb, c, pc)),
-        ("the repeat call hg.matmul(a, b, c)", "whole", lambda: hg.matmul(a, b, c)),
+        ("the repeat call hg.matmul(a, b, out=c)", "whole", lambda: hg.matmul(a, b, out=c)),
         ("of which the driver: one cuGraphLaunch (or cuLaunchKernelEx) as bound", "other", launch),
         ("packing for new addresses, kept for repeats on them: LaunchPlan.packed_set", "other", pack_new),
         ("new addresses set in place (a call on other buffers): Execution.transient", "other", set_new),
-        ("first-call validation: Matmul(a, b, c)", "other", lambda: hg.Matmul(a, b, c)),
+        ("first-call validation: Matmul(a, b, out=c)", "other", lambda: hg.Matmul(a, b, out=c)),
     )
     rows = [{"part": part, "role": role, "us": wall_us(fn, sync)} for part, role, fn in parts]
     rows[2]["us"] -= rows[1]["us"]  # Bound.run reads the stream itself

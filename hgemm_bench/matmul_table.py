@@ -81,7 +81,7 @@ class HostCall:
     kind's own matmul called in the reference form, measured the same way."""
     label: str
     kind: str  # "DeviceArray", "torch" or "cupy"
-    form: str  # "out": matmul(a, b, c); "new": matmul(a, b); "plan": a Matmul(a, b, c) called; "graph": replayed
+    form: str  # "out": matmul(a, b, out=c); "new": matmul(a, b); "plan": a Matmul(a, b, out=c) called; "graph": replayed
     reference: str | None = None  # "out": kind.matmul(a, b, out=c); "new": kind.matmul(a, b); None: no reference
 
 
@@ -217,7 +217,7 @@ HOST_CALLS = (
     HostCall("torch, out given", "torch", "out", "out"),
     HostCall("torch, out=None", "torch", "new", "new"),
     HostCall("CuPy, out given", "cupy", "out", "out"),
-    HostCall("Matmul(a, b, c) object, mm(a, b, c), torch", "torch", "plan", "out"),
+    HostCall("Matmul(a, b, out=c) object, mm(a, b, out=c), torch", "torch", "plan", "out"),
     HostCall("CUDA graph replay, torch (per call)", "torch", "graph"),
 )
 

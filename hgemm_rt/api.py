@@ -59,7 +59,7 @@ from .launcher import ArrayRef
 from .memory import DeviceArray
 from .plans import PlanCache, plans
 from .registry import get_registry
-from .validate import fp32_scalar, validate_out
+from .validate import fp32_scalar, positional_out, validate_out
 
 __all__ = ["ArrayLike", "DTypeLike", "Matmul", "PlanCache", "StreamLike", "autotune", "explain", "matmul", "plans"]
 # (also here for their users: Bound, Call, GRAPH_AFTER_REPEATS, GRAPH_BELOW_US, fp32_scalar, problem_of,
@@ -117,7 +117,8 @@ class Matmul:
     a, b : ArrayLike
         A (..., M, K) and B (..., K, N), fp16, bf16 or fp32, one dtype; any strides (see the module docstring).
     out : ArrayLike, optional
-        The result (written in place), of shape (*batch, M, N); None: a new array per call.
+        The result (written in place), of shape (*batch, M, N); None: a new array per call. By keyword (a
+        positional out is deprecated).
     alpha, beta, scale : float
         The scalars of the product (beta reads `out`; fp32 values).
     bias : ArrayLike, optional
@@ -136,9 +137,11 @@ class Matmul:
     plans and GPU temporaries of its calls; the Matmul cannot run after it.
     """
 
-    def __init__(self, a: ArrayLike, b: ArrayLike, out: ArrayLike | None = None, *, alpha: float = 1.0,
+    def __init__(self, a: ArrayLike, b: ArrayLike, *args: Any, out: ArrayLike | None = None, alpha: float = 1.0,
                  beta: float = 0.0, bias: ArrayLike | None = None, activation: str | None = None, scale: float = 1.0,
                  accumulate: str | DTypeLike | None = None, kernel: str = "auto", stream: StreamLike = None):
+        if args:
+            out = positional_out(args, out, "Matmul")
         self.closed = False
         self._args = (a, b, out, bias)
         self._stream = stream  # the stream a call without stream= runs on
@@ -188,10 +191,12 @@ class Matmul:
                                   f"{self.problem.key()}: make a new Matmul for them")
         return Bound(call, self.problem, self.recipe)
 
-    def __call__(self, a: ArrayLike | None = None, b: ArrayLike | None = None, out: ArrayLike | None = None, *,
+    def __call__(self, a: ArrayLike | None = None, b: ArrayLike | None = None, *args: Any, out: ArrayLike | None = None,
                  bias: ArrayLike | None = None, stream: StreamLike = None) -> Any:
         """Run on new buffers of the same description (no arguments: the ones it was made with), on
         `stream`, else the stream it was made with. Returns `out`, or the new result."""
+        if args:
+            out = positional_out(args, out, "Matmul.__call__")
         if a is None and b is None and out is None and bias is None:
             a, b, out, bias = self._args
         if stream is None:
@@ -286,7 +291,7 @@ def call_identity(a: Any, b: Any, out: Any, options: tuple) -> tuple:
     return pa, pb, pc, (da, pa & 255, db, pb & 255, dc, pc & 255, *options)
 
 
-def matmul(a: ArrayLike, b: ArrayLike, out: ArrayLike | None = None, *, alpha: float = 1.0, beta: float = 0.0,
+def matmul(a: ArrayLike, b: ArrayLike, *args: Any, out: ArrayLike | None = None, alpha: float = 1.0, beta: float = 0.0,
            bias: ArrayLike | None = None, activation: str | None = None, scale: float = 1.0,
            accumulate: str | DTypeLike | None = None, kernel: str = "auto", stream: StreamLike = None) -> Any:
     """C = scale * activation(alpha * a.b + bias) + beta * C (see the module docstring and epilogue.py).
@@ -297,7 +302,8 @@ def matmul(a: ArrayLike, b: ArrayLike, out: ArrayLike | None = None, *, alpha: f
         A (..., M, K) and B (..., K, N): torch/CuPy/JAX arrays, DeviceArrays, any CAI or DLPack array, or numpy
         (copied); fp16, bf16 or fp32, one dtype, any strides; batch dimensions broadcast as torch.matmul's.
     out : ArrayLike, optional
-        Written in place, shape (*batch, M, N), the inputs' dtype; None: a new array of the inputs' kind.
+        Written in place, shape (*batch, M, N), the inputs' dtype; None: a new array of the inputs' kind. By
+        keyword (a positional out is deprecated: it warns, and will be refused).
     alpha, beta, scale : float
         fp32 scalars; beta reads `out`.
     bias : ArrayLike, optional
@@ -316,6 +322,8 @@ def matmul(a: ArrayLike, b: ArrayLike, out: ArrayLike | None = None, *, alpha: f
     -------
     `out`, or the new result.
     """
+    if args:
+        out = positional_out(args, out, "matmul")
     try:  # a repeat call: the operands' descriptions and the options find the validated call
         pa, pb, pc, key = call_identity(a, b, out, (alpha, beta, activation, scale, accumulate, kernel, stream))
         pbias, key = with_bias(key, bias)
@@ -357,7 +365,7 @@ def repeat_key(a: Any, b: Any, out: Any = None, *, alpha: float = 1.0, beta: flo
 
 def _first_call(a: Any, b: Any, out: Any, alpha: Any, beta: Any, accumulate: str | None, kernel: str,
                 stream: Any, bias: Any = None, activation: str | None = None, scale: Any = 1.0) -> Any:
-    mm = Matmul(a, b, out, alpha=alpha, beta=beta, bias=bias, activation=activation, scale=scale,
+    mm = Matmul(a, b, out=out, alpha=alpha, beta=beta, bias=bias, activation=activation, scale=scale,
                 accumulate=accumulate, kernel=kernel, stream=stream)
     bound = Bound(mm.call, mm.problem, mm.recipe)
     result = bound.run_full()
@@ -369,7 +377,7 @@ def _first_call(a: Any, b: Any, out: Any, alpha: Any, beta: Any, accumulate: str
     return result
 
 
-def explain(a: ArrayLike, b: ArrayLike, out: ArrayLike | None = None, *, alpha: float = 1.0, beta: float = 0.0,
+def explain(a: ArrayLike, b: ArrayLike, *args: Any, out: ArrayLike | None = None, alpha: float = 1.0, beta: float = 0.0,
             bias: ArrayLike | None = None, activation: str | None = None, scale: float = 1.0,
             accumulate: str | DTypeLike | None = None, kernel: str = "auto", device: str | None = None,
             cc: tuple[int, int] | None = None, sm_count: int | None = None) -> str:
@@ -393,8 +401,10 @@ def explain(a: ArrayLike, b: ArrayLike, out: ArrayLike | None = None, *, alpha: 
     str
         The kernel and the glue around it, e.g. "hgemm_sm90_... 4096x4096x4096".
     """
+    if args:
+        out = positional_out(args, out, "explain")
     if device is None and cc is None and sm_count is None and gpu_available():
-        return Matmul(a, b, out, alpha=alpha, beta=beta, bias=bias, activation=activation, scale=scale,
+        return Matmul(a, b, out=out, alpha=alpha, beta=beta, bias=bias, activation=activation, scale=scale,
                       accumulate=accumulate, kernel=kernel).explain()
     name, kind_cc, kind_sms = device_kind(device, cc, sm_count)
     call = validate_call(a, b, out, alpha, beta, accumulate, kernel, None, bias, activation, scale)
@@ -408,10 +418,10 @@ def explain(a: ArrayLike, b: ArrayLike, out: ArrayLike | None = None, *, alpha: 
     return f"{planner.describe(recipe)}  [planned for {name if name == arch else f'{name}: {arch}'}, {kind_sms} SMs]"
 
 
-def autotune(a: ArrayLike, b: ArrayLike, out: ArrayLike | None = None, *, alpha: float = 1.0, beta: float = 0.0,
+def autotune(a: ArrayLike, b: ArrayLike, *args: Any, out: ArrayLike | None = None, alpha: float = 1.0, beta: float = 0.0,
              accumulate: str | DTypeLike | None = None, stream: StreamLike = None, candidates: int = 8, iters: int = 10,
              warmup: int = 2, save: bool = True, save_result: bool | None = None) -> list[dict]:
-    """Matmul(a, b, out, ...).autotune(...): time the candidate recipes, keep the fastest correct one.
+    """Matmul(a, b, out=out, ...).autotune(...): time the candidate recipes, keep the fastest correct one.
 
     Parameters
     ----------
@@ -427,8 +437,10 @@ def autotune(a: ArrayLike, b: ArrayLike, out: ArrayLike | None = None, *, alpha:
     list of dict
         The candidates' timings, fastest first (Matmul.autotune).
     """
+    if args:
+        out = positional_out(args, out, "autotune")
     if save_result is not None:
         warnings.warn("autotune(save_result=) is deprecated: use save=", DeprecationWarning, stacklevel=2)
         save = save_result
-    mm = Matmul(a, b, out, alpha=alpha, beta=beta, accumulate=accumulate, stream=stream)
+    mm = Matmul(a, b, out=out, alpha=alpha, beta=beta, accumulate=accumulate, stream=stream)
     return mm.autotune(candidates=candidates, iters=iters, warmup=warmup, save=save)

@@ -44,7 +44,7 @@ from .registry import get_registry
 from .roles.gemm_fused_wgmma import GROUP_MODES, grouped_kernel
 from .streams import cai_stream, wait_for
 from .validate import I32_MAX, accumulate_code, check_activation, check_group_index, fp32_scalar, one_device, \
-    out_overlaps, validate_out
+    out_overlaps, positional_out, validate_out
 
 __all__ = ["grouped_matmul", "GROUP_MODES"]
 
@@ -103,10 +103,12 @@ def _kernel(manifest: Any, dtype: str, layout: str) -> str:
     return spec.name
 
 
-def grouped_matmul(a: Any, b: Any, out: Any = None, *, offsets: Any = None, counts: Any = None, alpha: float = 1.0,
-                   beta: float = 0.0, activation: str | None = None, scale: float = 1.0,
+def grouped_matmul(a: Any, b: Any, *args: Any, out: Any = None, offsets: Any = None, counts: Any = None,
+                   alpha: float = 1.0, beta: float = 0.0, activation: str | None = None, scale: float = 1.0,
                    accumulate: str | None = None, stream: Any = None) -> Any:
     """Every expert's GEMM in one launch (see the module docstring). Returns `out`, or the new result."""
+    if args:
+        out = positional_out(args, out, "grouped_matmul")
     options = (alpha, beta, activation, scale, accumulate, stream)
     index = offsets if offsets is not None else counts
     try:  # a repeat call: the operands' identities and the options find the validated call

@@ -1,6 +1,6 @@
 """The tuning cache: measured routes per problem, on disk, and the measuring that fills it.
 
-    hg.Matmul(a, b, out).autotune()   # or hg.autotune(a, b, out): the timings, fastest first
+    hg.Matmul(a, b, out=out).autotune()   # or hg.autotune(a, b, out=out): the timings, fastest first
 
 `time_routes` times the candidate recipes of a problem on the GPU; the fastest correct one is kept in
 an on-disk cache that matmul (kernel="auto") consults before the heuristic.

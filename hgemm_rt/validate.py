@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import numbers
 import struct
+import warnings
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -226,3 +227,14 @@ def check_group_index(host: np.ndarray, what: str, rows: int) -> None:
     elif np.any(host < 0) or np.any(host > rows):
         raise ValidationError(f"grouped_matmul: counts must each be 0 .. max_M = {rows}, got "
                               f"{host.tolist()[:8]}{'...' if len(host) > 8 else ''}")
+
+
+def positional_out(args: tuple, out: Any, where: str) -> Any:
+    """`out` of a call that passed it positionally (after a and b, as before it was keyword-only): the value, with a
+    DeprecationWarning; more positional arguments, or out given both ways, are refused."""
+    if len(args) > 1 or out is not None:
+        raise ArgumentTypeError(f"{where}: takes a and b positionally and out= by keyword, got {2 + len(args)} "
+                                f"positional arguments{' and out=' if out is not None else ''}")
+    warnings.warn(f"{where}(a, b, out): pass out= by keyword; a positional out is deprecated and will be refused",
+                  DeprecationWarning, stacklevel=3)
+    return args[0]

@@ -120,7 +120,7 @@ def routes(shapes: list[str], b_order: str, dtype: str) -> None:
         c = torch.empty(M, N, device="cuda", dtype=tdt)
         print(f"== {M}x{N}x{K} B {b_order} {dtype}: torch.matmul "
               f"{per_launch(lambda i: torch.matmul(x, ws[i % 8], out=c)):.1f} us", flush=True)
-        prob = hg.Matmul(x, ws[0], c).problem
+        prob = hg.Matmul(x, ws[0], out=c).problem
         for est, recipe in planner.ranked_recipes(prob, manifest, dev.info.cc, dev.info.sm_count):
             if any(manifest.kernels[s.kernel].tile[0] > planner.DECODE_ROWS for s in recipe.steps if hasattr(s, "kernel")):
                 continue

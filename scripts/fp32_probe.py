@@ -38,14 +38,14 @@ def main(sizes: list[int], kernels: list[str]) -> None:
         out = torch.empty(n, n, device="cuda")
         rows = [("torch fp32 SGEMM", t_sgemm, rel(c_sgemm, ref)), ("torch TF32", t_tf32, rel(c_tf32, ref))]
         for acc, kernel in [("f32", "auto"), ("tf32", "auto")] + [("f32", k) for k in kernels]:
-            mm = hg.Matmul(a, b, out, accumulate=acc, kernel=kernel)
-            mm(a, b, out)
+            mm = hg.Matmul(a, b, out=out, accumulate=acc, kernel=kernel)
+            mm(a, b, out=out)
             torch.cuda.synchronize()
             err = rel(out, ref)
-            t = do_bench(lambda: mm(a, b, out), return_mode="median")
+            t = do_bench(lambda: mm(a, b, out=out), return_mode="median")
             rows.append((f"hg {acc}: {mm.explain()}", t, err))
         # the 3xTF32 recipe's steps one at a time
-        mm = hg.Matmul(a, b, out)
+        mm = hg.Matmul(a, b, out=out)
         ex = Execution(mm.recipe, "f32", 0, hg.get_registry().manifest)
         packed = ex.pack((a.data_ptr(), b.data_ptr(), out.data_ptr(), 0), 1.0, 0.0)
         for i, (kl, st) in enumerate(zip(ex.launches, ex.steps)):

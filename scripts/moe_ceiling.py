@@ -63,8 +63,8 @@ def main() -> None:
                 if t > s:
                     torch.mm(x[s:t], wt[e], out=scratch[s:t])
 
-        dense = hg.Matmul(x, wt[0], scratch)
-        runs = {"hg.grouped_matmul": lambda: hg.grouped_matmul(x, wt, out, offsets=ends),
+        dense = hg.Matmul(x, wt[0], out=scratch)
+        runs = {"hg.grouped_matmul": lambda: hg.grouped_matmul(x, wt, out=out, offsets=ends),
                 "loop of torch.mm": loop,
                 "torch._grouped_mm": lambda: torch._grouped_mm(x, wt, offs=ends),
                 "dense torch.matmul": lambda: torch.matmul(x, wt[0], out=scratch),

@@ -41,7 +41,7 @@ def main() -> None:
         out = torch.empty(M, N, device="cuda", dtype=tdt)
         ref = a.double() @ w.t().double()
         t_torch = do_bench(lambda: torch.matmul(a, w.t()), return_mode="median") * 1e3
-        prob = hg.Matmul(a, w.t(), out).problem
+        prob = hg.Matmul(a, w.t(), out=out).problem
         ranked = planner.ranked_recipes(prob, manifest, dev.info.cc, dev.info.sm_count)
         chosen = [r for r in ranked[:args.top]] + [r for r in ranked[args.top:] if "stream-K" in planner.describe(r[1])]
         sk = next((s.name for s in manifest.kernels.values() if gemm_fused_wgmma.streamk(s) and s.dtype == args.dtype

@@ -452,7 +452,7 @@ def _run(a, b, c, alpha=1.0, beta=0.0, acc=None, kernel="auto"):
     ref = alpha * np.matmul(a.exact, b.exact)
     if c is not None and beta:
         ref = ref + beta * c.exact
-    res = hg.matmul(a.view, b.view, c.view if c is not None else None, alpha=alpha, beta=beta if c else 0.0,
+    res = hg.matmul(a.view, b.view, out=c.view if c is not None else None, alpha=alpha, beta=beta if c else 0.0,
                     accumulate=acc, kernel=kernel)
     if c is not None:
         assert res is c.view
@@ -477,7 +477,7 @@ def test_batched_matches_float64(dtype, batch, M, N, K, rng):
     b = GuardedArray(rng.standard_normal((batch, K, N)), dtype)
     c = GuardedArray(np.full((batch, M, N), np.nan), dtype)
     err, bound, _ = _run(a, b, c)
-    assert err <= bound, f"rel err {err:.2e} > {bound:.2e}: {hg.explain(a.view, b.view, c.view)}"
+    assert err <= bound, f"rel err {err:.2e} > {bound:.2e}: {hg.explain(a.view, b.view, out=c.view)}"
     err, bound, res = _run(a, b, None)
     assert err <= bound and res.shape == (batch, M, N)
 
@@ -498,7 +498,7 @@ def test_broadcast_and_strided_batches(dtype, sa, sb, kw_a, kw_b, rng):
     shape = np.matmul(np.zeros(sa), np.zeros(sb)).shape
     c = GuardedArray(rng.standard_normal(shape), dtype, order="col", pad=3)
     err, bound, _ = _run(a, b, c, alpha=0.5, beta=-2.0)
-    assert err <= bound, f"rel err {err:.2e} > {bound:.2e}: {hg.explain(a.view, b.view, c.view)}"
+    assert err <= bound, f"rel err {err:.2e} > {bound:.2e}: {hg.explain(a.view, b.view, out=c.view)}"
 
 
 @pytest.mark.gpu
@@ -507,7 +507,7 @@ def test_more_levels_than_a_launch_takes(rng):
     a = GuardedArray(rng.standard_normal((2, 3, 5, 20, 24)), "f16", perm=[1, 0, 2], gap=8)
     b = GuardedArray(rng.standard_normal((2, 3, 5, 24, 16)), "f16", perm=[2, 0, 1])
     c = GuardedArray(np.full((2, 3, 5, 20, 16), np.nan), "f16", perm=[0, 2, 1])
-    assert "launches" in hg.explain(a.view, b.view, c.view)
+    assert "launches" in hg.explain(a.view, b.view, out=c.view)
     err, bound, _ = _run(a, b, c)
     assert err <= bound
 
@@ -563,7 +563,7 @@ def test_torch_batched_matmul_bmm_and_attention_layout(rng):
         assert isinstance(z, torch.Tensor) and z.shape == (6, 100, 90) and z.dtype == dt
         out = torch.randn(6, 100, 90, device="cuda", dtype=dt)
         ref2 = 0.5 * ref + 2.0 * out.double()
-        assert hg.matmul(x, y, out, alpha=0.5, beta=2.0) is out
+        assert hg.matmul(x, y, out=out, alpha=0.5, beta=2.0) is out
         torch.cuda.synchronize()
         for got, want in ((z, ref), (out, ref2)):
             assert ((got.double() - want).norm() / want.norm()).item() < tol, dt
@@ -612,7 +612,7 @@ def test_dynamic_tile_order_is_correct_launch_after_launch(dtype, b_order, rng, 
         a = GuardedArray(rng.standard_normal((100, 300, 72)), dtype)
         b = GuardedArray(rng.standard_normal((100, 72, 1000)), dtype, b_order)
         c = GuardedArray(rng.standard_normal((100, 300, 1000)) if beta else np.full((100, 300, 1000), np.nan), dtype)
-        plan = hg.explain(a.view, b.view, c.view, beta=beta, kernel=kernel)
+        plan = hg.explain(a.view, b.view, out=c.view, beta=beta, kernel=kernel)
         assert "dynamic tile order" in plan, plan
         err, bound, _ = _run(a, b, c, 1.0, beta, kernel=kernel)
         assert err <= bound, f"call {call}: rel err {err:.2e} > {bound:.2e}: {plan}"
@@ -630,7 +630,7 @@ def test_dynamic_tile_order_at_any_tile_count(batch, M, N, K, rng, monkeypatch, 
         a = GuardedArray(rng.standard_normal((batch, M, K)), dtype)
         b = GuardedArray(rng.standard_normal((batch, K, N)), dtype)
         c = GuardedArray(np.full((batch, M, N), np.nan), dtype)
-        plan = hg.explain(a.view, b.view, c.view)
+        plan = hg.explain(a.view, b.view, out=c.view)
         if "matmul_gemm_wgmma_fused" not in plan:
             continue  # (another kernel's route: nothing to test here)
         assert "dynamic tile order" in plan
@@ -651,7 +651,7 @@ def test_batched_repeats_go_through_a_cuda_graph_and_stay_correct(rng):
             A.copy_from_numpy(a)
             B.copy_from_numpy(b)
             C.fill_bytes(0xFF, s)
-            assert hg.matmul(A, B, C, stream=s) is C
+            assert hg.matmul(A, B, out=C, stream=s) is C
             s.synchronize()
             assert _rel(C.to_numpy().astype(np.float64), np.matmul(a.astype(np.float64), b)) < 1e-3, f"call {i}"
         assert hg.plans.calls[repeat_key(A, B, C, stream=s)].last.graph is not None

@@ -191,8 +191,8 @@ def fake_checks(monkeypatch, errors: dict):
         return 0.1, err
 
     monkeypatch.setattr(ms, "checked_launch", checked_launch)
-    monkeypatch.setattr(ms.hg, "matmul", lambda A, B, C: last.append("hg"))
-    monkeypatch.setattr(ms.hg, "explain", lambda A, B, C: "route")
+    monkeypatch.setattr(ms.hg, "matmul", lambda A, B, out: last.append("hg"))
+    monkeypatch.setattr(ms.hg, "explain", lambda A, B, out: "route")
     return last
 
 
@@ -737,7 +737,7 @@ def test_repeat_call_key_is_the_key_matmul_looks_up():
     key = ms.repeat_call_key(a, b, c)
     hg.plans.calls[key] = FakeBound()
     try:
-        assert hg.matmul(a, b, c) is c
+        assert hg.matmul(a, b, out=c) is c
     finally:
         hg.plans.calls.pop(key, None)
     assert ran == [(a.ptr, b.ptr, c.ptr)]

@@ -287,3 +287,27 @@ def test_public_entries_have_typed_operands_and_a_parameters_section(name):
 
 def test_version_is_exported():
     assert isinstance(hg.__version__, str) and "__version__" in hg.__all__
+
+
+def test_out_is_keyword_only_and_a_positional_out_is_deprecated(monkeypatch):
+    """matmul, explain, Matmul, Matmul.__call__, grouped_matmul and autotune take out= by keyword, as torch's
+    functions do: a positional out still works, with a DeprecationWarning; one given both ways, or more positional
+    arguments, is a TypeError before anything runs."""
+    import inspect
+    import hgemm_rt as hg
+    from hgemm_rt.errors import ArgumentTypeError
+    from hgemm_rt.validate import positional_out
+
+    for fn in (hg.matmul, hg.explain, hg.grouped_matmul, hg.autotune, hg.Matmul.__init__, hg.Matmul.__call__):
+        assert inspect.signature(fn).parameters["out"].kind is inspect.Parameter.KEYWORD_ONLY, fn
+    with pytest.warns(DeprecationWarning, match=r"matmul\(a, b, out\): pass out= by keyword"):
+        assert positional_out(("c",), None, "matmul") == "c"
+    with pytest.raises(ArgumentTypeError, match="4 positional arguments"):
+        positional_out(("c", "d"), None, "matmul")
+    with pytest.raises(ArgumentTypeError, match="and out="):
+        positional_out(("c",), "c", "matmul")
+    seen = []
+    monkeypatch.setattr(hg.api, "_first_call", lambda a, b, out, *rest: seen.append(out) or out)
+    with pytest.warns(DeprecationWarning):
+        assert hg.matmul(object(), object(), "C") == "C"  # (an operand without a cheap identity: the full path)
+    assert seen == ["C"]

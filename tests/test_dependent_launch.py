@@ -64,7 +64,7 @@ def test_back_to_back_dependent_chain(M, width, order, dtype, rng):
     pong = DeviceArray.empty((M, width), dtype)
     flusher = L2Flusher()
     try:
-        prob = hg.Matmul(ping, weights[0], pong).problem
+        prob = hg.Matmul(ping, weights[0], out=pong).problem
         route = planner.ranked_recipes(prob, MANIFEST, dev.info.cc, dev.info.sm_count)[0][1]
         if dev.info.cc >= (9, 0):
             kernels = [MANIFEST.kernels[s.kernel] for s in route.steps if hasattr(s, "kernel")]

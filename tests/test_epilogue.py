@@ -269,11 +269,11 @@ def test_batched_epilogue_matches_float64(act, dtype, rng):
     bv = GuardedArray(rng.standard_normal((1, N)), dtype)
     n_out = N // 2 if act == "swiglu" else N
     out = hg.empty((batch, M, n_out), dtype)
-    hg.matmul(a.view, b.view, out, bias=bv.view, activation=act)
+    hg.matmul(a.view, b.view, out=out, bias=bv.view, activation=act)
     got = storage_to_f64(out.to_host(), dtype)
     want = reference(a.exact @ b.exact, Epilogue("col", act), bias=bv.exact)
     err = float(np.linalg.norm(got - want) / np.linalg.norm(want))
-    assert err <= 2 * error_floor(dtype, "f32", dtype, K), (err, hg.explain(a.view, b.view, out, bias=bv.view,
+    assert err <= 2 * error_floor(dtype, "f32", dtype, K), (err, hg.explain(a.view, b.view, out=out, bias=bv.view,
                                                                              activation=act))
 
 
@@ -320,7 +320,7 @@ def test_fuzz_matmul_with_epilogues(rng):
         bv = None if bias is None else GuardedArray(rng.standard_normal((1, N) if bias == "col" else (M, 1)), dtype)
         what = f"trial {trial}: {dtype} {batch} {M}x{N}x{K} bias={bias} act={act} alpha={alpha:.2f} beta={beta:.2f}"
         try:
-            hg.matmul(a.view, b.view, c.view, alpha=alpha, beta=beta, bias=None if bv is None else bv.view,
+            hg.matmul(a.view, b.view, out=c.view, alpha=alpha, beta=beta, bias=None if bv is None else bv.view,
                       activation=act)
             got = c.read().reshape(c.shape)
         except ValidationError as exc:  # the one refusal: batched SwiGLU off the fused kernel's layouts
@@ -329,7 +329,7 @@ def test_fuzz_matmul_with_epilogues(rng):
             refused += 1
             continue
         except Exception as exc:
-            raise AssertionError(f"{what}: {hg.explain(a.view, b.view, c.view, alpha=alpha, beta=beta, bias=None if bv is None else bv.view, activation=act)}: {exc}") from exc
+            raise AssertionError(f"{what}: {hg.explain(a.view, b.view, out=c.view, alpha=alpha, beta=beta, bias=None if bv is None else bv.view, activation=act)}: {exc}") from exc
         want = as_stored(reference(a.exact @ b.exact, Epilogue(bias, act), alpha, beta, c.exact,
                                    None if bv is None else bv.exact), dtype)
         err = float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30))

@@ -90,7 +90,7 @@ def _torch_race(torch, rng, explicit: bool, seconds: float, iterations: int = 2)
         with torch.cuda.stream(s):
             torch.cuda._sleep(_delay_cycles(seconds))
             a.copy_(src)
-            c = hg.matmul(a, b, out, stream=s2) if explicit else hg.matmul(a, b)
+            c = hg.matmul(a, b, out=out, stream=s2) if explicit else hg.matmul(a, b)
             busy = not s.query()
         torch.cuda.synchronize()
         runs.append((_rel(_t64(c), ref), busy, c, out))
@@ -159,7 +159,7 @@ def test_cupy_producer_stream_is_ordered_before_matmul(explicit, rng):
         with stream:
             spin((1,), (1,), (np.int64(_delay_cycles(SHORT_DELAY)),))
             a[...] = src
-            c = hg.matmul(a, b, out, stream=other) if explicit else hg.matmul(a, b)
+            c = hg.matmul(a, b, out=out, stream=other) if explicit else hg.matmul(a, b)
             busy = not stream.done
         cupy.cuda.Device().synchronize()
         if explicit:
@@ -194,7 +194,7 @@ def test_negative_control_without_ordering_the_race_is_observed(explicit, rng, m
         # the call in the race is the repeat path (nothing in it synchronizes)
         a.copy_(src)
         torch.cuda.synchronize()
-        hg.matmul(a, b, out, **kw)
+        hg.matmul(a, b, out=out, **kw)
         torch.cuda.synchronize()
         warm = _rel(_t64(out), _t64(src) @ _t64(b))
         assert warm < BOUND["f16"], f"the warm-up call itself is wrong ({warm:.2e})"
@@ -206,7 +206,7 @@ def test_negative_control_without_ordering_the_race_is_observed(explicit, rng, m
         with torch.cuda.stream(s):
             torch.cuda._sleep(_delay_cycles(LONG_DELAY))
             a.copy_(src2)
-            hg.matmul(a, b, out, **kw)
+            hg.matmul(a, b, out=out, **kw)
             busy = not s.query()
         torch.cuda.synchronize()
         err = _rel(_t64(out), ref)
@@ -268,13 +268,13 @@ def test_requires_grad_inputs_are_read_and_out_is_refused(dt, rng):
     torch.cuda.synchronize()
     assert _rel(_t64(c), ref) < BOUND[dt]
     out = torch.full((m, n), float("nan"), device="cuda", dtype=_tdtype(torch, dt))
-    assert hg.matmul(x, w.t(), out) is out  # an out that does not require grad is fine
+    assert hg.matmul(x, w.t(), out=out) is out  # an out that does not require grad is fine
     torch.cuda.synchronize()
     assert _rel(_t64(out), ref) < BOUND[dt]
     for bad in (torch.zeros((m, n), device="cuda", dtype=_tdtype(torch, dt), requires_grad=True),
                 torch.nn.Parameter(torch.zeros((m, n), device="cuda", dtype=_tdtype(torch, dt)))):
         with pytest.raises(hg.ValidationError, match="requires grad"):
-            hg.matmul(x, w.t(), bad)
+            hg.matmul(x, w.t(), out=bad)
         torch.cuda.synchronize()
         assert not bad.detach().any().item()  # untouched
 
@@ -320,7 +320,7 @@ def test_matmul_plan_object_on_torch_tensors(rng):
         return x, w.t(), torch.full((m, n), float("nan"), device="cuda", dtype=torch.float16)
 
     a, b, c = operands()
-    mm = hg.Matmul(a, b, c)
+    mm = hg.Matmul(a, b, out=c)
     text = mm.explain()
     assert isinstance(text, str) and text
     assert any(name in text for name in hg.get_registry().manifest.kernels), text
@@ -329,7 +329,7 @@ def test_matmul_plan_object_on_torch_tensors(rng):
     assert _rel(_t64(c), _t64(a) @ _t64(b)) < BOUND["f16"]
     a2, b2, c2 = operands()
     assert (a2.stride(), b2.stride(), c2.stride()) == (a.stride(), b.stride(), c.stride())
-    assert mm(a2, b2, c2) is c2
+    assert mm(a2, b2, out=c2) is c2
     torch.cuda.synchronize()
     assert _rel(_t64(c2), _t64(a2) @ _t64(b2)) < BOUND["f16"]
     a.copy_(_trand(torch, rng, (m, k)))  # the first operands again, with new contents
@@ -340,7 +340,7 @@ def test_matmul_plan_object_on_torch_tensors(rng):
     a3 = _trand(torch, rng, (m + 1, k))
     c3 = torch.empty((m + 1, n), device="cuda", dtype=torch.float16)
     with pytest.raises(hg.ValidationError):
-        mm(a3, b, c3)
+        mm(a3, b, out=c3)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -358,7 +358,7 @@ def test_repeat_calls_on_the_same_tensors_see_new_contents(with_out, rng):
         a.copy_(_trand(torch, rng, (m, k)))
         if out is not None:
             out.fill_(float("nan"))
-        c = hg.matmul(a, b, out)
+        c = hg.matmul(a, b, out=out)
         torch.cuda.synchronize()
         if out is not None:
             assert c is out

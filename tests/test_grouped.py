@@ -51,7 +51,7 @@ ERRORS = [
     ("fp16 or bf16", lambda: hg.grouped_matmul(_fake(1 << 36, (100, 64), "f32"), _fake(2 << 36, (4, 64, 32), "f32"),
                                                offsets=ENDS)),
     ("beta != 0 needs out=", lambda: hg.grouped_matmul(X, W, offsets=ENDS, beta=1.0)),
-    ("the result is f16 (100, 32)", lambda: hg.grouped_matmul(X, W, _fake(3 << 36, (100, 33)), offsets=ENDS)),
+    ("the result is f16 (100, 32)", lambda: hg.grouped_matmul(X, W, out=_fake(3 << 36, (100, 33)), offsets=ENDS)),
     ("is not one of", lambda: hg.grouped_matmul(X, W, offsets=ENDS, activation="tanh")),
     ("at most 492", lambda: hg.grouped_matmul(X, _fake(2 << 36, (493, 64, 32)), offsets=np.zeros(493, np.int32))),
 ]
@@ -93,7 +93,7 @@ def test_contiguous_groups_match_float64(dtype, layout, sizes, rng):
     out = hg.empty((T, N), dtype)
     out.fill_bytes(0xFF)  # NaN: a row the kernel should not write stays NaN
     ends = np.cumsum(sizes).astype(np.int32)
-    hg.grouped_matmul(x.view, w.view, out, offsets=ends)
+    hg.grouped_matmul(x.view, w.view, out=out, offsets=ends)
     got = storage_to_f64(out.to_host(), dtype)
     start = 0
     for e, n in enumerate(sizes):
@@ -118,7 +118,7 @@ def test_masked_groups_match_float64_and_clamp_counts(dtype, act, rng):
     out = hg.empty((E, max_m, n_out), dtype)
     out.fill_bytes(0xFF)
     on_gpu = _DeviceInt32(counts)  # (alive until the result is read: the kernel reads it)
-    hg.grouped_matmul(x.view, w.view, out, counts=on_gpu, activation=act)
+    hg.grouped_matmul(x.view, w.view, out=out, counts=on_gpu, activation=act)
     got = storage_to_f64(out.to_host(), dtype)
     on_gpu.buf.close()
     for e in range(E):
@@ -157,7 +157,7 @@ def test_an_output_tma_cannot_store_goes_through_its_pointer(dtype, mode, rng):
         out = DeviceArray(buf.ptr + 2, (E, max_m, N), dtype, (max_m * pitch * 2, pitch * 2, 2), owner=buf)
         rows = [np.arange(n) for n in sizes]
         kw = {"counts": np.array(sizes, np.int32)}
-    hg.grouped_matmul(x.view, w.view, out, alpha=0.5, activation="gelu", **kw)
+    hg.grouped_matmul(x.view, w.view, out=out, alpha=0.5, activation="gelu", **kw)
     host = storage_to_f64(buf.to_host(), dtype)[1:]
     got = np.lib.stride_tricks.as_strided(host, out.shape, tuple(s // 2 * 8 for s in out.strides))
     written = np.zeros(host.shape, bool)
@@ -279,7 +279,7 @@ def test_grouped_repeats_on_device_arrays_with_torch_offsets_match_float64(rng):
         x = GuardedArray(rng.standard_normal((T, K)), "f16")
         out = hg.empty((T, N), "f16")
         out.fill_bytes(0xFF)
-        hg.grouped_matmul(x.view, w.view, out, offsets=ends)
+        hg.grouped_matmul(x.view, w.view, out=out, offsets=ends)
         got = storage_to_f64(out.to_host(), "f16")
         for e, (s, t) in enumerate(zip([0, 0, 130, 131], [0, 130, 131, 290])):
             if t > s:
@@ -361,7 +361,7 @@ def test_grouped_repeat_with_cupy_arrays_matches_float64(rng):
     for i in range(3):
         x_h = rng.standard_normal((T, K)).astype(np.float16)
         out = cupy.full((T, N), np.nan, dtype=cupy.float16)
-        hg.grouped_matmul(cupy.asarray(x_h), w, out, offsets=ends)
+        hg.grouped_matmul(cupy.asarray(x_h), w, out=out, offsets=ends)
         got = cupy.asnumpy(out).astype(np.float64)
         start = 0
         for e, n in enumerate(sizes):

@@ -102,31 +102,31 @@ def _out(ptr=3 << 36):
 def test_a_repeat_call_is_launched_without_being_validated_or_planned_again(gpu):
     x, w, out, ends = _x(), _w(), _out(), FakeIndex(5 << 36)
     for _ in range(3):
-        assert hg.grouped_matmul(x, w, out, offsets=ends, alpha=0.5) is out
+        assert hg.grouped_matmul(x, w, out=out, offsets=ends, alpha=0.5) is out
     assert gpu.planned == 1 and repeat_key(x, w, out, offsets=ends, alpha=0.5) in hg.plans.calls
     assert gpu.log == [((x.ptr, w.ptr, out.ptr, 0, ends.ptr), 0.5, 0.0, 0)] * 3
     # new arrays of the same descriptions and alignments: the kept call, on their addresses
     x2, w2, out2, ends2 = _x(9 << 36), _w(10 << 36), _out(11 << 36), FakeIndex(12 << 36)
-    hg.grouped_matmul(x2, w2, out2, offsets=ends2, alpha=0.5)
+    hg.grouped_matmul(x2, w2, out=out2, offsets=ends2, alpha=0.5)
     assert gpu.planned == 1 and gpu.log[-1] == ((x2.ptr, w2.ptr, out2.ptr, 0, ends2.ptr), 0.5, 0.0, 0)
 
 
 @pytest.mark.parametrize("change", ["alignment", "alpha", "stream", "counts", "activation"])
 def test_another_alignment_or_option_is_another_call(gpu, change):
     x, w, out, ends = _x(), _w(), _out(), FakeIndex(5 << 36)
-    hg.grouped_matmul(x, w, out, offsets=ends)
+    hg.grouped_matmul(x, w, out=out, offsets=ends)
     if change == "alignment":
-        hg.grouped_matmul(_x((1 << 36) + 16), w, out, offsets=ends)
+        hg.grouped_matmul(_x((1 << 36) + 16), w, out=out, offsets=ends)
     elif change == "alpha":
-        hg.grouped_matmul(x, w, out, offsets=ends, alpha=2.0)
+        hg.grouped_matmul(x, w, out=out, offsets=ends, alpha=2.0)
     elif change == "stream":
-        hg.grouped_matmul(x, w, out, offsets=ends, stream=7)
+        hg.grouped_matmul(x, w, out=out, offsets=ends, stream=7)
         assert gpu.log[-1][3] == 7
     elif change == "counts":
-        hg.grouped_matmul(DeviceArray(1 << 36, (E, 25, K), "f16"), w, DeviceArray(3 << 36, (E, 25, N), "f16"),
+        hg.grouped_matmul(DeviceArray(1 << 36, (E, 25, K), "f16"), w, out=DeviceArray(3 << 36, (E, 25, N), "f16"),
                           counts=ends)
     else:
-        hg.grouped_matmul(x, w, DeviceArray(3 << 36, (T, N // 2), "f16"), offsets=ends, activation="swiglu")
+        hg.grouped_matmul(x, w, out=DeviceArray(3 << 36, (T, N // 2), "f16"), offsets=ends, activation="swiglu")
     assert gpu.planned == 2
 
 
@@ -134,11 +134,11 @@ def test_out_overlapping_an_input_on_a_repeat_is_refused_as_on_a_first_call(gpu)
     x, w, ends = _x(), _w(), FakeIndex(5 << 36)
     inside_x = _out(x.ptr + 1024)  # (the same low address bits as the kept call's out)
     with pytest.raises(ValidationError) as first:
-        hg.grouped_matmul(x, w, inside_x, offsets=ends)
-    hg.grouped_matmul(x, w, _out(), offsets=ends)
+        hg.grouped_matmul(x, w, out=inside_x, offsets=ends)
+    hg.grouped_matmul(x, w, out=_out(), offsets=ends)
     for bad, what in ((inside_x, "A"), (_out(w.ptr), "B")):
         with pytest.raises(ValidationError, match=re.escape(f"grouped_matmul: out overlaps {what} in memory")) as e:
-            hg.grouped_matmul(x, w, bad, offsets=ends)
+            hg.grouped_matmul(x, w, out=bad, offsets=ends)
         if what == "A":
             assert str(e.value) == str(first.value)
     assert len(gpu.log) == 1  # (nothing launched for a refused call)
@@ -146,14 +146,14 @@ def test_out_overlapping_an_input_on_a_repeat_is_refused_as_on_a_first_call(gpu)
 
 def test_a_repeat_still_refuses_what_the_first_call_refuses(gpu):
     x, w, out, ends = _x(), _w(), _out(), FakeIndex(5 << 36)
-    hg.grouped_matmul(x, w, out, offsets=ends, alpha=1)
+    hg.grouped_matmul(x, w, out=out, offsets=ends, alpha=1)
     with pytest.raises(ArgumentTypeError, match="alpha must be a real number"):
-        hg.grouped_matmul(x, w, out, offsets=ends, alpha=True)  # (True == 1: the key holds the scalars' types)
+        hg.grouped_matmul(x, w, out=out, offsets=ends, alpha=True)  # (True == 1: the key holds the scalars' types)
     with pytest.raises(ValidationError, match="exactly one of"):
-        hg.grouped_matmul(x, w, out, offsets=ends, counts=ends, alpha=1)
+        hg.grouped_matmul(x, w, out=out, offsets=ends, counts=ends, alpha=1)
     out.memory_live[0] = False
     with pytest.raises(ValidationError, match="closed"):
-        hg.grouped_matmul(x, w, out, offsets=ends, alpha=1)
+        hg.grouped_matmul(x, w, out=out, offsets=ends, alpha=1)
     assert len(gpu.log) == 1
 
 
@@ -170,19 +170,19 @@ def test_out_none_returns_a_new_result_each_call(gpu):
 def test_an_index_that_names_a_producer_stream_is_waited_for_on_every_call(gpu):
     x, w, out = _x(), _w(), _out()
     for _ in range(3):
-        hg.grouped_matmul(x, w, out, offsets=FakeIndex(5 << 36, stream=9))
+        hg.grouped_matmul(x, w, out=out, offsets=FakeIndex(5 << 36, stream=9))
     assert gpu.waits.count((0, 9)) == 3 and gpu.planned == 1
 
 
 def test_a_closed_launch_plan_or_cleared_plans_are_planned_again(gpu):
     x, w, out, ends = _x(), _w(), _out(), FakeIndex(5 << 36)
-    hg.grouped_matmul(x, w, out, offsets=ends)
+    hg.grouped_matmul(x, w, out=out, offsets=ends)
     hg.plans.calls[repeat_key(x, w, out, offsets=ends)].plan.closed = True  # (its execution evicted)
-    hg.grouped_matmul(x, w, out, offsets=ends)
+    hg.grouped_matmul(x, w, out=out, offsets=ends)
     assert gpu.planned == 2 and len(gpu.log) == 2
     hg.plans.clear()
     assert repeat_key(x, w, out, offsets=ends) not in hg.plans.calls
-    hg.grouped_matmul(x, w, out, offsets=ends)
+    hg.grouped_matmul(x, w, out=out, offsets=ends)
     assert gpu.planned == 3 and len(gpu.log) == 3
 
 

@@ -61,20 +61,20 @@ ERRORS = [
     ("B must be 2-D", lambda: hg.matmul(H16(3, 4), H16(4))),
     ("A must be 2-D", lambda: hg.matmul(H16(4), H16(4, 5))),
     ("inner dimensions differ", lambda: hg.matmul(H16(2, 3, 4, 1), H16(4, 5))),
-    ("out has shape", lambda: hg.matmul(_fake(0x10000, (2, 3, 4)), _fake(0x20000, (4, 5)), _fake(0x30000, (6, 5)))),
-    ("out has shape", lambda: hg.matmul(_fake(0x10000, (3, 4)), _fake(0x20000, (2, 4, 5)), _fake(0x30000, (3, 5)))),
+    ("out has shape", lambda: hg.matmul(_fake(0x10000, (2, 3, 4)), _fake(0x20000, (4, 5)), out=_fake(0x30000, (6, 5)))),
+    ("out has shape", lambda: hg.matmul(_fake(0x10000, (3, 4)), _fake(0x20000, (2, 4, 5)), out=_fake(0x30000, (3, 5)))),
     ("unsupported dtype", lambda: hg.matmul(np.zeros((3, 4)), np.zeros((4, 5)))),
     ("different GPUs", lambda: hg.matmul(_fake(0x10000, (3, 4)), _fake(0x20000, (4, 5), device=1))),
     ("read-only", lambda: hg.matmul(_fake(0x10000, (3, 4)), _fake(0x20000, (4, 5)),
-                                    _fake(0x30000, (3, 5), readonly=True))),
-    ("overlaps A", lambda: hg.matmul(_fake(0x10000, (3, 4)), _fake(0x20000, (4, 5)), _fake(0x10004, (3, 5)))),
+                                    out=_fake(0x30000, (3, 5), readonly=True))),
+    ("overlaps A", lambda: hg.matmul(_fake(0x10000, (3, 4)), _fake(0x20000, (4, 5)), out=_fake(0x10004, (3, 5)))),
     ("overlaps B", lambda: hg.matmul(_fake(0x10000, (3, 4)), _fake(0x20000, (4, 5)),
-                                     _fake(0x1fff0, (3, 5), strides=(2, 6)))),
+                                     out=_fake(0x1fff0, (3, 5), strides=(2, 6)))),
     ("share memory", lambda: hg.matmul(_fake(0x10000, (3, 4)), _fake(0x20000, (4, 5)),
-                                       _fake(0x30000, (3, 5), strides=(0, 2)))),
-    ("out has shape", lambda: hg.matmul(_fake(0x10000, (3, 4)), _fake(0x20000, (4, 5)), _fake(0x30000, (3, 6)))),
+                                       out=_fake(0x30000, (3, 5), strides=(0, 2)))),
+    ("out has shape", lambda: hg.matmul(_fake(0x10000, (3, 4)), _fake(0x20000, (4, 5)), out=_fake(0x30000, (3, 6)))),
     ("out has dtype", lambda: hg.matmul(_fake(0x10000, (3, 4)), _fake(0x20000, (4, 5)),
-                                        _fake(0x30000, (3, 5), "f32"))),
+                                        out=_fake(0x30000, (3, 5), "f32"))),
     ("accumulate='tf32'", lambda: hg.matmul(_fake(0x10000, (3, 4)), _fake(0x20000, (4, 5)), accumulate="tf32")),
     ("accumulate='f16'", lambda: hg.matmul(_fake(0x10000, (3, 4), "f32"), _fake(0x20000, (4, 5), "f32"),
                                            accumulate="f16")),
@@ -83,7 +83,7 @@ ERRORS = [
     ("alpha must be a real number", lambda: hg.matmul(_fake(0x10000, (3, 4)), _fake(0x20000, (4, 5)), alpha="x")),
     ("alpha must be a real number", lambda: hg.matmul(_fake(0x10000, (3, 4)), _fake(0x20000, (4, 5)), alpha=True)),
     ("beta=inf is not a finite fp32", lambda: hg.matmul(_fake(0x10000, (3, 4)), _fake(0x20000, (4, 5)),
-                                                        _fake(0x30000, (3, 5)), beta=float("inf"))),
+                                                        out=_fake(0x30000, (3, 5)), beta=float("inf"))),
     ("alpha=nan is not a finite fp32", lambda: hg.matmul(_fake(0x10000, (3, 4)), _fake(0x20000, (4, 5)),
                                                          alpha=float("nan"))),
     ("alpha=1e\\+300 is not a finite fp32", lambda: hg.matmul(_fake(0x10000, (3, 4)), _fake(0x20000, (4, 5)),
@@ -547,7 +547,7 @@ def _case(M, N, K, dtype, orders, offsets, pads, alpha, beta, acc, rng, out_give
     c0 = rng.standard_normal((M, N)) if beta else np.full((M, N), np.nan)
     c = GuardedArray(c0, dtype, orders[2], offsets[2], pads[2]) if out_given else None
     ref = alpha * (a.exact @ b.exact) + (beta * c.exact if (beta and c is not None) else 0.0)
-    res = hg.matmul(a.view, b.view, c.view if c else None, alpha=alpha, beta=beta if c else 0.0, accumulate=acc)
+    res = hg.matmul(a.view, b.view, out=c.view if c else None, alpha=alpha, beta=beta if c else 0.0, accumulate=acc)
     hg.get_device().synchronize()
     if c is not None:
         assert res is c.view
@@ -710,7 +710,7 @@ def test_torch_tensors_and_transposed_views_zero_copy(rng):
         w = torch.randn(150, 200, device="cuda", dtype=dt)  # a Linear weight: a @ w.T (TN)
         out = torch.full((150, 300), float("nan"), device="cuda", dtype=dt).t()  # column-major out
         ptr = out.data_ptr()
-        res = hg.matmul(a, w.t(), out, stream=torch.cuda.current_stream())
+        res = hg.matmul(a, w.t(), out=out, stream=torch.cuda.current_stream())
         torch.cuda.synchronize()
         assert res is out and out.data_ptr() == ptr  # written in place, no copy
         ref = a.double() @ w.double().t()
@@ -730,7 +730,7 @@ def test_batched_a_folds_into_rows_like_torch_matmul(rng):
     y = hg.matmul(x, w.t())
     assert y.shape == (2, 3, 50, 40)
     out = torch.empty(2, 3, 50, 40, device="cuda", dtype=torch.float16)
-    assert hg.matmul(x, w.t(), out) is out
+    assert hg.matmul(x, w.t(), out=out) is out
     torch.cuda.synchronize()
     for got in (y, out):
         assert ((got.double() - ref).norm() / ref.norm()).item() < 1e-3
@@ -749,7 +749,7 @@ def test_dlpack_only_producer_zero_copy(rng):
     a = torch.randn(64, 96, device="cuda", dtype=torch.float16)
     b = torch.randn(96, 40, device="cuda", dtype=torch.float16)
     out = torch.zeros(64, 40, device="cuda", dtype=torch.float16)
-    hg.matmul(OnlyDlpack(a), OnlyDlpack(b), OnlyDlpack(out))
+    hg.matmul(OnlyDlpack(a), OnlyDlpack(b), out=OnlyDlpack(out))
     torch.cuda.synchronize()
     ref = a.double() @ b.double()
     assert ((out.double() - ref).norm() / ref.norm()).item() < 1e-3
@@ -798,7 +798,7 @@ def _repeated_on_the_same_buffers(M, N, K, rng, s):
         A.copy_from_numpy(a)
         B.copy_from_numpy(b)
         C.fill_bytes(0xFF, s)
-        assert hg.matmul(A, B, C, stream=s) is C
+        assert hg.matmul(A, B, out=C, stream=s) is C
         s.synchronize()
         assert _rel(C.to_numpy().astype(np.float64), a.astype(np.float64) @ b) < 1e-3, f"call {i}"
     return A, B, C, a, b, hg.plans.calls[repeat_key(A, B, C, stream=s)]
@@ -817,7 +817,7 @@ def test_repeats_on_the_same_buffers_go_through_a_cuda_graph_and_stay_correct(M,
         assert bound.last.graph is not None, "the repeats did not switch to a CUDA graph"
         C.fill_bytes(0xFF, s)
         s.synchronize()
-        _captured_and_replayed(lambda: hg.matmul(A, B, C, stream=s), s)  # kernel launches, not the graph
+        _captured_and_replayed(lambda: hg.matmul(A, B, out=C, stream=s), s)  # kernel launches, not the graph
     assert _rel(C.to_numpy().astype(np.float64), a.astype(np.float64) @ b) < 1e-3
 
 
@@ -880,7 +880,7 @@ def test_calls_on_new_addresses_in_any_order_and_from_two_threads_stay_correct(M
     for i, (ia, ib, ic) in enumerate([(0, 0, 0), (1, 0, 1), (0, 0, 2), (2, 1, 0), (2, 1, 0), (2, 1, 0), (2, 1, 0),
                                       (3, 1, 1), (0, 0, 0), (1, 0, 1)]):
         C[ic].fill_bytes(0xFF)
-        assert hg.matmul(A[ia], B[ib], C[ic]) is C[ic]
+        assert hg.matmul(A[ia], B[ib], out=C[ic]) is C[ic]
         got = C[ic].to_numpy().astype(np.float64)
         assert _rel(got, a[ia].astype(np.float64) @ b[ib]) <= bound, f"call {i}: A{ia} B{ib} C{ic}"
     def work(seed: int) -> list:
@@ -890,7 +890,7 @@ def test_calls_on_new_addresses_in_any_order_and_from_two_threads_stay_correct(M
             for j in range(40):
                 ia, ib, out = int(r.integers(4)), int(r.integers(2)), outs[j % 2]
                 out.fill_bytes(0xFF, s)
-                hg.matmul(A[ia], B[ib], out, stream=s)
+                hg.matmul(A[ia], B[ib], out=out, stream=s)
                 s.synchronize()
                 err = _rel(out.to_numpy().astype(np.float64), a[ia].astype(np.float64) @ b[ib])
                 if not err <= bound:
@@ -909,13 +909,13 @@ def test_autotune_writes_a_cache_that_matmul_then_uses(tmp_path, monkeypatch, rn
     b = rng.standard_normal((513, 200)).astype(np.float16)
     A, B, C = hg.to_device(a), hg.to_device(b), hg.empty((96, 200), "f16")
     try:
-        results = hg.autotune(A, B, C, candidates=4, iters=3)
+        results = hg.autotune(A, B, out=C, candidates=4, iters=3)
         assert results and math.isfinite(results[0]["us"])
         files = list(tmp_path.glob("autotune-*.json"))
         assert len(files) == 1
         entry = next(iter(json.loads(files[0].read_text())["entries"].values()))
         assert entry["route"]["kernel"] == results[0]["route"].kernel
-        assert hg.Matmul(A, B, C).recipe.route == results[0]["route"]  # a new plan object sees the winner
+        assert hg.Matmul(A, B, out=C).recipe.route == results[0]["route"]  # a new plan object sees the winner
         hg.matmul(A, B, out=C)
         assert _rel(C.to_numpy().astype(np.float64), a.astype(np.float64) @ b) < 1e-3
     finally:
@@ -939,11 +939,11 @@ def test_autotune_of_a_batched_call_caches_a_route_that_matmul_then_uses(tmp_pat
     A, B = hg.to_device(a), hg.to_device(b)
     C = hg.empty(ref.shape, "f16") if with_out else None
     try:
-        results = hg.autotune(A, B, C, candidates=4, iters=2, warmup=1)
+        results = hg.autotune(A, B, out=C, candidates=4, iters=2, warmup=1)
         assert results and math.isfinite(results[0]["us"]) and results[0]["error"] <= _bound("f16", "f32", b_shape[-2])
         (entry,) = json.loads(next(tmp_path.glob("autotune-*.json")).read_text())["entries"].values()
         assert entry["route"]["kernel"] == results[0]["route"].kernel
-        assert hg.Matmul(A, B, C).recipe.route == results[0]["route"]  # a new plan object sees the winner
+        assert hg.Matmul(A, B, out=C).recipe.route == results[0]["route"]  # a new plan object sees the winner
         out = hg.matmul(A, B, out=C)
         assert _rel(out.to_numpy().astype(np.float64), ref) <= _bound("f16", "f32", b_shape[-2])
     finally:
@@ -963,7 +963,7 @@ def test_repeated_calls_take_the_validated_call_cache_and_stay_correct(rng):
     for i, alpha in enumerate((1.0, 0.5, 1.0, -2.0, 0.5)):
         for C in (outs[i % 2], outs[(i + 1) % 2]):
             C.fill_bytes(0xFF)
-            assert hg.matmul(A, B, C, alpha=alpha) is C
+            assert hg.matmul(A, B, out=C, alpha=alpha) is C
             assert _rel(C.to_numpy().astype(np.float64), alpha * ref) <= _bound("f16", "f32", K)
     # the repeats were served from the cache: one entry per alpha, whichever of the two outputs
     assert repeat_key(A, B, outs[0], alpha=0.5) in hg.plans.calls
@@ -971,7 +971,7 @@ def test_repeated_calls_take_the_validated_call_cache_and_stay_correct(rng):
         repeat_key(A, B, outs[0], alpha=0.5)
     outs[1].close()
     with pytest.raises(ValidationError, match="closed"):
-        hg.matmul(A, B, outs[1])
+        hg.matmul(A, B, out=outs[1])
 
 
 def test_cost_model_prices_short_split_k_slices_higher():
