@@ -11,8 +11,8 @@ from . import planner
 from ._driver import check, driver
 from .call import Call
 from .device import get_device
-from .errors import DriverError, ValidationError
-from .launcher import CONTEXT_ERRORS, is_capturing, may_capture
+from .errors import ValidationError
+from .launcher import check_or_relaunch, is_capturing, may_capture
 from .launchplan import LaunchPlan, PackedSet
 from .memory import DeviceArray, byte_extent
 from .plans import plans
@@ -111,7 +111,7 @@ class Bound:
                 if last.graph is not None:  # the same buffers again: one graph launch
                     code = last.graph_launch()
                     if code:
-                        self._failed(code, last.graph, last.graph_launch)
+                        check_or_relaunch(code, last.graph, last.graph_launch, self.dev)
                     return out
             launches = last.launches
         else:
@@ -128,7 +128,7 @@ class Bound:
         for launch, kernel in launches:
             code = launch()
             if code:
-                self._failed(code, kernel, launch)
+                check_or_relaunch(code, kernel, launch, self.dev)
         return out
 
     def graph_worth_it(self, last: PackedSet) -> bool:
@@ -141,17 +141,6 @@ class Bound:
                 self.dev.info.sm_count) < GRAPH_BELOW_US
             self.graph_pays = pays
         return pays
-
-    def _failed(self, code: int, kernel: Any, launch: Any) -> None:
-        """A launch failed: where another context is current on this thread, make ours current and
-        retry it; otherwise raise."""
-        try:
-            kernel.check_launch(code)
-        except DriverError as exc:
-            if exc.result_name not in CONTEXT_ERRORS:
-                raise
-            self.dev.make_current()
-            kernel.check_launch(launch())
 
     def run_full(self) -> Any:
         """The first run of a call: host operands uploaded, producers' streams waited for, numpy results

@@ -35,6 +35,7 @@ from . import operands as ops
 from .device import get_device, stream_handle
 from .epilogue import SWIGLU, Epilogue
 from .errors import ArgumentTypeError, NotBuiltForDeviceError, ValidationError
+from .launcher import check_or_relaunch
 from .launchplan import PackedSet
 from .memory import DeviceArray, byte_extent
 from .planner import grouped_recipe
@@ -317,9 +318,8 @@ class GroupedCall:
             kept = self.last = self.plan_for(s).packed_set((pa, pb, pc, 0, pg), self.alpha, self.beta)
         for launch, kernel in kept.launches:
             code = launch()
-            if code:  # another context current on this thread: ours made current, launched again (an error repeats)
-                get_device(self.device)
-                kernel.check_launch(launch())
+            if code:
+                check_or_relaunch(code, kernel, launch, get_device(self.device))
         return out
 
 

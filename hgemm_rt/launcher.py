@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping, NamedTuple
 from ._driver import check, check_code, driver, native
 from .declaration import variant_symbol
 from .device import Device, get_device, require_driver_for, stream_handle
-from .errors import ArgumentTypeError, ManifestError, ValidationError
+from .errors import ArgumentTypeError, DriverError, ManifestError, ValidationError
 from .manifest import KernelSpec, Manifest, Selection
 from . import operands as ops
 from .streams import LEGACY_STREAM
@@ -353,6 +353,19 @@ def may_capture(stream: int) -> bool:
 # a launch with another context current (a thread that never made ours current, another device's
 # context left by a framework) fails with one of these; the caller makes the context current and retries
 CONTEXT_ERRORS = ("CUDA_ERROR_INVALID_CONTEXT", "CUDA_ERROR_INVALID_HANDLE", "CUDA_ERROR_CONTEXT_IS_DESTROYED")
+
+
+def check_or_relaunch(code: int, kernel: Any, launch: Callable[[], int], dev: Device) -> None:
+    """A bound launch (or graph launch) that returned `code`: where another context was current on this thread
+    (CONTEXT_ERRORS), make `dev`'s current and launch it again, checked; any other failure raises its DriverError
+    (`kernel.check_launch`)."""
+    try:
+        kernel.check_launch(code)
+    except DriverError as exc:
+        if exc.result_name not in CONTEXT_ERRORS:
+            raise
+        dev.make_current()
+        kernel.check_launch(launch())
 
 
 class KernelLaunch:
