@@ -206,11 +206,12 @@ def _build(argv: list[str] | None, prog: str) -> int:
     if args.ptxas and not args.cuda12:
         raise BuildError("--ptxas goes with --cuda12 (a CUDA 12 ptxas assembling the nvcc's PTX)")
     nvcc = find_nvcc(args.nvcc)
-    split = args.cuda12 and int(nvcc_version(nvcc).split(".")[0]) > 12  # (a CUDA 12 nvcc builds for CUDA 12 as it is)
+    nvcc_ver = nvcc_version(nvcc)
+    split = args.cuda12 and int(nvcc_ver.split(".")[0]) > 12  # (a CUDA 12 nvcc builds for CUDA 12 as it is)
     front = nvcc
     if split:
         nvcc = cuda12_nvcc(front, find_cuda12_ptxas(args.ptxas), cache.parent)
-    nvcc_ver = nvcc_version(nvcc)
+        nvcc_ver = nvcc_version(nvcc)  # (the launcher reports its ptxas's release)
     # the cache key's compiler: a split build's reports its ptxas's release, so its front end is added
     key_ver = f"{nvcc_ver} ({split_identity(front)})" if split else nvcc_ver
     cutlass_dir = cutlass_include() if any(f.cutlass for f in chosen) else None

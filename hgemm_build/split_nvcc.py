@@ -23,24 +23,16 @@ import sys
 import tempfile
 from pathlib import Path
 
+from .toolchain import ToolchainError, tool_release
+
 # the newest PTX ISA each CUDA 12 ptxas reads (the PTX ISA document's release history)
 PTX_ISA = {(12, 8): (8, 7), (12, 9): (8, 8)}
 
 _VERSION_LINE = re.compile(rb"^\.version (\d+)\.(\d+)[ \t]*$", re.M)
-_RELEASE = re.compile(r"release (\d+)\.(\d+), V([\d.]+)")
 
 
 class SplitNvccError(RuntimeError):
     pass
-
-
-def tool_release(tool: str) -> tuple[int, int, str]:
-    """(major, minor, full version) of an nvcc or ptxas, from its `--version`."""
-    out = subprocess.run([tool, "--version"], capture_output=True, text=True, check=False).stdout
-    m = _RELEASE.search(out)
-    if not m:
-        raise SplitNvccError(f"{tool} --version printed no release:\n{out}")
-    return int(m.group(1)), int(m.group(2)), m.group(3)
 
 
 def lower_ptx_version(ptx: bytes, isa: tuple[int, int]) -> bytes:
@@ -133,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         if rest == ["--version"]:
             return print_version(args.front, args.ptxas)
         return compile_cubin(args.front, args.ptxas, rest)
-    except SplitNvccError as exc:
+    except (SplitNvccError, ToolchainError) as exc:
         print(f"split_nvcc: {exc}", file=sys.stderr)
         return 2
 

@@ -56,12 +56,17 @@ def find_nvcc(explicit: str | None = None) -> Path:
     )
 
 
-def nvcc_version(nvcc: Path) -> str:
-    out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, check=False).stdout
-    m = re.search(r"release [\d.]+, V([\d.]+)", out)
+def tool_release(tool: Path | str) -> tuple[int, int, str]:
+    """(major, minor, full version) of an nvcc or a ptxas, from its `--version` ("release 13.0, V13.0.88")."""
+    out = subprocess.run([str(tool), "--version"], capture_output=True, text=True, check=False).stdout
+    m = re.search(r"release (\d+)\.(\d+), V([\d.]+)", out)
     if not m:
-        raise ToolchainError(f"{nvcc} --version printed no version:\n{out}")
-    return m.group(1)
+        raise ToolchainError(f"{tool} --version printed no version:\n{out}")
+    return int(m.group(1)), int(m.group(2)), m.group(3)
+
+
+def nvcc_version(nvcc: Path) -> str:
+    return tool_release(nvcc)[2]
 
 
 def find_cuda12_ptxas(explicit: str | None = None) -> Path:
