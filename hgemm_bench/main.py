@@ -173,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         err(pl.MISSING_MATPLOTLIB)  # before any GPU time is spent
         return 2
     import hgemm_rt as hg
+    from hgemm_rt.device import driver_requirement
 
     registry = load_registry()
     if registry is None:
@@ -183,12 +184,13 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         err(problem)
         return 2
+    build = f"{describe_build(entries)}\n\nbuild {registry.manifest.build_hash}: {driver_requirement(registry.manifest.nvcc)}"
     if s.list_only:
-        print(describe_build(entries))
+        print(build)
         print(f"\nthese flags select {len(cases)} runs per shape, {len(s.shapes)} shape(s)")
         return 0
     if not hg.gpu_available():
-        print(describe_build(entries), file=sys.stderr)
+        print(build, file=sys.stderr)
         err(f"no CUDA GPU on this machine: nothing can be timed (the build above holds "
             f"{sum(not e.is_baseline for e in entries)} kernels; these flags select {len(cases)} runs per shape)")
         return 1

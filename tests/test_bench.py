@@ -489,6 +489,21 @@ def test_without_a_gpu_the_build_is_listed_and_the_exit_is_nonzero(monkeypatch, 
     assert "no CUDA GPU" in err and "cublas" in err
 
 
+def test_the_listed_build_says_what_it_needs_from_the_driver(capsys):
+    hg = pytest.importorskip("hgemm_rt")
+    try:
+        manifest = hg.get_registry().manifest
+    except hg.ManifestError:
+        pytest.skip("no build manifest (run build_kernels.py)")
+    from hgemm_bench.main import main
+    from hgemm_rt.device import driver_requirement
+
+    assert main(["--list"]) == 0
+    out = capsys.readouterr().out
+    assert f"build {manifest.build_hash}: {driver_requirement(manifest.nvcc)}" in out
+    assert f"cubins from nvcc {manifest.nvcc}: a driver for CUDA" in out
+
+
 def test_plot_without_matplotlib_fails_before_any_gpu_work(monkeypatch, capsys):
     from hgemm_bench import main as m
 
