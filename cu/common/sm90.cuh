@@ -337,6 +337,41 @@ __device__ __forceinline__ void fence_regs(float& r) { asm volatile("" : "+f"(r)
   "%96, %97, p, 1, 1, " TRANS_A ", " TRANS_B ";\n"                                                            \
   "}\n"
 
+// The first 56 and 48: the m64n112 and m64n96 accumulators (tiles whose count fills the SMs where 128 wide
+// leaves a part-empty wave).
+#define HG90_ACC_REGS56 \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+  "%48, %49, %50, %51, %52, %53, %54, %55}"
+#define HG90_WGMMA_ACC_LIST56(X) \
+  X(0), X(1), X(2), X(3), X(4), X(5), X(6), X(7), X(8), X(9), X(10), X(11), X(12), X(13), X(14), X(15), \
+  X(16), X(17), X(18), X(19), X(20), X(21), X(22), X(23), X(24), X(25), X(26), X(27), X(28), X(29), X(30), X(31), \
+  X(32), X(33), X(34), X(35), X(36), X(37), X(38), X(39), X(40), X(41), X(42), X(43), X(44), X(45), X(46), X(47), \
+  X(48), X(49), X(50), X(51), X(52), X(53), X(54), X(55)
+#define HG90_WGMMA_M64N112K16_ASM(TYPE, TRANS_A, TRANS_B)                                                       \
+  "{\n"                                                                                                        \
+  ".reg .pred p;\n"                                                                                            \
+  "setp.ne.b32 p, %58, 0;\n"                                                                                   \
+  "wgmma.mma_async.sync.aligned.m64n112k16.f32." TYPE "." TYPE "\n" HG90_ACC_REGS56 ",\n"                      \
+  "%56, %57, p, 1, 1, " TRANS_A ", " TRANS_B ";\n"                                                            \
+  "}\n"
+#define HG90_ACC_REGS48 \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}"
+#define HG90_WGMMA_ACC_LIST48(X) \
+  X(0), X(1), X(2), X(3), X(4), X(5), X(6), X(7), X(8), X(9), X(10), X(11), X(12), X(13), X(14), X(15), \
+  X(16), X(17), X(18), X(19), X(20), X(21), X(22), X(23), X(24), X(25), X(26), X(27), X(28), X(29), X(30), X(31), \
+  X(32), X(33), X(34), X(35), X(36), X(37), X(38), X(39), X(40), X(41), X(42), X(43), X(44), X(45), X(46), X(47)
+#define HG90_WGMMA_M64N96K16_ASM(TYPE, TRANS_A, TRANS_B)                                                       \
+  "{\n"                                                                                                        \
+  ".reg .pred p;\n"                                                                                            \
+  "setp.ne.b32 p, %50, 0;\n"                                                                                   \
+  "wgmma.mma_async.sync.aligned.m64n96k16.f32." TYPE "." TYPE "\n" HG90_ACC_REGS48 ",\n"                      \
+  "%48, %49, p, 1, 1, " TRANS_A ", " TRANS_B ";\n"                                                            \
+  "}\n"
+
 #define HG90_WGMMA_M64N256K16_ASM(TYPE, TRANS_A, TRANS_B)                                                       \
   "{\n"                                                                                                        \
   ".reg .pred p;\n"                                                                                            \
@@ -351,6 +386,10 @@ template <typename T, int TRANS_A, int TRANS_B>
 __device__ __forceinline__ void wgmma_m64n192k16(float (&d)[96], uint64_t desc_a, uint64_t desc_b, int scale_d);
 template <typename T, int TRANS_A, int TRANS_B>
 __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d);
+template <typename T, int TRANS_A, int TRANS_B>
+__device__ __forceinline__ void wgmma_m64n112k16(float (&d)[56], uint64_t desc_a, uint64_t desc_b, int scale_d);
+template <typename T, int TRANS_A, int TRANS_B>
+__device__ __forceinline__ void wgmma_m64n96k16(float (&d)[48], uint64_t desc_a, uint64_t desc_b, int scale_d);
 template <typename T, int TRANS_A, int TRANS_B>
 __device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d);
 
@@ -367,6 +406,20 @@ __device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], uint64_t desc_a,
                                                               uint64_t desc_b, int scale_d) {              \
     asm volatile(HG90_WGMMA_M64N192K16_ASM(TYPE, #TA, #TB)                                                  \
                  : HG90_WGMMA_ACC_LIST96(HG90_ACC_OPERAND)                                                  \
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));                                                \
+  }                                                                                                        \
+  template <>                                                                                              \
+  __device__ __forceinline__ void wgmma_m64n112k16<CTYPE, TA, TB>(float(&d)[56], uint64_t desc_a,          \
+                                                              uint64_t desc_b, int scale_d) {              \
+    asm volatile(HG90_WGMMA_M64N112K16_ASM(TYPE, #TA, #TB)                                                  \
+                 : HG90_WGMMA_ACC_LIST56(HG90_ACC_OPERAND)                                                  \
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));                                                \
+  }                                                                                                        \
+  template <>                                                                                              \
+  __device__ __forceinline__ void wgmma_m64n96k16<CTYPE, TA, TB>(float(&d)[48], uint64_t desc_a,          \
+                                                              uint64_t desc_b, int scale_d) {              \
+    asm volatile(HG90_WGMMA_M64N96K16_ASM(TYPE, #TA, #TB)                                                  \
+                 : HG90_WGMMA_ACC_LIST48(HG90_ACC_OPERAND)                                                  \
                  : "l"(desc_a), "l"(desc_b), "r"(scale_d));                                                \
   }                                                                                                        \
   template <>                                                                                              \
@@ -440,7 +493,7 @@ __device__ __forceinline__ uint64_t desc_advance(uint64_t desc, int bytes) {
   return desc + static_cast<uint64_t>(bytes >> 4);
 }
 
-// One k-block of BK elements as BK/16 wgmma m64nNk16 (N = 2 * accumulators: 256, 192, 128 or 64) from
+// One k-block of BK elements as BK/16 wgmma m64nNk16 (N = 2 * accumulators: 256, 192, 128, 112, 96 or 64) from
 // 128-byte-swizzled shared memory, given the descriptors of its first slice (kblock_desc): A K-major (this
 // warpgroup's 64 rows) or MN-major (kAT: one 64-wide M panel of BK rows), B K-major (TN) or MN-major (kNN, 64-wide
 // column panels). The k-th 16-element slice of a K-major row starts 32 bytes further (the hardware applies the
@@ -450,8 +503,8 @@ __device__ __forceinline__ uint64_t desc_advance(uint64_t desc, int bytes) {
 // T = float: BK fp32 elements (128 bytes: BK = 32) as BK/8 tf32 m64nNk8, both operands K-major (32 bytes a slice).
 template <typename T, bool kAT, bool kNN, int BK, int NACC>
 __device__ __forceinline__ void wgmma_kblock_desc(float (&d)[NACC], uint64_t da, uint64_t db, bool accumulate) {
-  static_assert(NACC == 128 || NACC == 96 || NACC == 64 || NACC == 32,
-                "m64n256, m64n192, m64n128 or m64n64 accumulators");
+  static_assert(NACC == 128 || NACC == 96 || NACC == 64 || NACC == 56 || NACC == 48 || NACC == 32,
+                "m64n256, m64n192, m64n128, m64n112, m64n96 or m64n64 accumulators");
   static_assert(BK * sizeof(T) == 128, "a k-block is one 128-byte swizzle row");
   constexpr int kStepA = kAT ? 16 * 128 : 32, kStepB = kNN ? 16 * 128 : 32;
   if constexpr (sizeof(T) == 4) {
@@ -471,6 +524,10 @@ __device__ __forceinline__ void wgmma_kblock_desc(float (&d)[NACC], uint64_t da,
         wgmma_m64n192k16<T, kTA, kTB>(d, dak, dbk, scale_d);
       else if constexpr (NACC == 64)
         wgmma_m64n128k16<T, kTA, kTB>(d, dak, dbk, scale_d);
+      else if constexpr (NACC == 56)
+        wgmma_m64n112k16<T, kTA, kTB>(d, dak, dbk, scale_d);
+      else if constexpr (NACC == 48)
+        wgmma_m64n96k16<T, kTA, kTB>(d, dak, dbk, scale_d);
       else
         wgmma_m64n64k16<T, kTA, kTB>(d, dak, dbk, scale_d);
     }
