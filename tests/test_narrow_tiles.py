@@ -82,7 +82,9 @@ def test_the_planner_offers_the_narrow_tiles_for_the_512_token_rows(dtype, M, N,
     prob = _problem(M, N, K, dtype)
     ranked = planner.ranked_recipes(prob, MANIFEST, (9, 0), 132)
     model = CostModel.for_device((9, 0), 132, MANIFEST)
-    for name in narrow_kernels(MANIFEST, dtype):
+    names = narrow_kernels(MANIFEST, dtype)
+    assert len(names) == 2, names
+    for name in names:
         spec = MANIFEST.kernels[name]
         mine = [r for _us, r in ranked if _gemm(r).kernel == name and not r.route.transpose]
         variants = {dict(_gemm(r).variant).get("mc", 1) for r in mine}
