@@ -793,7 +793,7 @@ extern "C" __global__ void __launch_bounds__(kCopyThreads, 2)
   split_f16x3(src + hgu::batch_offset(z, bss_o, bss_i), planes, shift + hgu::batch_offset(z, bse_o, bse_i), src_rows,
               src_cols, srs, scs);
 }
-#define UTIL_COPY2D(NAME, T)                                                                             \
+#define MATMUL_COPY2D(NAME, T)                                                                             \
   extern "C" __global__ void __launch_bounds__(kCopyThreads)                                              \
       NAME(const T* src, T* dst, int M, int N, int src_rows, int src_cols, int srs, int scs, int drs,    \
            int dcs, int alpha_bits, int beta_bits, const T* bias, int bias_stride, int epi, int scale_bits, \
@@ -803,7 +803,7 @@ extern "C" __global__ void __launch_bounds__(kCopyThreads, 2)
               epi, scale_bits, batch_inner, bss_o, bss_i, bsd_o, bsd_i);                                    \
   }
 
-#define UTIL_MMA_ONE(SYM, T, BM, WMW, WNW, ST, BROW)                                                     \
+#define MATMUL_MMA_ONE(SYM, T, BM, WMW, WNW, ST, BROW)                                                     \
   extern "C" __global__ void __launch_bounds__(WMW * WNW * 32, 1)                                        \
       SYM(const T* A, const T* B, T* C, int M, int N, int K, int lda, int ldb, int ldc_r,                \
           int ldc_c, int alpha_bits, int beta_bits, const T* bias, int bias_stride, int epi,            \
@@ -819,9 +819,9 @@ extern "C" __global__ void __launch_bounds__(kCopyThreads, 2)
 // variant (row: B K x N, col: B N x K).
 #define HG_B_ROW_row true
 #define HG_B_ROW_col false
-#define UTIL_MMA_SYM(SYM, T, BM, WMW, WNW, ST, B) UTIL_MMA_ONE(SYM, T, BM, WMW, WNW, ST, HG_B_ROW_##B)
+#define MATMUL_MMA_SYM(SYM, T, BM, WMW, WNW, ST, B) MATMUL_MMA_ONE(SYM, T, BM, WMW, WNW, ST, HG_B_ROW_##B)
 
-#define UTIL_SIMT(NAME, T)                                                                                \
+#define MATMUL_SIMT(NAME, T)                                                                                \
   extern "C" __global__ void __launch_bounds__(kSimtThreads)                                              \
       NAME(const T* A, const T* B, T* C, int M, int N, int K, int ars, int acs, int brs, int bcs, int crs, \
            int ccs, int alpha_bits, int beta_bits, const T* bias, int bias_stride, int epi,               \

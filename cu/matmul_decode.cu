@@ -378,7 +378,7 @@ __device__ __forceinline__ void gemm_decode_rowb(const T* __restrict__ A, const 
 #endif
 // STAGES ring stages (matmul_decode.toml's knob: 4; 2 to 8 stream alike once two CTAs (16 warps) share an SM,
 // docs/dev/tuning_log.md, matmul_decode)
-#define UTIL_DECODE(SYM, T, STAGES)                                                                     \
+#define MATMUL_DECODE(SYM, T, STAGES)                                                                     \
   extern "C" __global__ void HG_DECODE_BOUNDS                                                          \
       SYM(const T* A, const T* B, T* C, int M, int N, int K, int lda, int ldb, int ldc_r,       \
                    int ldc_c, int alpha_bits, int beta_bits, const T* bias, int bias_stride, int epi,  \
@@ -389,7 +389,7 @@ __device__ __forceinline__ void gemm_decode_rowb(const T* __restrict__ A, const 
   }                                                                                                     \
   HG_EXPORT_DSMEM(SYM, ring_bytes<STAGES>())
 // B as K x N (b = row): two CTAs or more an SM (RowB: 8 warps, no ring).
-#define UTIL_DECODE_ROWB(SYM, T)                                                                        \
+#define MATMUL_DECODE_ROWB(SYM, T)                                                                        \
   extern "C" __global__ void __launch_bounds__(RowB::kThreads)                                         \
       SYM(const T* A, const T* B, T* C, int M, int N, int K, int lda, int ldb, int ldc_r,       \
                    int ldc_c, int alpha_bits, int beta_bits, const T* bias, int bias_stride, int epi,  \

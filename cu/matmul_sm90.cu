@@ -821,7 +821,7 @@ __device__ __forceinline__ void kgroups_sum(const float* __restrict__ work, T* C
 
 }  // namespace
 
-#define UTIL_KGROUPS_SUM(NAME, T)                                                                                   \
+#define MATMUL_KGROUPS_SUM(NAME, T)                                                                                   \
   extern "C" __global__ void __launch_bounds__(32 * kSumSlices, 1)                                                 \
       NAME(const float* work, T* C, int M, int N, int ldc_r, int ldc_c, int alpha_bits, int beta_bits,              \
            const T* bias, int bias_stride, int epi, int scale_bits, int k_groups) {                                 \
@@ -829,7 +829,7 @@ __device__ __forceinline__ void kgroups_sum(const float* __restrict__ work, T* C
   }
 
 // One kernel of the gemm_strided_wgmma ABI (matmul_sm90.toml) over the configuration CFG (a WCfg)
-#define UTIL_WGMMA_KERNEL(SYM, CFG)                                                                                \
+#define MATMUL_WGMMA_KERNEL(SYM, CFG)                                                                                \
   extern "C" __global__ void __launch_bounds__(CFG::kThreads, CFG::kOcc)                                          \
       SYM(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB, CFG::Out* C, int M,    \
           int N, int K, int ldc_r, int ldc_c, int alpha_bits, int beta_bits, const CFG::Out* bias, int bias_stride, \
@@ -839,9 +839,9 @@ __device__ __forceinline__ void kgroups_sum(const float* __restrict__ work, T* C
                       scale_bits, batch_inner, tma_levels, bsc_o, bsc_i, work, k_groups);                           \
   }                                                                                                                 \
   HG_EXPORT_DSMEM(SYM, CFG::kSmemBytes)
-#define UTIL_WGMMA_SYM_OCC(SYM, T, BM, BN, NN, STAGES, MC, OCC) \
+#define MATMUL_WGMMA_SYM_OCC(SYM, T, BM, BN, NN, STAGES, MC, OCC) \
   using SYM##_cfg = WCfg<T, BM, BN, NN, STAGES, 0, MC, OCC>;     \
-  UTIL_WGMMA_KERNEL(SYM, SYM##_cfg)
+  MATMUL_WGMMA_KERNEL(SYM, SYM##_cfg)
 // The symbols and their knobs are declared in matmul_sm90.toml, whose `instance` lines the build generates
 // (matmul_sm90.instances.cuh, included at the end): `mc` 2 multicasts the B tile to a pair of CTAs along M, `occ` 2
 // runs two CTAs an SM, each with half the stages. The rings: 4 stages of 48 KB at BM = 128, 5 of 40 KB at BM = 64
@@ -850,11 +850,11 @@ __device__ __forceinline__ void kgroups_sum(const float* __restrict__ work, T* C
 // 3xTF32 from the fp32 operands as they are (role gemm_strided_wgmma, acc f32: fp32 accuracy): the residuals made in
 // shared memory (split_stage_tf32), whose second ring halves the stages of the TF32 kernels' ~192 KB; nn takes B
 // as K x N (MN-major chunks), transposed into the stage's K-major tile by the split.
-#define UTIL_TF32X3S(NAME, BM, BN, NN, STAGES)                         \
+#define MATMUL_TF32X3S(NAME, BM, BN, NN, STAGES)                         \
   using NAME##_cfg = WCfg<float, BM, BN, NN, STAGES, 0, 1, 1, true>; \
-  UTIL_WGMMA_KERNEL(NAME, NAME##_cfg)
+  MATMUL_WGMMA_KERNEL(NAME, NAME##_cfg)
 // 3xTF32 (role gemm_tf32x3): A and B as matmul_split_tf32's planes, each k-block's products added in fp32 FMA.
-#define UTIL_TF32X3(NAME, BM, BN, STAGES, PROMOTE)                                                                \
+#define MATMUL_TF32X3(NAME, BM, BN, STAGES, PROMOTE)                                                                \
   extern "C" __global__ void __launch_bounds__(WCfg<float, BM, BN, false, STAGES, PROMOTE>::kThreads, 1)         \
       NAME(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB, float* C, int M,    \
            int N, int K, int ldc_r, int ldc_c, int alpha_bits, int beta_bits, const float* bias, int bias_stride, \
@@ -867,7 +867,7 @@ __device__ __forceinline__ void kgroups_sum(const float* __restrict__ work, T* C
 // The 3xTF32 products promote their partial sums every 4 k-blocks (128 of K; the toml's instance knob): as
 // fast as rarer promotion, as accurate as every 3 (docs/dev/code_measurements.md, "3xTF32 promotion").
 // 3xFP16 (role gemm_f16x3): A and B as matmul_split_f16x3's scaled fp16 planes and their rows' exponents, C fp32.
-#define UTIL_F16X3(NAME, BM, BN, STAGES, PROMOTE)                                                                  \
+#define MATMUL_F16X3(NAME, BM, BN, STAGES, PROMOTE)                                                                  \
   extern "C" __global__ void __launch_bounds__(WCfg<__half, BM, BN, false, STAGES, PROMOTE>::kThreads, 1)         \
       NAME(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB, float* C, int M,      \
            int N, int K, int ldc_r, int ldc_c, int alpha_bits, int beta_bits, const float* bias, int bias_stride,   \

@@ -62,7 +62,7 @@ using namespace hg90g;  // the knobs, rungs and sm90_gemm (cu/common/sm90_gemm.c
 // other's unused.
 // RUNG is a knobs type without commas; TAIL_PARAMS and TAIL_ARGS are parenthesised lists.
 #define HG_UNPAREN(...) __VA_ARGS__
-#define UTIL_FUSED_KERNEL(NAME, RUNG, TAIL_PARAMS, TAIL_ARGS)                                                    \
+#define MATMUL_FUSED_KERNEL(NAME, RUNG, TAIL_PARAMS, TAIL_ARGS)                                                    \
   extern "C" __global__ void __launch_bounds__(kThreads, 1)                                                      \
       NAME(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,                     \
            const __grid_constant__ CUtensorMap tmC, RUNG::T* C, int M, int N, int K, int ldc_r, int alpha_bits,  \
@@ -76,20 +76,20 @@ using namespace hg90g;  // the knobs, rungs and sm90_gemm (cu/common/sm90_gemm.c
   HG_EXPORT_DSMEM(NAME, Config<RUNG>::kSmemBytes)
 // One declared symbol (matmul_sm90_fused.toml's instance lines): BASE the rung before the toml's dtype and layout, the
 // `queue` variant 1 taking its tiles from the producer's TileQueue (the dynamic order where `work` is a counter).
-#define UTIL_FUSED_VARIANT(NAME, RUNG)                                                          \
-  UTIL_FUSED_KERNEL(NAME, RUNG, (const int* group, int group_mode, int groups, float* work), \
+#define MATMUL_FUSED_VARIANT(NAME, RUNG)                                                          \
+  MATMUL_FUSED_KERNEL(NAME, RUNG, (const int* group, int group_mode, int groups, float* work), \
                     (group, group_mode, groups, work))
-#define UTIL_FUSED_SYM(SYM, BASE, T, NN, QUEUE)                                                                   \
+#define MATMUL_FUSED_SYM(SYM, BASE, T, NN, QUEUE)                                                                   \
   using SYM##_rung = std::conditional_t<QUEUE != 0, Queue<DeclaredRung<BASE, T, NN>::type>,                      \
                                         DeclaredRung<BASE, T, NN>::type>;                                         \
-  UTIL_FUSED_VARIANT(SYM, SYM##_rung)
+  MATMUL_FUSED_VARIANT(SYM, SYM##_rung)
 
 // Stream-K (cu/common/sm90_gemm.cuh, StreamK): the same GEMM and epilogue; the last sk_tiles tiles (the last
 // partial wave) cut along K into one piece per CTA, partial tiles summed through the workspace `work` (fp32;
 // its flags zero between launches). For the shapes whose last wave of tiles leaves SMs idle or that have fewer
 // tiles than SMs. No grouped GEMM.
-#define UTIL_STREAMK_SYM(SYM, BASE, T, NN)                  \
+#define MATMUL_STREAMK_SYM(SYM, BASE, T, NN)                  \
   using SYM##_rung = DeclaredRung<BASE, T, NN>::type;       \
-  UTIL_FUSED_KERNEL(SYM, SYM##_rung, (float* work, int sk_tiles), (nullptr, 0, 0, work, sk_tiles))
+  MATMUL_FUSED_KERNEL(SYM, SYM##_rung, (float* work, int sk_tiles), (nullptr, 0, 0, work, sk_tiles))
 
 #include "matmul_sm90_fused.instances.cuh"

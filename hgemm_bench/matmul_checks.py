@@ -18,7 +18,7 @@ SHAPE_CLASSES = ("aligned", "ragged", "ragged_mk")
 # aligned: multiples of every matmul tile (BM <= 128, BN <= 256, BK = 64), 8 K tiles so that every split
 # count has work; ragged: no dimension a multiple of 8, K = 5 tiles (split 8 leaves slices empty); ragged_mk:
 # M and K ragged, C's rows whole 16-byte runs, as the TMA-store kernels (gemm_fused_wgmma) need them
-UTIL_SHAPES = {"aligned": (256, 256, 512), "ragged": (97, 141, 261), "ragged_mk": (97, 144, 261)}
+CHECK_SHAPES = {"aligned": (256, 256, 512), "ragged": (97, 141, 261), "ragged_mk": (97, 144, 261)}
 RAGGED = ("ragged", "ragged_mk")  # a kernel must run at one of these (and at "aligned")
 
 
@@ -49,7 +49,7 @@ class MatmulCase:
 
     @property
     def MNK(self) -> tuple[int, int, int]:
-        return UTIL_SHAPES[self.shape]
+        return CHECK_SHAPES[self.shape]
 
     def views(self) -> list:
         from hgemm_rt import problem
@@ -81,7 +81,7 @@ def matmul_cases(dtypes) -> list[MatmulCase]:
     for dtype in dtypes:
         for shape in SHAPE_CLASSES:
             if shape == "ragged_mk":  # only the case with every leading dimension padded (TMA in place)
-                _M, N, K = UTIL_SHAPES[shape]
+                _M, N, K = CHECK_SHAPES[shape]
                 cases.append(MatmulCase(dtype, shape, "row-major, leading dimensions padded to 8, alpha/beta",
                                       Operand("row", 0, -K % 8), Operand("row", 0, -N % 8),
                                       Operand("row", 0, -N % 8), 0.5, 0.25))
@@ -95,7 +95,7 @@ def matmul_cases(dtypes) -> list[MatmulCase]:
                 MatmulCase(dtype, shape, "misaligned A, column-major B, offset C, alpha", Operand("row", 1, 3),
                          Operand("col", 3, 5), Operand("row", 1, 1), 0.5, 0.0),
             ]
-            _M, N, K = UTIL_SHAPES[shape]
+            _M, N, K = CHECK_SHAPES[shape]
             if K % 8 or N % 8:  # ragged rows padded to 16 bytes: TMA maps of A, B and C in place
                 cases.append(MatmulCase(dtype, shape, "row-major, leading dimensions padded to 8, alpha/beta",
                                       Operand("row", 0, -K % 8), Operand("row", 0, -N % 8),

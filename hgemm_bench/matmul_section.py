@@ -15,9 +15,15 @@ Sections (matmul_table declares their rows, baseline and target):
   batched GPU time of hg.matmul on 3-D torch tensors (attention's Q.K^T and P.V, batches of mid-size
           GEMMs) against the faster of cublasGemmStridedBatchedEx called directly on the same tensors
           (hgemm_rt.cublas.gemm_strided_batched, each accumulation) and torch.matmul; wall time beside
-  host    wall time per call of a 64^3 matmul per input kind (DeviceArray, torch, CuPy, a Matmul
-          object, CUDA-graph replay) beside torch/CuPy's own matmul, and one repeat call split into
-          its parts
+  decode_graph  one decode step's linear layers (shape.layers at M token rows) captured in one torch
+          CUDA graph with hg.matmul(x, w.t(), out=y) and in another with torch.matmul on the same
+          tensors, every layer checked after one replay; GPU time per step of replays back to back
+          (no L2 flush: consecutive steps, layers of distinct weights cycled), hg and torch in
+          alternating rounds; GB/s of the weights beside the HBM bandwidth
+  host    wall time per call at 64^3 and 16 x 4096 x 4096 per input kind (DeviceArray, torch, CuPy, a
+          Matmul object, CUDA-graph replay) beside torch/CuPy's own matmul, one repeat call split into
+          its parts, and the calls a model makes (LAYER_CALLS: ht.linear, ht.mm, hg.matmul on a new
+          activation every call) beside F.linear, torch.mm and torch.matmul called the same way
 
 Protocol: random N(0, 1) data; every result is verified before it is timed (NaN-filled
 output, float64 reference; the error bound is hgemm_rt.numerics.error_bound over the cuBLAS/torch error
@@ -51,11 +57,13 @@ from hgemm_rt.timing import L2Flusher, time_fn
 
 from .analysis import geomean
 from .devinfo import ClockSampler, clocks, device_record, header_lines
-from .matmul_table import (GRAPH_CALLS, LT_ALGOS, SECTIONS, WALL_MIN_CALLS, WALL_REPEAT_S, WALL_REPEATS, HostCall,
-                           Section, Shape, selected_shapes, shape_text)
+from .matmul_table import (DECODE_GRAPH_COPIES, DECODE_GRAPH_REPLAYS, GRAPH_CALLS, LAYER_CALLS, LAYER_POOL, LT_ALGOS,
+                           SECTIONS, WALL_MIN_CALLS, WALL_REPEAT_S, WALL_REPEATS, HostCall, LayerCall, Section, Shape,
+                           selected_shapes, shape_text)
 from .measure import ShapeInputs, checked_launch, timed_once
 from .results import MATMUL_SCHEMA
 from .steady import Contender, Protocol, interleave
+from .kernel_names import kernel_record
 from .tables import STEADY_HEADERS, steady_cells, tabulate
 
 TORCH_DTYPES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32"}
@@ -96,6 +104,8 @@ class Run:
     skipped: list[dict] = field(default_factory=list)
     hbm: float | None = None  # measured HBM bandwidth, bytes/s (hbm_bytes_per_s)
     only: str | None = None  # --only: the regular expression a shape's table text must match (None: every shape)
+    # names the kernels one call launches (kernel_names.kernel_record); None: the rows do not name them
+    kernel_names: Callable[[Callable[[], Any]], dict] | None = kernel_record
 
     def hbm_bytes_per_s(self) -> float:
         """HBM bandwidth as a 1 GiB fill measures it, once per run: the reference of memory-bound rows."""
@@ -270,7 +280,8 @@ def time_vs_cublas(run: Run, ours: Callable[[], Any], calls: list[BaselineCall],
     """GPU microseconds of hg.matmul and of every call that passed its check (a call that fails while
     timed gets its `reason`), all on `stream`, and per group its fastest call: by default the fastest
     GemmEx or cuBLASLt call ("cublas_*", or `why` there is none), beside the fastest GemmEx ("gemmex_*")
-    and torch.matmul ("torch_*"). The `judged` group's ratio is the row's "ratio". With the steady
+    and torch.matmul ("torch_*"). The `judged` group's ratio is the row's "ratio", and "<judged>_kernel" names
+    the kernels its fastest call launches (Run.kernel_names, one more call of it). With the steady
     protocol all run in interleaved rounds, a group's time is the median over the rounds of its fastest
     member, its ratio the median of the rounds' ratios, and "steady" keeps the rounds."""
     live = [c for c in calls if c.reason is None]
@@ -306,6 +317,9 @@ def time_vs_cublas(run: Run, ours: Callable[[], Any], calls: list[BaselineCall],
         if name == judged and steady is not None:
             steady = {**steady, "ratio": rounds}
     out["ratio"] = out.pop(f"{judged}_ratio")
+    winner = next((c for c in live if c.label == out[f"{judged}_variant"] and c.us is not None), None)
+    if winner is not None and run.kernel_names is not None:  # what the baseline runs: tile, cluster, schedule
+        out[f"{judged}_kernel"] = run.kernel_names(winner.run)
     if out["cublas_variant"] is None:
         out["cublas_variant"] = why or "no cuBLAS call passed its check"
     if steady is not None:
@@ -626,19 +640,26 @@ def host_operands(kind: str, a: np.ndarray, b: np.ndarray) -> tuple[Any, Any, An
     return mod.asarray(a), mod.asarray(b), mod.empty(shape, dtype=a.dtype)
 
 
-def captured_graph(torch: Any, a: Any, b: Any, c: Any) -> Any:
-    """A torch CUDA graph of GRAPH_CALLS hg.matmul calls, captured on a side stream after one call there
-    outside the capture (which makes the call's execution for that stream)."""
+def capture_graph(torch: Any, warm_up: Callable[[], Any], body: Callable[[], Any]) -> Any:
+    """A torch CUDA graph of body(), captured on a side stream after warm_up() there outside the capture
+    (which makes hg.matmul's executions for that stream, and torch's cuBLAS workspace)."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        hg.matmul(a, b, c)
+        warm_up()
     side.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, stream=side):
+        body()
+    return graph
+
+
+def captured_graph(torch: Any, a: Any, b: Any, c: Any) -> Any:
+    """A torch CUDA graph of GRAPH_CALLS hg.matmul calls, captured on a side stream after one call there."""
+    def calls():
         for _ in range(GRAPH_CALLS):
             hg.matmul(a, b, c)
-    return graph
+    return capture_graph(torch, lambda: hg.matmul(a, b, c), calls)
 
 
 def hg_call(form: str, a: Any, b: Any, c: Any) -> tuple[Callable[[], Any], int]:
@@ -741,6 +762,8 @@ def measure_host(section: str, shape: Shape, run: Run) -> list[dict]:
     operands: dict[str, tuple] = {}
     reference_us: dict[str, float] = {}  # each reference measured once, shown beside every row it serves
     rows = []
+    where = {"section": section, "M": shape.M, "N": shape.N, "K": shape.K, "dtype": shape.dtype, "a_order": "row",
+             "b_order": "row"}
     for hc in SECTIONS[section].calls:
         if hc.kind != "DeviceArray" and framework(hc.kind)[0] is None:
             run.skip(section, hc.label, framework(hc.kind)[1])
@@ -755,14 +778,163 @@ def measure_host(section: str, shape: Shape, run: Run) -> list[dict]:
         if label and label not in reference_us:
             reference_us[label] = wall_us(matmul_call(framework(hc.kind)[0], hc.reference, A, B, C), sync)
         theirs = reference_us.get(label)
-        rows.append({"section": section, "M": shape.M, "N": shape.N, "K": shape.K, "dtype": shape.dtype,
-                     "call": hc.label, "hg_us": us, "reference": label, "reference_us": theirs,
+        rows.append({**where, "call": hc.label, "hg_us": us, "reference": label, "reference_us": theirs,
                      "ratio": ratio(theirs, us), **verdict_of(err, err_bound)})
     if "torch" in operands:
-        rows += [{"section": section, **r} for r in breakdown(*operands["torch"], sync, run)]
+        rows += [{**where, **r} for r in breakdown(*operands["torch"], sync, run)]
     else:
         run.skip(section, "breakdown of a repeat call", framework("torch")[1])
+    # (B = w.t(): column-major, as nn.Linear's weight gives it)
+    return rows + [{**where, "b_order": "col", **r} for r in layer_rows(section, shape, b, sync, run)]
+
+
+def layer_names() -> tuple[dict | None, str | None]:
+    """(the names a LayerCall's expressions use, None), or (None, why they cannot run)."""
+    torch, why = framework("torch")
+    if torch is None:
+        return None, why
+    try:
+        import hgemm_rt.torch as ht
+    except ImportError as exc:  # (a torch too old for the ops)
+        return None, str(exc)
+    return {"ht": ht, "hg": hg, "torch": torch, "F": torch.nn.functional}, None
+
+
+def layer_call(expr: str, names: dict, pool: list, w: Any, bias: Any) -> Callable[[], Any]:
+    """expr on the next tensor of the pool each call (x), w and bias: a new activation address every call."""
+    fn = eval(f"lambda x, w, bias: {expr}", dict(names))  # (the table's label is the code, so one truth)
+    pick = itertools.cycle(pool).__next__
+    return lambda: fn(pick(), w, bias)
+
+
+def layer_rows(section: str, shape: Shape, b: np.ndarray, sync: Callable[[], Any], run: Run) -> list[dict]:
+    """Each LayerCall and torch's call beside it, wall time per call, with w = b^T (N, K) and LAYER_POOL
+    activations of their own values; ours checked first against float64 on an activation no call had before."""
+    names, why = layer_names()
+    if names is None:
+        run.skip(section, "the torch-op rows (LAYER_CALLS)", why)
+        return []
+    torch = names["torch"]
+    xs = [random_operands(shape.M, 1, shape.K, "NN", shape.dtype, run.rng)[0] for _ in range(LAYER_POOL)]
+    bias_np = random_operands(1, shape.N, 1, "NN", shape.dtype, run.rng)[1][0]
+    pool = [torch.from_numpy(x).cuda() for x in xs]
+    w0, bias = torch.from_numpy(np.ascontiguousarray(b.T)).cuda(), torch.from_numpy(bias_np).cuda()
+    err_bound = error_bound(shape.dtype, ACCUMULATE[shape.dtype][0], shape.dtype, shape.K)
+    rows = []
+    for lc in LAYER_CALLS:
+        w = w0.detach().requires_grad_(lc.weight_grad)  # (grad mode on, as the bench runs: a model's default)
+        got = layer_call(lc.ours, names, pool[1:2], w, bias)()  # (values no earlier call computed: no stale result)
+        sync()
+        uses_bias = "bias" in lc.ours  # (the expression is the call)
+        want = reference(xs[1], b, "NN") + (bias_np.astype(np.float64) if uses_bias else 0.0)
+        err = rel_error(hg.as_device_array(got.detach()).to_numpy(), want)
+        us, theirs = (wall_us(layer_call(e, names, pool, w, bias), sync) for e in (lc.ours, lc.theirs))
+        rows.append({"call": layer_label(lc), "hg_us": us, "reference": lc.theirs, "reference_us": theirs,
+                     "ratio": ratio(theirs, us), **verdict_of(err if math.isfinite(err) else None, err_bound)})
     return rows
+
+
+def layer_label(lc: LayerCall) -> str:
+    return f"{lc.ours}, a new x every call" + (", w requires grad" if lc.weight_grad else "")
+
+
+# -- decode steps in CUDA graphs against torch.matmul captured the same way ---------------------------------
+
+def step_tensors(torch: Any, shape: Shape, run: Run) -> list[tuple]:
+    """Per layer of the decode step: (x (M, K), w (N, K) as nn.Linear holds it, y (M, N), x @ w^T in float64)."""
+    tensors = []
+    for _name, n, k in shape.layers:
+        x = torch_operand(torch, run.rng, shape.M, k, "row", shape.dtype)
+        w = torch_operand(torch, run.rng, n, k, "row", shape.dtype)
+        y = torch.empty((shape.M, n), dtype=x.dtype, device=x.device)
+        tensors.append((x, w, y, x.double() @ w.double().t()))
+    return tensors
+
+
+def step_call(matmul: Callable[..., Any], tensors: list[tuple]) -> Callable[[], None]:
+    """One decode step: matmul(x, w.t(), out=y) for each layer in order (hg.matmul, or torch.matmul as F.linear)."""
+    def step() -> None:
+        for x, w, y, _ref in tensors:
+            matmul(x, w.t(), out=y)
+    return step
+
+
+def replayed_errors(torch: Any, graph: Any, tensors: list[tuple]) -> list[float | None]:
+    """Each layer's relative error against float64 after one replay of the graph, every y NaN-filled before."""
+    for _x, _w, y, _ref in tensors:
+        y.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    return [torch_rel_error(y, ref) for _x, _w, y, ref in tensors]
+
+
+def step_checks(torch: Any, shape: Shape, graphs: dict[str, list], copies: list[list[tuple]]) -> list[dict]:
+    """Every layer of every copy, after one replay of hg's graph and one of torch's: hg's error held to
+    the bound torch's error sets at the layer's K."""
+    acc = ACCUMULATE[shape.dtype][0]
+    checks = []
+    for c, tensors in enumerate(copies):
+        ours, theirs = (replayed_errors(torch, graphs[who][c], tensors) for who in ("hg", "torch"))
+        for (name, _n, k), err, torch_err in zip(shape.layers, ours, theirs):
+            bound = error_bound(shape.dtype, acc, shape.dtype, k, torch_err)
+            checks.append({"layer": name, "copy": c, "torch_rel_error": torch_err, **verdict_of(err, bound)})
+    return checks
+
+
+def replay_us(torch: Any, graphs: list, replays: int) -> float:
+    """GPU microseconds per replay: `replays` replays cycling through the graphs back to back between two
+    events on the current stream, behind one untimed replay of each (the host's launches stay ahead)."""
+    for graph in graphs:
+        graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for i in range(replays):
+        graphs[i % len(graphs)].replay()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1e3 / replays
+
+
+def measure_decode_graph(section: str, shape: Shape, run: Run) -> list[dict]:
+    """One decode step (shape.layers at M token rows) captured in one CUDA graph with hg.matmul and in another
+    with torch.matmul on the same tensors, DECODE_GRAPH_COPIES copies of distinct weights each: every layer
+    checked after one replay, then GPU time per step, hg and torch in alternating rounds (run.warmup untimed,
+    run.iters timed), the medians. A capture that fails is a skipped row that says why."""
+    torch = framework("torch")[0]
+    where = {"section": section, "M": shape.M, "N": shape.N, "K": shape.K, "dtype": shape.dtype,
+             "a_order": shape.a_order, "b_order": shape.b_order, "layers": [list(layer) for layer in shape.layers]}
+    copies = [step_tensors(torch, shape, run) for _ in range(DECODE_GRAPH_COPIES)]
+    try:
+        graphs = {who: [capture_graph(torch, step_call(mm, t), step_call(mm, t)) for t in copies]
+                  for who, mm in (("hg", hg.matmul), ("torch", torch.matmul))}
+    except (hg.HgemmError, RuntimeError) as exc:
+        reason = f"CUDA graph capture: {type(exc).__name__}: {exc}"
+        run.skip(section, shape.label, reason)
+        return [{**where, "hg_us": None, "torch_us": None, "ratio": None, "skipped": reason}]
+    checks = step_checks(torch, shape, graphs, copies)
+    rounds: dict[str, list[float]] = {"hg": [], "torch": []}
+    for i in range(run.warmup + run.iters):
+        for who in rounds:  # ABAB: hg, then torch, each round
+            us = replay_us(torch, graphs[who], DECODE_GRAPH_REPLAYS)
+            if i >= run.warmup:
+                rounds[who].append(us)
+    hg_us, torch_us = (statistics.median(rounds[who]) for who in ("hg", "torch"))
+    worst = max(checks, key=lambda c: math.inf if c["rel_error"] is None else c["rel_error"] / c["error_bound"])
+    routes = " | ".join(f"{name}: {hg.explain(x, w.t(), out=y)}" for (name, _n, _k), (x, w, y, _r)
+                        in zip(shape.layers, copies[0]))
+    weight_bytes = shape.N * shape.K * ITEMSIZE[shape.dtype]  # (N x K: the layers' weights in total)
+    row = {**where, "route": routes, "copies": DECODE_GRAPH_COPIES, "replays": DECODE_GRAPH_REPLAYS,
+           "hg_us": hg_us, "torch_us": torch_us, "ratio": ratio(torch_us, hg_us),
+           "round_ratios": [t / h for h, t in zip(rounds["hg"], rounds["torch"])], "hg_rounds_us": rounds["hg"],
+           "torch_rounds_us": rounds["torch"], "hg_tflops": tflops(shape, hg_us),
+           "torch_tflops": tflops(shape, torch_us), "weight_bytes": weight_bytes,
+           "hg_gbps": weight_bytes / (hg_us * 1e-6) / 1e9, "torch_gbps": weight_bytes / (torch_us * 1e-6) / 1e9,
+           "layer_checks": checks, "rel_error": worst["rel_error"], "error_bound": worst["error_bound"],
+           "ok": all(c["ok"] for c in checks)}
+    if SECTIONS[section].bandwidth:
+        hbm = run.hbm_bytes_per_s()
+        row.update(hbm_gbps=hbm / 1e9, hg_hbm_share=row["hg_gbps"] * 1e9 / hbm)
+    return [row]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -780,7 +952,7 @@ def fmt_err(r: dict) -> str:
 
 def shape_cell(r: dict) -> str:
     return shape_text(r["M"], r["N"], r["K"], r["dtype"], r.get("a_order", ""), r.get("b_order", ""),
-                      r.get("batch", 1), r.get("epilogue", ""), r.get("routing", ""))
+                      r.get("batch", 1), r.get("epilogue", ""), r.get("routing", ""), r.get("layers", ()))
 
 
 def tried_cell(r: dict) -> str:
@@ -844,20 +1016,41 @@ def torch_table(rows: list[dict]) -> str:
 
 def host_table(rows: list[dict]) -> str:
     calls = [r for r in rows if "call" in r]
-    parts = [r for r in rows if "part" in r]
     text = (f"wall us per call: {WALL_MIN_CALLS}+ calls back to back (~{WALL_REPEAT_S:g} s), one sync at the end, "
-            f"best of {WALL_REPEATS} (a 64^3 launch takes ~2.5 us of GPU time: the wall time is the host's)\n")
-    text += tabulate([[r["call"], fmt(r["hg_us"]), r["reference"] or "-", fmt(r["reference_us"]),
+            f"best of {WALL_REPEATS} (a 64^3 launch takes ~2.5 us of GPU time: the wall time is the host's); "
+            f"'a new x every call': the next of {LAYER_POOL} activations each call, as a model's layers see them\n")
+    text += tabulate([[shape_cell(r), r["call"], fmt(r["hg_us"]), r["reference"] or "-", fmt(r["reference_us"]),
                        fmt(r["ratio"], ".2f", "x"), fmt_err(r)] for r in calls],
-                     headers=["hg.matmul", "us", "reference", "us", "ref/hg", "rel err"], disable_numparse=True)
-    if parts:
+                     headers=["shape", "call", "us", "reference", "us", "ref/ours", "rel err"], disable_numparse=True)
+    for shape, parts in itertools.groupby((r for r in rows if "part" in r),
+                                          key=lambda r: f", {shape_cell(r)}" if "M" in r else ""):
+        parts = list(parts)
         whole = sum(r["us"] for r in parts if r["role"] == "whole")
         rest = whole - sum(r["us"] for r in parts if r["role"] == "part")
-        text += "\n\none repeat call from torch tensors, by part (wall us per call, measured alone):\n"
+        text += f"\n\none repeat call from torch tensors{shape}, by part (wall us per call, measured alone):\n"
         text += tabulate([[r["part"], fmt(r["us"], ".2f")] for r in parts]
                          + [["the rest of the call (whole - parts, derived)", fmt(rest, ".2f")]],
                          headers=["part", "us"], disable_numparse=True)
     return text
+
+
+def decode_graph_table(rows: list[dict]) -> str:
+    timed = [r for r in rows if not r.get("skipped")]
+    text = tabulate([[shape_cell(r), fmt(r["hg_us"]), fmt(r["torch_us"]), fmt(r["ratio"], ".2f", "x"),
+                      f"{min(r['round_ratios']):.2f}-{max(r['round_ratios']):.2f}x", fmt(r["hg_gbps"], ".0f"),
+                      fmt(r["torch_gbps"], ".0f"), fmt(100 * r["hg_hbm_share"], ".0f", "%") if "hg_hbm_share" in r
+                      else "-", fmt_err(r), r["route"]] for r in timed],
+                    headers=["decode step", "hg us/step", "torch us/step", "x torch", "rounds", "GB/s hg", "GB/s torch",
+                             "hg % HBM", "rel err (worst layer)", "route"], disable_numparse=True)
+    if timed:
+        r = timed[0]
+        text += (f"\nGPU time per step: {r['replays']} graph replays back to back between two events, {r['copies']} "
+                 f"layers of distinct weights cycled (one graph each), hg and torch in alternating rounds, the median; "
+                 f"GB/s: the weights' bytes per step")
+        if "hbm_gbps" in r:
+            text += f"; HBM bandwidth (a 1 GiB fill on this GPU): {r['hbm_gbps']:.0f} GB/s"
+        text += f"\ngeomean x torch {fmt(geomean([r['ratio'] for r in timed if r['ratio']]), '.3f', 'x')}"
+    return text + "".join(f"\nskipped {shape_cell(r)}: {r['skipped']}" for r in rows if r.get("skipped"))
 
 
 @dataclass(frozen=True)
@@ -874,6 +1067,7 @@ KINDS: dict[str, Kind] = {
     "host": Kind(measure_host, host_table),
     "eager": Kind(measure_vs_eager, torch_table, needs="torch"),
     "grouped": Kind(measure_grouped, grouped_table, needs="torch"),
+    "graph": Kind(measure_decode_graph, decode_graph_table, needs="torch"),
 }
 
 
@@ -933,6 +1127,7 @@ def run_section(name: str, run: Run) -> tuple[list[dict], dict | None]:
         except (hg.HgemmError, RuntimeError) as exc:
             failed.append({"section": name, "M": shape.M, "N": shape.N, "K": shape.K, "dtype": shape.dtype,
                            "a_order": shape.a_order, "b_order": shape.b_order, "ok": False,
+                           **({"layers": [list(layer) for layer in shape.layers]} if shape.layers else {}),
                            "error": f"{type(exc).__name__}: {exc}"})
             print(f"  !! {shape_cell(failed[-1])}: {failed[-1]['error']}", flush=True)
     if rows:

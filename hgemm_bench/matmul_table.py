@@ -22,15 +22,20 @@ class Shape:
     # the residual: x + (silu(g) * u) @ W2^T with [g | u] = x @ W1^T; M tokens, hidden size K, N = 2F)
     epilogue: str = ""
     routing: str = ""  # the moe section: "uniform" or "skewed" tokens per expert (batch = experts, M = tokens)
+    # the decode_graph section: (name, N, K) of each linear layer one step runs, in order, M token rows through
+    # each; N x K is then their weights' total (decode_step), so the step's flops and weight bytes are one GEMM's
+    layers: tuple[tuple[str, int, int], ...] = ()
 
     @property
     def cell(self) -> str:
         """The shape as the section tables print it (shape_text), which --only matches."""
         return shape_text(self.M, self.N, self.K, self.dtype, self.a_order, self.b_order, self.batch, self.epilogue,
-                          self.routing)
+                          self.routing, self.layers)
 
     @property
     def label(self) -> str:
+        if self.layers:
+            return f"decode step M={self.M}: {layers_text(self.layers)}"
         mnk = f"{self.M}x{self.N}x{self.K}"
         mnk = mnk if self.batch == 1 else f"{self.batch}x({mnk})"
         if self.routing:
@@ -39,14 +44,22 @@ class Shape:
 
 
 def shape_text(M: int, N: int, K: int, dtype: str, a_order: str, b_order: str, batch: int = 1, epilogue: str = "",
-               routing: str = "") -> str:
+               routing: str = "", layers: tuple = ()) -> str:
     """A row's shape as the section tables print it: "MxNxK dtype A order B order" (a batch as "Bx(MxNxK)", the
-    eager section's workload first; the moe section: experts, routing, M tokens x N x K)."""
+    eager section's workload first; the moe section: experts, routing, M tokens x N x K; a decode step: M and
+    each layer's name and N x K)."""
+    if layers:
+        return f"decode step M={M}: {layers_text(layers)}, {dtype} A {a_order} B {b_order}"
     mnk = f"{M}x{N}x{K}"
     if routing:
         return f"{batch} experts {routing}, {mnk} {dtype}"
     what = f"{epilogue} " if epilogue else ""
     return f"{what}{mnk if batch == 1 else f'{batch}x({mnk})'} {dtype} A {a_order} B {b_order}"
+
+
+def layers_text(layers: tuple) -> str:
+    """A decode step's layers as "qkv 6144x4096, o 4096x4096, ..." (name, then N x K of its weight)."""
+    return ", ".join(f"{name} {n}x{k}" for name, n, k in layers)
 
 
 def selected_shapes(section: "Section", only: str | None) -> tuple[Shape, ...]:
@@ -85,7 +98,10 @@ BASELINES = {
                "launches queued ahead); torch._grouped_mm beside it where the installed torch has it",
     "eager": "the same work in torch eager mode: F.gelu(F.linear(x, W, b)); the SwiGLU MLP as "
              "g, u = (x @ W1^T).chunk(2); x + (F.silu(g) * u) @ W2^T",
-    "host": "each input kind's own matmul (HostCall.reference), wall time per call",
+    "graph": "the same decode step's linear layers captured in one CUDA graph with torch.matmul(x, w.t(), out=y) "
+             "on the same tensors (what F.linear runs), replayed; GPU time per step",
+    "host": "each input kind's own matmul (HostCall.reference), and torch's own call beside each LayerCall, "
+            "wall time per call",
 }
 
 
@@ -110,6 +126,22 @@ LINEAR = 4096  # N = K of the small-M and nn.Linear rows
 # layout only). Decoding multiplies a few token rows by each of them.
 DECODE_LAYERS = ((4096, 4096), (14336, 4096), (4096, 14336))
 VOCAB = (128256, 4096)
+
+# One Llama-3 8B decoder layer's linear layers as serving engines run them, (name, N, K) with the weight N x K as
+# nn.Linear holds it: q, k and v fused (32 + 2 x 8 heads of 128), the attention output, gate and up fused, down
+DECODE_STEP = (("qkv", 6144, 4096), ("o", 4096, 4096), ("gate_up", 28672, 4096), ("down", 4096, 14336))
+DECODE_GRAPH_TOKENS = (1, 8, 32, 64)  # token rows of a decode step: one sequence, and batches of them
+
+
+def decode_step(M: int, layers: tuple[tuple[str, int, int], ...] = DECODE_STEP, dtype: str = "bf16") -> Shape:
+    """One decode step of M token rows through `layers`, B as nn.Linear holds it: N x K is the layers' weights
+    in total, K the first layer's (so tflops and the weight bytes of the row are the step's)."""
+    K = layers[0][2]
+    total = sum(n * k for _name, n, k in layers)
+    if total % K:
+        raise ValueError(f"decode_step: the weights of {layers_text(layers)} ({total} elements) are no multiple "
+                         f"of the first layer's K = {K}")
+    return Shape(M, total // K, K, dtype, b_order="col", layers=tuple(layers))
 
 
 # The public sweep (issue: every shape class at or above cuBLAS), as data: squares, token counts against the
@@ -159,6 +191,26 @@ def model_layers() -> tuple["Shape", ...]:
 # of hidden size 7168, and a small-batch decode-like step (tokens per expert ~ 32)
 MOE_SHAPES = ((8, 16384, 4096, 4096), (64, 32768, 1408, 2048), (256, 65536, 2048, 7168), (128, 4096, 768, 2048))
 
+
+@dataclass(frozen=True)
+class LayerCall:
+    """A host row called as a model calls a layer: x (M, K) a new activation every call (the next of LAYER_POOL
+    tensors at distinct addresses), w (N, K) as nn.Linear holds it, bias (N,). `ours` against `theirs`, each
+    a Python expression in x, w and bias over ht (hgemm_rt.torch), hg (hgemm_rt), torch and F
+    (torch.nn.functional): the label is the code that is timed."""
+    ours: str
+    theirs: str
+    weight_grad: bool = False  # w requires grad (grad mode on): both build their autograd graph every call
+
+
+LAYER_CALLS = (
+    LayerCall("ht.linear(x, w)", "F.linear(x, w)"),
+    LayerCall("ht.linear(x, w, bias)", "F.linear(x, w, bias)"),
+    LayerCall("ht.linear(x, w)", "F.linear(x, w)", weight_grad=True),
+    LayerCall("ht.mm(x, w.t())", "torch.mm(x, w.t())"),
+    LayerCall("hg.matmul(x, w.t())", "torch.matmul(x, w.t())"),
+)
+LAYER_POOL = 16  # distinct activations cycled through: no call sees the address of the call before
 
 HOST_CALLS = (
     HostCall("DeviceArray, out given", "DeviceArray", "out"),
@@ -215,6 +267,13 @@ SECTIONS: dict[str, Section] = {
                       tuple(Shape(m, n, k, dt, b_order=b) for dt, b in (("f16", "col"), ("bf16", "col"), ("f16", "row"))
                             for n, k in DECODE_LAYERS + ((VOCAB,) if (dt, b) == ("f16", "col") else ())
                             for m in (1, 16)), bandwidth=True),
+    "decode_graph": Section("decode steps as serving engines run them: the linear layers of one Llama-3 8B decoder "
+                            "layer (" + layers_text(DECODE_STEP) + "; bf16, weights N x K as nn.Linear holds them) at M = "
+                            + ", ".join(map(str, DECODE_GRAPH_TOKENS)) + " token rows, the step's GEMMs captured in one "
+                            "CUDA graph and replayed back to back, hg.matmul against torch.matmul captured the same way "
+                            "(GPU time per step, the weights read from HBM); target: geomean >= 1.05x, every row >= 1.0x",
+                            "graph", tuple(decode_step(m) for m in DECODE_GRAPH_TOKENS), target=1.05, judge="geomean",
+                            floor=1.0, bandwidth=True),
     "batched": Section("batched: attention (batch x heads = 64 and 256: Q.K^T with K^T a transposed view, then P.V) "
                        "and 32 mid-size GEMMs, fp32 batches, hg.matmul vs cuBLAS strided-batched (cublasGemmStridedBatchedEx "
                        "through nvmath) and torch.matmul on the same 3-D torch tensors; target: every row >= 1.0x "
@@ -241,13 +300,21 @@ SECTIONS: dict[str, Section] = {
                    "where torch has it; uniform and skewed (Dirichlet 0.3) routing", "grouped",
                    tuple(Shape(t, n, k, "bf16", b_order="col", batch=e, routing=r) for e, t, n, k in MOE_SHAPES
                          for r in ("uniform", "skewed")), target=1.2),
-    "host": Section("host cost per call of a 64^3 fp16 matmul, back to back, per input kind", "host", (cube(64),),
+    "host": Section("host cost per call of an fp16 matmul, back to back: per input kind, and the torch ops and "
+                    "hg.matmul as a model calls them (LAYER_CALLS: a new activation every call), at 64^3 and at a "
+                    "decode step's 16 x 4096 x 4096", "host", (cube(64), Shape(16, 4096, 4096, "f16")),
                     calls=HOST_CALLS),
 }
 
 LT_ALGOS = 8  # cuBLASLt heuristic candidates timed per accumulation in the sections against cuBLAS
 
 GRAPH_CALLS = 100  # hg.matmul calls captured in the graph; its replay time is divided by this
+
+# The decode_graph section: graph replays timed back to back between two events (per round and contender), after
+# one untimed replay of each graph queued ahead; DECODE_GRAPH_COPIES layers of distinct weights, one graph each,
+# cycled (as a model's layers follow one another: no replay finds its weights in L2, whatever its size)
+DECODE_GRAPH_REPLAYS = 20
+DECODE_GRAPH_COPIES = 2
 
 WALL_REPEAT_S = 0.2  # one repetition of back-to-back calls lasts about this long ...
 WALL_MIN_CALLS = 20  # ... and has at least this many calls

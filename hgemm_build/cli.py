@@ -31,7 +31,8 @@ from hgemm_rt.declaration import ARCHS
 from .catalog import Family, load_catalog, select_families
 from .jobs import BuildError, Built, Job, Runner, cached, compile_job, job_key, verify
 from .publish import previous_entries, publish
-from .toolchain import ToolchainError, cutlass_include, find_nvcc, nvcc_version
+from .toolchain import (ToolchainError, cuda12_nvcc, cutlass_include, find_cuda12_ptxas, find_nvcc, nvcc_version,
+                        split_identity)
 
 DEFAULT_ARCHS = ("80", "86", "89", "90", "90a")
 EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
@@ -114,6 +115,10 @@ def _arg_parser(prog: str) -> argparse.ArgumentParser:
     ap.add_argument("--kernels", metavar="PATTERN", help="only families holding a kernel matching this glob")
     ap.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1, help="parallel nvcc processes")
     ap.add_argument("--nvcc", help="nvcc to use (default: $HGEMM_NVCC, the pip wheel, then PATH)")
+    ap.add_argument("--cuda12", action="store_true",
+                    help="cubins a CUDA 12 driver (R525+) loads, from a CUDA 13 nvcc: it compiles to PTX, a CUDA 12 "
+                         "ptxas assembles (docs/cuda12.md); not needed with the nvcc of a CUDA 12 toolkit")
+    ap.add_argument("--ptxas", help="with --cuda12: a CUDA 12.8/12.9 ptxas (default: the cu12 nvcc wheel's)")
     ap.add_argument("--src", type=Path, help="the hgemm checkout holding cu/ (default: the one this package is in)")
     ap.add_argument("--out", type=Path, help="artifacts directory (default: SRC/artifacts)")
     ap.add_argument("--list", action="store_true", help="list the catalogue and exit")
@@ -198,13 +203,21 @@ def _build(argv: list[str] | None, prog: str) -> int:
         declared = sorted({a for f in chosen for a in f.archs})
         raise BuildError(f"nothing to build: {', '.join(f.name for f in chosen)} declare(s) sm_{', sm_'.join(declared)}, "
                          f"none of --arch {','.join(archs)}")
+    if args.ptxas and not args.cuda12:
+        raise BuildError("--ptxas goes with --cuda12 (a CUDA 12 ptxas assembling the nvcc's PTX)")
     nvcc = find_nvcc(args.nvcc)
+    split = args.cuda12 and int(nvcc_version(nvcc).split(".")[0]) > 12  # (a CUDA 12 nvcc builds for CUDA 12 as it is)
+    front = nvcc
+    if split:
+        nvcc = cuda12_nvcc(front, find_cuda12_ptxas(args.ptxas), cache.parent)
     nvcc_ver = nvcc_version(nvcc)
+    # the cache key's compiler: a split build's reports its ptxas's release, so its front end is added
+    key_ver = f"{nvcc_ver} ({split_identity(front)})" if split else nvcc_ver
     cutlass_dir = cutlass_include() if any(f.cutlass for f in chosen) else None
-    jobs = [Job(f, a, job_key(f, a, nvcc_ver, cu, cutlass_dir if f.cutlass else None), cache)
+    jobs = [Job(f, a, job_key(f, a, key_ver, cu, cutlass_dir if f.cutlass else None), cache)
             for f in chosen for a in f.archs if a in archs]
     if previous_entries(out)[1] is not None:  # no manifest to merge into: what the cache holds is published too
-        jobs += recoverable_jobs(families, jobs, nvcc_ver, cu, cache)
+        jobs += recoverable_jobs(families, jobs, key_ver, cu, cache)
     cache.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     # one build at a time per cache: concurrent builds would race on the manifest; the jobs left to

@@ -1,7 +1,7 @@
 """The generated instantiation list of a family: one line per declared symbol, from its toml.
 
 A kernel's `instance` (in cu/<family>.toml, usually from [defaults] or a set) is a macro call of its
-.cu with `{...}` fields, e.g. `UTIL_WGMMA_SYM_OCC({symbol}, {ctype}, {BM}, {BN}, {nn}, {stages // occ}, ...)`.
+.cu with `{...}` fields, e.g. `MATMUL_WGMMA_SYM_OCC({symbol}, {ctype}, {BM}, {BN}, {nn}, {stages // occ}, ...)`.
 A field is a name or an integer expression over the names of KernelSpec.expr_names (tile, threads, knobs,
 variant values) and four more: `symbol` (the variant's extern "C" name), `acc` (the declared accumulator
 unless an `acc` variant says otherwise), `ctype` (the C++ type of the kernel's dtype) and `nn` (`true` for

@@ -2,6 +2,7 @@
 ptxas's resource report."""
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import re
@@ -25,24 +26,33 @@ def _site_packages() -> list[Path]:
     return list(dict.fromkeys(paths))
 
 
-def find_nvcc(explicit: str | None = None) -> Path:
-    """--nvcc, then $HGEMM_NVCC, then the pip wheel (nvidia-cuda-nvcc 13.0), then nvcc on PATH."""
-    for source, value in (("--nvcc", explicit), ("HGEMM_NVCC", os.environ.get("HGEMM_NVCC"))):
+def _given_or_wheel(what: str, given: list[tuple[str, str | None]], wheel_dir: str) -> Path | None:
+    """The first of the (option, value) pairs that has a value, which must be an executable; else `what`
+    in the pip wheels' nvidia/<wheel_dir>/bin/; else None."""
+    for source, value in given:
         if value:
             path = Path(value)
             if not (path.is_file() and os.access(path, os.X_OK)):
-                raise ToolchainError(f"{source}={value} is not an executable nvcc")
+                raise ToolchainError(f"{source}={value} is not an executable {what}")
             return path
     for sp in _site_packages():
-        cand = sp / "nvidia" / "cu13" / "bin" / "nvcc"
+        cand = sp / "nvidia" / wheel_dir / "bin" / what
         if cand.is_file():
             return cand
+    return None
+
+
+def find_nvcc(explicit: str | None = None) -> Path:
+    """--nvcc, then $HGEMM_NVCC, then the pip wheel (nvidia-cuda-nvcc 13.0), then nvcc on PATH."""
+    found = _given_or_wheel("nvcc", [("--nvcc", explicit), ("HGEMM_NVCC", os.environ.get("HGEMM_NVCC"))], "cu13")
+    if found:
+        return found
     on_path = shutil.which("nvcc")
     if on_path:
         return Path(on_path)
     raise ToolchainError(
         "no nvcc found: install the compiler wheels (`pip install -e .[build]`), or point "
-        "HGEMM_NVCC / --nvcc at an nvcc 12.8+"
+        "HGEMM_NVCC / --nvcc at an nvcc 12.8+ (docs/cuda12.md: a build for CUDA 12 drivers)"
     )
 
 
@@ -52,6 +62,42 @@ def nvcc_version(nvcc: Path) -> str:
     if not m:
         raise ToolchainError(f"{nvcc} --version printed no version:\n{out}")
     return m.group(1)
+
+
+def find_cuda12_ptxas(explicit: str | None = None) -> Path:
+    """--ptxas, then the nvidia-cuda-nvcc-cu12 wheel's ptxas (that wheel holds ptxas and libNVVM only)."""
+    found = _given_or_wheel("ptxas", [("--ptxas", explicit)], "cuda_nvcc")
+    if found:
+        return found
+    raise ToolchainError("--cuda12 needs a CUDA 12 ptxas: `pip install -e .[build,build-cu12]` (the "
+                         "nvidia-cuda-nvcc-cu12 wheel), or pass --ptxas /path/to/cuda-12.9/bin/ptxas; with the "
+                         "nvcc of a CUDA 12 toolkit, HGEMM_NVCC=/usr/local/cuda-12.9/bin/nvcc needs no --cuda12")
+
+
+def split_identity(front: Path) -> str:
+    """What a --cuda12 build's cache key adds to the ptxas release it reports: the front end's version and the
+    split's own code (hgemm_build/split_nvcc.py), so that neither a CUDA 12 toolkit's nvcc of the same
+    release nor an earlier split shares its cache entries."""
+    code = (Path(__file__).resolve().parent / "split_nvcc.py").read_bytes()
+    return f"split: front end nvcc {nvcc_version(front)}, split_nvcc {hashlib.sha256(code).hexdigest()[:16]}"
+
+
+def cuda12_nvcc(nvcc: Path, ptxas: Path, directory: Path) -> Path:
+    """An executable that runs the build's nvcc commands as `nvcc` (the CUDA C++ front end, to PTX) then
+    `ptxas` (CUDA 12, to the cubin): hgemm_build.split_nvcc, launched by this Python."""
+    directory.mkdir(parents=True, exist_ok=True)
+    launcher = directory / "nvcc-cuda12"
+    package_root = Path(__file__).resolve().parent.parent
+    text = (
+        f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(package_root)!r})\n"
+        "from hgemm_build.split_nvcc import main\n"
+        f"sys.exit(main(['--front', {str(nvcc)!r}, '--ptxas', {str(ptxas)!r}, '--', *sys.argv[1:]]))\n")
+    if not launcher.is_file() or launcher.read_text() != text:  # (a concurrent build writes the same text)
+        tmp = directory / f".nvcc-cuda12.{os.getpid()}"
+        tmp.write_text(text)
+        tmp.chmod(0o755)
+        os.replace(tmp, launcher)
+    return launcher
 
 
 def cutlass_include() -> Path:

@@ -269,15 +269,35 @@ def driver_version() -> int:
     return int(check(driver().cuDriverGetVersion(), "cuDriverGetVersion"))
 
 
-@functools.lru_cache(maxsize=None)
-def driver_problem(compiler: str, driver_cuda: int, jit: bool = False) -> str | None:
-    """Why a driver that supports CUDA `driver_cuda` (13000 = 13.0) cannot load code from nvcc `compiler`
-    ("13.0.88"): cubins, or PTX to JIT-compile with `jit`; None when it can (or the version is unknown)."""
+def driver_needed(compiler: str, jit: bool = False) -> tuple[int, int] | None:
+    """The oldest CUDA version a driver must support to load the cubins of nvcc `compiler` ("13.0.88"), or
+    with `jit` to JIT-compile its PTX; None where the version is unknown."""
     try:
         major, minor = (int(x) for x in compiler.split(".")[:2])
     except ValueError:
         return None  # a manifest without the compiler's version: nothing to compare
-    need = (major, minor) if jit else (major, 0)
+    return (major, minor) if jit else (major, 0)
+
+
+def driver_requirement(compiler: str) -> str:
+    """What a build from nvcc `compiler` needs from the driver, in words (no driver call: the manifest's
+    `nvcc` is enough), e.g. for a build's description or a bug report."""
+    cubins, ptx = driver_needed(compiler), driver_needed(compiler, jit=True)
+    if cubins is None:
+        return "the build records no compiler version: what it needs from the driver is unknown"
+    linux = f" (Linux driver {MIN_LINUX_DRIVER[cubins[0]]} or newer)" if cubins[0] in MIN_LINUX_DRIVER else ""
+    return (f"cubins from nvcc {compiler}: a driver for CUDA {cubins[0]}.{cubins[1]} or newer{linux}; its PTX "
+            f"(JIT-compiled on a GPU newer than the cubins): CUDA {ptx[0]}.{ptx[1]} or newer")
+
+
+@functools.lru_cache(maxsize=None)
+def driver_problem(compiler: str, driver_cuda: int, jit: bool = False) -> str | None:
+    """Why a driver that supports CUDA `driver_cuda` (13000 = 13.0) cannot load code from nvcc `compiler`
+    ("13.0.88"): cubins, or PTX to JIT-compile with `jit`; None when it can (or the version is unknown)."""
+    need = driver_needed(compiler, jit)
+    if need is None:
+        return None
+    major = need[0]
     have = (driver_cuda // 1000, driver_cuda % 1000 // 10)
     if have >= need:
         return None
@@ -289,6 +309,9 @@ def driver_problem(compiler: str, driver_cuda: int, jit: bool = False) -> str | 
     if have[0] >= 12:  # (older drivers run no toolkit this project builds with)
         message += (", or rebuild the kernels with the nvcc of a CUDA 12.8+ toolkit: "
                     "`HGEMM_NVCC=/usr/local/cuda/bin/nvcc python build_kernels.py`")
+        if have[0] == 12 and major > 12:  # pip's compilers can build for it too
+            message += (", or with pip's compilers: `pip install -e .[build,build-cu12]` then "
+                        "`python build_kernels.py --cuda12` (docs/cuda12.md)")
     return message
 
 

@@ -2,6 +2,7 @@
 problem, route) and the validated repeat calls, under one eviction rule (cache.py: each cache takes its own lock)."""
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from . import planner, tuning
@@ -10,6 +11,7 @@ from .device import get_device
 from .errors import ValidationError
 from .executor import Execution
 from .launcher import is_capturing
+from .logs import route_log
 from .problem import Problem, Recipe
 from .registry import get_registry
 
@@ -36,11 +38,12 @@ class PlanCache:
             return hit
         dev = get_device(device)
         manifest = get_registry().manifest
-        recipe = None
+        recipe, source = None, "the cost model"
         if kernel is None:
             route = tuning.lookup(dev.info, manifest, prob.key_str)
             if route is not None:
                 recipe = planner.recipe_for(route, prob, manifest)
+                source = "the tuning cache" if recipe is not None else source
         if recipe is None:
             recipe = planner.heuristic_recipe(prob, manifest, dev.info.cc, dev.info.sm_count, kernel)
         if recipe is None and prob.swiglu and prob.batched:
@@ -50,6 +53,9 @@ class PlanCache:
         if recipe is None:
             raise ValidationError(f"matmul: cannot run {prob.key()} on {dev.info.name}: "
                                   f"{planner.why_no_recipe(prob, manifest, dev.info.cc, kernel)}")
+        if route_log.isEnabledFor(logging.INFO):
+            route_log.info("%s on %s: %s (%s%s)", prob.key(), dev.info.name, planner.describe(recipe), source,
+                           f", kernel={kernel}" if kernel else "")
         return self._recipes.put(key, recipe)
 
     def execution(self, recipe: Recipe, prob: Problem, device: int, stream: int) -> Execution:

@@ -16,6 +16,13 @@ tensor allocated by torch's caching allocator on the current stream, where the k
 has a fake (meta) implementation with the same checks, so shapes, dtypes and devices are refused with
 the same message at trace time as eagerly, and a backward written with the same ops, so models
 train and compiled backward graphs hold hgemm kernels too.
+
+`ht.mm` and `ht.linear` (and so Linear and replace_linear) call the same computation directly in eager
+mode, without the custom op's dispatch (which costs several times the call itself), under autograd
+through a torch.autograd.Function with the same backward. Wherever torch records or transforms the call
+(torch.compile and export, torch.jit tracing and scripting, torch.fx, make_fx and other dispatch modes,
+fake and meta tensors, tensor subclasses, functorch transforms) they call the custom op, so graphs hold
+`hgemm.mm` / `hgemm.linear` as before.
 """
 from __future__ import annotations
 
@@ -98,105 +105,222 @@ def _check_linear(x: Tensor, weight: Tensor, bias: Optional[Tensor], accumulate:
 def _readable(t: Tensor) -> Tensor:
     """t, or a dense copy where a dimension is broadcast (stride 0, as the gradient of a .sum() is):
     the kernels and matmul's copies take distinct elements at distinct addresses."""
-    return t.contiguous() if any(s == 0 and n > 1 for n, s in zip(t.shape, t.stride())) else t
+    strides = t.stride()
+    return t.contiguous() if 0 in strides and any(s == 0 and n > 1 for n, s in zip(t.shape, strides)) else t
 
 
 # ---------------------------------------------------------------------------------------------------
-# hgemm::mm
+# the CUDA computations, shared by the custom ops' implementations and the direct path
 # ---------------------------------------------------------------------------------------------------
 
-@torch.library.custom_op("hgemm::mm", mutates_args=())
-def mm(a: Tensor, b: Tensor, *, accumulate: Optional[str] = None) -> Tensor:
-    """a @ b for 2-D a (M, K) and b (K, N) of one dtype (fp16, bf16, fp32) on one GPU, any strides."""
-    _check_mm(a, b, accumulate, fake=False)
-    (M, K), N = a.shape, b.shape[1]
-    out = torch.empty((M, N), dtype=a.dtype, device=a.device)  # the caching allocator, current stream
-    if K == 0:  # (the kernels take M, N, K >= 1; torch.mm's answer for K = 0 is zeros)
-        return out.zero_()
-    if M and N:
-        matmul(_readable(a), _readable(b), out=out, accumulate=accumulate)  # on torch's current stream
-    return out
+_KERNEL_DTYPES = frozenset((torch.float16, torch.bfloat16, torch.float32))
 
 
-@mm.register_fake
-def _mm_fake(a: Tensor, b: Tensor, *, accumulate: Optional[str] = None) -> Tensor:
-    _check_mm(a, b, accumulate, fake=True)
-    return a.new_empty((a.shape[0], b.shape[1]))
+def _mm_cuda(a: Tensor, b: Tensor, accumulate: Optional[str]) -> Tensor:
+    sa, sb, dt = a.shape, b.shape, a.dtype
+    # the usual call in a few cheap comparisons; anything else takes the full checks, which name the problem
+    if not (len(sa) == 2 and len(sb) == 2 and sa[1] == sb[0] and dt in _KERNEL_DTYPES and b.dtype is dt
+            and accumulate is None and a.is_cuda and b.is_cuda and a.get_device() == b.get_device()):
+        _check_mm(a, b, accumulate, fake=False)
+    (M, K), N = sa, sb[1]
+    if M and N and K:  # the result: a.new_empty by matmul (caching allocator, torch's current stream: where it runs)
+        return matmul(_readable(a), _readable(b), accumulate=accumulate)
+    out = a.new_empty((M, N))
+    return out.zero_() if K == 0 else out  # (the kernels take M, N, K >= 1; torch.mm's answer for K = 0 is zeros)
 
 
-def _mm_setup(ctx, inputs, keyword_only_inputs, output) -> None:
-    a, b = inputs
-    ctx.accumulate = keyword_only_inputs.get("accumulate")
-    # each gradient needs the other operand only
-    ctx.save_for_backward(b if ctx.needs_input_grad[0] else None, a if ctx.needs_input_grad[1] else None)
-
-
-def _mm_backward(ctx, grad: Tensor):
-    b, a = ctx.saved_tensors
-    acc = ctx.accumulate
-    grad_a = mm(grad, b.t(), accumulate=acc) if ctx.needs_input_grad[0] else None  # .t(): a view, no copy
-    grad_b = mm(a.t(), grad, accumulate=acc) if ctx.needs_input_grad[1] else None
-    return grad_a, grad_b
-
-
-mm.register_autograd(_mm_backward, setup_context=_mm_setup)
-
-
-# ---------------------------------------------------------------------------------------------------
-# hgemm::linear
-# ---------------------------------------------------------------------------------------------------
-
-@torch.library.custom_op("hgemm::linear", mutates_args=())
-def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, *, accumulate: Optional[str] = None) -> Tensor:
-    """x @ weight.T + bias, as torch.nn.functional.linear: x (..., in_features), weight (out_features,
-    in_features), bias (out_features,) or None. The bias is added in the GEMM's epilogue, to the fp32
-    accumulator before the one rounding of the result."""
-    _check_linear(x, weight, bias, accumulate, fake=False)
-    N, K = weight.shape
-    out = torch.empty((*x.shape[:-1], N), dtype=x.dtype, device=x.device)  # the caching allocator, current stream
-    rows = math.prod(x.shape[:-1])
-    if out.numel() == 0:
+def _linear_cuda(x: Tensor, weight: Tensor, bias: Optional[Tensor], accumulate: Optional[str]) -> Tensor:
+    xs, ws, dt = x.shape, weight.shape, x.dtype
+    if not (len(ws) == 2 and len(xs) >= 1 and xs[-1] == ws[1] and dt in _KERNEL_DTYPES and weight.dtype is dt
+            and accumulate is None and x.is_cuda and weight.is_cuda and x.get_device() == weight.get_device()
+            and (bias is None or bias.dtype is dt and bias.shape == ws[:1] and bias.is_cuda
+                 and bias.get_device() == x.get_device())):
+        _check_linear(x, weight, bias, accumulate, fake=False)
+    N, K = ws
+    if len(xs) == 2 and xs[0] and N and K:  # the result: x.new_empty by matmul (caching allocator, current stream)
+        return matmul(_readable(x), _readable(weight).t(), bias=None if bias is None else _readable(bias),
+                      accumulate=accumulate)
+    rows, out = math.prod(xs[:-1]), x.new_empty((*xs[:-1], N))
+    if rows == 0 or N == 0:
         return out
     if K == 0:  # an empty sum: the bias alone
-        if bias is None:
-            out.zero_()
-        else:
-            out.copy_(bias)
-        return out
+        return out.zero_() if bias is None else out.copy_(bias)
     # reshape: a view when x's batch dimensions fold into rows, else one copy (matmul refuses those)
     matmul(_readable(x.reshape(rows, K)), _readable(weight).t(), out=out.view(rows, N),
            bias=None if bias is None else _readable(bias), accumulate=accumulate)
     return out
 
 
-@linear.register_fake
+# ---------------------------------------------------------------------------------------------------
+# the custom ops: what torch.compile, export, jit, fx and fake tensors see
+# ---------------------------------------------------------------------------------------------------
+
+@torch.library.custom_op("hgemm::mm", mutates_args=())
+def _mm_op(a: Tensor, b: Tensor, *, accumulate: Optional[str] = None) -> Tensor:
+    return _mm_cuda(a, b, accumulate)
+
+
+@_mm_op.register_fake
+def _mm_fake(a: Tensor, b: Tensor, *, accumulate: Optional[str] = None) -> Tensor:
+    _check_mm(a, b, accumulate, fake=True)
+    return a.new_empty((a.shape[0], b.shape[1]))
+
+
+def _mm_save(ctx, a: Tensor, b: Tensor, accumulate: Optional[str]) -> None:
+    ctx.accumulate = accumulate
+    # each gradient needs the other operand only
+    ctx.save_for_backward(b if ctx.needs_input_grad[0] else None, a if ctx.needs_input_grad[1] else None)
+
+
+def _mm_grads(ctx, grad: Tensor, mm_fn) -> tuple[Optional[Tensor], Optional[Tensor]]:
+    """The gradients of a and b, each GEMM by mm_fn (the custom op, or the direct path)."""
+    b, a = ctx.saved_tensors
+    acc = ctx.accumulate
+    grad_a = mm_fn(grad, b.t(), accumulate=acc) if ctx.needs_input_grad[0] else None  # .t(): a view, no copy
+    grad_b = mm_fn(a.t(), grad, accumulate=acc) if ctx.needs_input_grad[1] else None
+    return grad_a, grad_b
+
+
+def _mm_op_setup(ctx, inputs, keyword_only_inputs, output) -> None:
+    _mm_save(ctx, *inputs, keyword_only_inputs.get("accumulate"))
+
+
+def _mm_op_backward(ctx, grad: Tensor):
+    return _mm_grads(ctx, grad, _mm_op)
+
+
+_mm_op.register_autograd(_mm_op_backward, setup_context=_mm_op_setup)
+
+
+@torch.library.custom_op("hgemm::linear", mutates_args=())
+def _linear_op(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, *,
+               accumulate: Optional[str] = None) -> Tensor:
+    return _linear_cuda(x, weight, bias, accumulate)
+
+
+@_linear_op.register_fake
 def _linear_fake(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, *,
                  accumulate: Optional[str] = None) -> Tensor:
     _check_linear(x, weight, bias, accumulate, fake=True)
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 
-def _linear_setup(ctx, inputs, keyword_only_inputs, output) -> None:
-    x, weight, bias = inputs
-    ctx.accumulate = keyword_only_inputs.get("accumulate")
+def _linear_save(ctx, x: Tensor, weight: Tensor, accumulate: Optional[str]) -> None:
+    ctx.accumulate = accumulate
     ctx.x_shape = x.shape
     ctx.save_for_backward(x if ctx.needs_input_grad[1] else None, weight if ctx.needs_input_grad[0] else None)
 
 
-def _linear_backward(ctx, grad: Tensor):
+def _linear_grads(ctx, grad: Tensor, mm_fn) -> tuple[Optional[Tensor], Optional[Tensor], Optional[Tensor]]:
+    """The gradients of x, weight and bias, each GEMM by mm_fn (the custom op, or the direct path)."""
     x, weight = ctx.saved_tensors
-    # (a bias left at its default None is dropped from the call by the dispatcher: two flags then)
+    # (a bias left at its default None is dropped from the custom op's call by the dispatcher: two flags then)
     need_x, need_w, need_b = (*ctx.needs_input_grad, False)[:3]
     N = grad.shape[-1]
     g = grad.reshape(math.prod(ctx.x_shape[:-1]), N)  # rows x out_features
     acc = ctx.accumulate
-    grad_x = mm(g, weight, accumulate=acc).reshape(ctx.x_shape) if need_x else None
-    grad_w = mm(g.t(), x.reshape(g.shape[0], x.shape[-1]), accumulate=acc) if need_w else None
+    grad_x = mm_fn(g, weight, accumulate=acc).reshape(ctx.x_shape) if need_x else None
+    grad_w = mm_fn(g.t(), x.reshape(g.shape[0], x.shape[-1]), accumulate=acc) if need_w else None
     grad_b = g.sum(0) if need_b else None
     return grad_x, grad_w, grad_b
 
 
-linear.register_autograd(_linear_backward, setup_context=_linear_setup)
+def _linear_op_setup(ctx, inputs, keyword_only_inputs, output) -> None:
+    x, weight, bias = inputs
+    _linear_save(ctx, x, weight, keyword_only_inputs.get("accumulate"))
+
+
+def _linear_op_backward(ctx, grad: Tensor):
+    return _linear_grads(ctx, grad, _mm_op)
+
+
+_linear_op.register_autograd(_linear_op_backward, setup_context=_linear_op_setup)
+
+
+# ---------------------------------------------------------------------------------------------------
+# the direct path: eager calls without the custom op's dispatch
+# ---------------------------------------------------------------------------------------------------
+
+# Tensor types the direct path takes as they are; any other (FakeTensor, FunctionalTensor, an fx Proxy, a
+# wrapper subclass) has its own dispatch, which only the custom op goes through.
+_PLAIN_TYPES = frozenset((Tensor, torch.nn.Parameter))
+# (torch's own checks; a torch without one has nothing for it to see)
+_dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 0)
+_functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
+
+
+def _eager(a: Tensor, b: Tensor, c: Optional[Tensor] = None) -> bool:
+    """True where a call may skip the custom op: plain tensors, the first not a meta tensor (those take the
+    fake implementation; other devices are refused by the same checks either way), and nothing that records
+    or transforms ops in effect (torch.compile and export, whose Dynamo reads is_compiling() as True at
+    trace time; jit tracing; a dispatch mode such as make_fx's; a functorch transform)."""
+    return not (torch.compiler.is_compiling() or torch.jit.is_tracing() or _dispatch_modes()
+                or _functorch_active()) and type(a) in _PLAIN_TYPES and type(b) in _PLAIN_TYPES \
+        and (c is None or type(c) in _PLAIN_TYPES) and not a.is_meta
+
+
+# (forward with ctx, no setup_context: Function.apply binds a setup_context Function's arguments with
+# inspect.signature on every call, several times the rest of its cost; the functorch transforms that need
+# setup_context take the custom op instead)
+class _MmFunction(torch.autograd.Function):
+    """mm with autograd outside the custom op: the same backward, its GEMMs on `mm` again."""
+
+    @staticmethod
+    def forward(ctx, a: Tensor, b: Tensor, accumulate: Optional[str]) -> Tensor:
+        _mm_save(ctx, a, b, accumulate)
+        return _mm_cuda(a, b, accumulate)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        return (*_mm_grads(ctx, grad, mm), None)
+
+
+class _LinearFunction(torch.autograd.Function):
+    """linear with autograd outside the custom op: the same backward, its GEMMs on `mm`."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Optional[Tensor], accumulate: Optional[str]) -> Tensor:
+        _linear_save(ctx, x, weight, accumulate)
+        return _linear_cuda(x, weight, bias, accumulate)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        return (*_linear_grads(ctx, grad, mm), None)
+
+
+def mm(a: Tensor, b: Tensor, *, accumulate: Optional[str] = None) -> Tensor:
+    """a @ b for 2-D a (M, K) and b (K, N) of one dtype (fp16, bf16, fp32) on one GPU, any strides:
+    hgemm::mm (torch.ops.hgemm.mm), called directly in eager mode."""
+    if not _eager(a, b):
+        return _mm_op(a, b, accumulate=accumulate)
+    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
+        return _MmFunction.apply(a, b, accumulate)
+    return _mm_cuda(a, b, accumulate)
+
+
+def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, *, accumulate: Optional[str] = None) -> Tensor:
+    """x @ weight.T + bias, as torch.nn.functional.linear: x (..., in_features), weight (out_features,
+    in_features), bias (out_features,) or None. The bias is added in the GEMM's epilogue, to the fp32
+    accumulator before the one rounding of the result. hgemm::linear (torch.ops.hgemm.linear), called
+    directly in eager mode."""
+    if not _eager(x, weight, bias):
+        return _linear_op(x, weight, bias, accumulate=accumulate)
+    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad
+                                    or bias is not None and bias.requires_grad):
+        return _LinearFunction.apply(x, weight, bias, accumulate)
+    return _linear_cuda(x, weight, bias, accumulate)
+
+
+def _script_as_the_ops() -> None:
+    """torch.jit.script compiles a call of mm or linear to the op itself (as it does torch's own Python
+    functions), where this torch has the builtin table that does it."""
+    register = getattr(getattr(torch.jit, "_builtins", None), "_register_builtin", None)
+    if register is not None:
+        register(mm, "hgemm::mm")
+        register(linear, "hgemm::linear")
+
+
+_script_as_the_ops()
 
 
 # ---------------------------------------------------------------------------------------------------

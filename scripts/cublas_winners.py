@@ -4,34 +4,16 @@ GPU time beside hg.matmul's on the same tensors, and hg.matmul's plan: what hgem
     python3 scripts/cublas_winners.py models,decode,batched,smallm --json docs/dev/cublas_winners_h200.json
 
 torch.profiler names the kernel (cuBLAS's nvjet names encode the tile, stages, cluster, schedule and split-K:
-`parse_nvjet`); GPU time is triton's do_bench (L2 flushed), the better of two runs each. Needs torch and triton.
+hgemm_bench.kernel_names.parse_nvjet); GPU time is triton's do_bench (L2 flushed), the better of two runs each. Needs torch and triton.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-# nvjet_sm90_<types>_<BM>x<BN>_<BK>x<stages>_<cluster M>x<cluster N>_<raster>_bz_[coopA_|coopB_][splitK_]<layouts>
-NVJET = re.compile(r"nvjet_sm\d+_(?P<types>[a-z]+)_(?P<bm>\d+)x(?P<bn>\d+)_(?P<bk>\d+)x(?P<stages>\d+)_"
-                   r"(?P<cm>\d+)x(?P<cn>\d+)_(?P<raster>[hv])_bz_(?P<coop>coop[AB]_)?(?P<splitk>splitK_)?(?P<layout>\w+)")
-
-
-def parse_nvjet(name: str) -> dict | None:
-    """The tile, stages, cluster, schedule (coopA/coopB: cooperative; neither: one consumer per tile) and split-K of
-    an nvjet kernel name; None for another kernel."""
-    m = NVJET.search(name)
-    if m is None:
-        return None
-    g = m.groupdict()
-    return {"tile": [int(g["bm"]), int(g["bn"]), int(g["bk"])], "stages": int(g["stages"]),
-            "cluster": [int(g["cm"]), int(g["cn"])], "raster": g["raster"],
-            "schedule": (g["coop"] or "").rstrip("_") or "no coop", "split_k": bool(g["splitk"]), "layout": g["layout"]}
-
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -39,10 +21,10 @@ def main() -> int:
     ap.add_argument("--json", type=Path, required=True)
     args = ap.parse_args()
     import torch
-    from torch.profiler import ProfilerActivity, profile
     from triton.testing import do_bench
 
     import hgemm_rt as hg
+    from hgemm_bench.kernel_names import kernel_record
     from hgemm_bench.matmul_table import SECTIONS
     from scripts.ab_runtime import operand
     names = args.sections.split(",")
@@ -65,23 +47,16 @@ def main() -> int:
             def by_hgemm():
                 return hg.matmul(a, b, out=out)
             by_torch(), by_hgemm()
-            torch.cuda.synchronize()
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                for _ in range(5):
-                    by_torch()
-                torch.cuda.synchronize()
-            kernels = [(e.key, e.device_time_total / e.count) for e in prof.key_averages()
-                       if e.device_time_total > 0 and not e.key.startswith("Memset")]
+            kernels = kernel_record(by_torch)
             t_torch = min(1e3 * do_bench(by_torch, warmup=10, rep=30) for _ in range(2))
             t_hgemm = min(1e3 * do_bench(by_hgemm, warmup=10, rep=30) for _ in range(2))
-            main_kernel = max(kernels, key=lambda k: k[1])[0] if kernels else None
+            main_kernel = kernels["kernel"]
             r = {"section": name, "shape": s.cell, "torch_us": t_torch, "hgemm_us": t_hgemm,
-                 "hgemm_over_torch": t_torch / t_hgemm, "torch_kernels": kernels, "torch_kernel": main_kernel,
-                 "nvjet": parse_nvjet(main_kernel or ""), "hgemm_plan": hg.explain(a, b, out=out)}
+                 "hgemm_over_torch": t_torch / t_hgemm, "torch_kernels": kernels.get("kernels"),
+                 "torch_kernel": main_kernel, "nvjet": kernels.get("nvjet"), "hgemm_plan": hg.explain(a, b, out=out)}
             rows.append(r)
             print(f"{name:8s} {s.cell:45s} torch {t_torch:8.1f} hg {t_hgemm:8.1f} x{r['hgemm_over_torch']:.3f} "
                   f"{(main_kernel or '-')[:70]}", flush=True)
-            del a, b, out
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
                                      "rows": rows}, indent=1))

@@ -2,6 +2,7 @@
 the repeat-call key it reads the plan cache with, the JSON document, and the exit without a GPU."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
@@ -226,7 +227,7 @@ def test_check_holds_gemmex_to_the_static_bound_and_lt_to_gemmex(monkeypatch):
 def fake_run(us: dict, steady=None):
     """A Run whose GPU time of a call is us[the label it records]; a label with an exception raises."""
     run = ms.Run(iters=1, warmup=0, check_rows=0, autotune=False, rng=np.random.default_rng(0), flusher=None,
-                 steady=steady)
+                 steady=steady, kernel_names=None)
     log = []
 
     def gpu_us(fn, stream=None):
@@ -257,6 +258,34 @@ def test_the_baseline_is_the_fastest_gemmex_or_lt_call_and_gemmex_stays_beside_i
     assert calls[3].reason == "while timed: RuntimeError: launch failed" and calls[3].us is None
     assert [c.us for c in calls] == [close(120.0), close(110.0), close(95.0), None, close(90.0), None]
     assert "Lt #2" not in log and "steady" not in t
+
+
+def test_the_row_names_the_kernels_of_the_fastest_baseline_call_only():
+    run, log = fake_run({"hg": 100.0, "GemmEx acc f32": 120.0, "Lt #0": 95.0})
+    named = []
+    run.kernel_names = lambda fn: (named.append(fn), {"kernel": "nvjet_x"})[1]
+    calls = [ms.BaselineCall(label, api, "f32", lambda label=label: log.append(label))
+             for label, api in (("GemmEx acc f32", "GemmEx"), ("Lt #0", "Lt"))]
+    t = ms.time_vs_cublas(run, lambda: log.append("hg"), calls, "")
+    assert named == [calls[1].run] and t["cublas_kernel"] == {"kernel": "nvjet_x"}
+    run, log = fake_run({"hg": 10.0})
+    run.kernel_names = lambda fn: pytest.fail("no baseline ran: nothing to name")
+    assert "cublas_kernel" not in ms.time_vs_cublas(run, lambda: log.append("hg"), [], "none")
+
+
+def test_kernel_names_parse_cublas_nvjet_names_and_say_why_without_torch(monkeypatch):
+    from hgemm_bench import kernel_names as kn
+    assert kn.parse_nvjet("nvjet_sm90_hsh_112x128_64x7_2x1_v_bz_splitK_TNN") == {
+        "tile": [112, 128, 64], "stages": 7, "cluster": [2, 1], "raster": "v", "schedule": "no coop", "split_k": True,
+        "layout": "TNN"}
+    assert kn.parse_nvjet("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_TNT")["schedule"] == "coopA"
+    assert kn.parse_nvjet("sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize64x128x8") is None
+
+    def no_torch(name):
+        raise ImportError(f"No module named {name!r}")
+    monkeypatch.setattr(kn.importlib, "import_module", no_torch)
+    rec = kn.kernel_record(lambda: pytest.fail("not called without a profiler"))
+    assert rec["kernel"] is None and rec["why"].startswith("torch is not installed")
 
 
 def test_without_any_cublas_call_the_row_says_why():
@@ -393,6 +422,9 @@ class FakeTensor:
     def fill_(self, v):
         self.a[...] = v
 
+    def t(self):
+        return FakeTensor(self.a.T)
+
 
 @pytest.fixture
 def fake_batched(monkeypatch):
@@ -502,6 +534,191 @@ def test_steady_rounds_of_the_batched_section_are_the_baselines(monkeypatch):
     assert t["steady"]["ratio"] == [1.1, 0.9] and t["ratio"] == pytest.approx(1.0)
     assert t["cublas_ratio"] == pytest.approx(1.05) and t["torch_ratio"] == pytest.approx(1.2)
     assert all(c.stream == 0x5EED for c in contenders) and "gemmex_us" not in t
+
+
+# -- the decode_graph section: decode steps in CUDA graphs ------------------------------------------------
+
+def test_decode_graph_rows_are_one_llama3_8b_decoder_layer_at_each_token_count():
+    from hgemm_bench.matmul_table import DECODE_STEP, decode_step
+
+    section = SECTIONS["decode_graph"]
+    assert DECODE_STEP == (("qkv", 6144, 4096), ("o", 4096, 4096), ("gate_up", 28672, 4096), ("down", 4096, 14336))
+    assert [s.M for s in section.shapes] == [1, 8, 32, 64] and section.baseline == "graph" and section.bandwidth
+    for s in section.shapes:
+        assert s.layers == DECODE_STEP and (s.dtype, s.a_order, s.b_order, s.batch) == ("bf16", "row", "col", 1)
+        assert s.N * s.K == sum(n * k for _, n, k in DECODE_STEP) and s.K == 4096  # the step's weights, as one GEMM
+    assert section.shapes[1].cell == ("decode step M=8: qkv 6144x4096, o 4096x4096, gate_up 28672x4096, "
+                                      "down 4096x14336, bf16 A row B col")
+    row = {"M": 8, "N": 53248, "K": 4096, "dtype": "bf16", "a_order": "row", "b_order": "col",
+           "layers": [list(layer) for layer in DECODE_STEP]}  # as the JSON gives it back
+    assert ms.shape_cell(row) == section.shapes[1].cell
+    with pytest.raises(ValueError, match="no multiple of the first layer's K = 4096"):
+        decode_step(1, (("a", 10, 4096), ("b", 3, 5)))
+
+
+def test_decode_graph_target_is_every_row_at_1x_and_the_geomean_at_105x():
+    section = SECTIONS["decode_graph"]
+    assert (section.target, section.judge, section.floor) == (1.05, "geomean", 1.0)
+    v = ms.judge_target("decode_graph", section, [1.0, 1.05, 1.1, 1.1])
+    assert v["met"] is True and v["worst"] == 1.0 and "every row >= 1x" in ms.verdict_line(v)
+    v = ms.judge_target("decode_graph", section, [1.1, 1.1, 1.1, 0.99])  # geomean 1.07, one row below 1.0x
+    assert v["value"] > 1.05 and v["met"] is False and "NOT met" in ms.verdict_line(v)
+    assert ms.judge_target("decode_graph", section, [1.02] * 4)["met"] is False  # every row, not the geomean
+    assert ms.judge_target("decode_graph", section, [1.1, None, 1.1, 1.1])["met"] is None  # a skipped row
+
+
+class FakeGraphTorch:
+    """torch's CUDA-graph API on the CPU: a GEMM captured is recorded (not run) and runs at each replay,
+    advancing a GPU clock by cost[who] microseconds; events read that clock. `log` keeps what happened."""
+
+    def __init__(self, cost):
+        self.cost, self.clock, self.capturing, self.log = cost, 0.0, None, []
+        fake = self
+
+        class Stream:
+            def wait_stream(self, other):
+                pass
+
+            def synchronize(self):
+                pass
+
+        class CUDAGraph:
+            def __init__(self):
+                self.ops = []
+
+            def replay(self):
+                fake.log.append("replay")
+                for op in self.ops:
+                    op()
+
+        class Event:
+            def __init__(self, enable_timing=False):
+                assert enable_timing
+
+            def record(self):
+                fake.log.append("event")
+                self.at = fake.clock
+
+            def synchronize(self):
+                pass
+
+            def elapsed_time(self, end):
+                return (end.at - self.at) / 1e3
+
+        @contextlib.contextmanager
+        def graph(g, stream):
+            self.capturing = g
+            yield
+            self.capturing = None
+
+        self.cuda = type("cuda", (), {"Stream": Stream, "CUDAGraph": CUDAGraph, "Event": Event,
+                                      "graph": staticmethod(graph), "current_stream": staticmethod(Stream),
+                                      "stream": staticmethod(lambda s: contextlib.nullcontext()),
+                                      "synchronize": staticmethod(lambda: None)})
+
+    def empty(self, shape, dtype, device):
+        return FakeTensor(np.empty(shape))
+
+    def gemm(self, who, x, wt, out, off=0.0):
+        def op():
+            out.a[...] = x.a @ wt.a + off
+            self.clock += self.cost[who]
+        if self.capturing is None:
+            op()  # the warm-up call outside the capture
+        else:
+            self.capturing.ops.append(op)
+            self.log.append(("captured", who))
+
+    def matmul(self, x, wt, out=None):
+        self.gemm("torch", x, wt, out)
+
+
+SMALL_STEP = (("qkv", 6, 4), ("o", 4, 4), ("gate_up", 8, 4), ("down", 4, 8))  # weights: 26 x 4 in all
+
+
+@pytest.fixture
+def fake_graphs(monkeypatch):
+    """measure_decode_graph's torch and hg.matmul faked: hg 25 us a GEMM, torch 27.5 (per step 100 and 110)."""
+    fake = FakeGraphTorch({"hg": 25.0, "torch": 27.5})
+    monkeypatch.setattr(ms, "framework", lambda name: (fake, None))
+    monkeypatch.setattr(ms, "torch_operand", lambda torch, rng, rows, cols, order, dtype, batch=1:
+                        FakeTensor(rng.standard_normal((rows, cols))))
+    monkeypatch.setattr(ms, "torch_rel_error", lambda c, ref: None if not np.isfinite(c.a).all()
+                        else float(np.linalg.norm(c.a - ref.a) / np.linalg.norm(ref.a)))
+    monkeypatch.setattr(ms.hg, "matmul", lambda x, wt, out=None: fake.gemm("hg", x, wt, out))
+    monkeypatch.setattr(ms.hg, "explain", lambda x, wt, out=None: f"route {wt.shape[1]}")
+    run, _ = fake_run({})
+    run.warmup, run.iters, run.hbm = 1, 3, 4e12
+    return fake, run
+
+
+def test_a_decode_graph_row_is_gpu_time_per_replayed_step_checked_first(fake_graphs):
+    from hgemm_bench.matmul_table import DECODE_GRAPH_COPIES, DECODE_GRAPH_REPLAYS, decode_step
+
+    fake, run = fake_graphs
+    (row,) = ms.measure_decode_graph("decode_graph", decode_step(2, SMALL_STEP), run)
+    close = functools.partial(pytest.approx, rel=1e-12)
+    assert (row["hg_us"], row["torch_us"], row["ratio"]) == close((100.0, 110.0, 1.1))
+    assert row["hg_rounds_us"] == [close(100.0)] * 3 and row["round_ratios"] == [close(1.1)] * 3
+    assert row["weight_bytes"] == 26 * 4 * 2 and row["hg_gbps"] == close(208 / 100e-6 / 1e9)
+    assert row["torch_gbps"] == close(208 / 110e-6 / 1e9) and row["hbm_gbps"] == close(4000.0)
+    assert row["hg_hbm_share"] == close(row["hg_gbps"] / 4000.0)
+    assert (row["copies"], row["replays"]) == (DECODE_GRAPH_COPIES, DECODE_GRAPH_REPLAYS)
+    # one graph per copy and contender, each of the step's four GEMMs, captured (not run)
+    assert fake.log.count(("captured", "hg")) == fake.log.count(("captured", "torch")) == 4 * DECODE_GRAPH_COPIES
+    # every layer checked after one replay of each graph, before the first event
+    first_event = fake.log.index("event")
+    assert fake.log[:first_event].count("replay") == 2 * DECODE_GRAPH_COPIES + DECODE_GRAPH_COPIES  # + queued ahead
+    assert [(c["layer"], c["copy"]) for c in row["layer_checks"]] == [
+        (name, c) for c in range(DECODE_GRAPH_COPIES) for name, _, _ in SMALL_STEP]
+    assert all(c["ok"] and c["rel_error"] == 0.0 and c["torch_rel_error"] == 0.0 for c in row["layer_checks"])
+    assert row["ok"] and row["route"] == "qkv: route 6 | o: route 4 | gate_up: route 8 | down: route 4"
+    assert not run.skipped
+    json.dumps(row)  # plain data only
+    text = ms.decode_graph_table([row])
+    assert "decode step M=2: qkv 6x4" in text and "1.10x" in text and "4000 GB/s" in text
+    assert "geomean x torch 1.100x" in text
+
+
+def test_a_decode_graph_row_with_a_wrong_layer_fails(fake_graphs, monkeypatch):
+    from hgemm_bench.matmul_table import decode_step
+
+    fake, run = fake_graphs
+    monkeypatch.setattr(ms.hg, "matmul", lambda x, wt, out=None: fake.gemm("hg", x, wt, out,
+                                                                           1.0 if wt.shape[1] == 8 else 0.0))
+    (row,) = ms.measure_decode_graph("decode_graph", decode_step(2, SMALL_STEP), run)
+    assert row["ok"] is False and row["rel_error"] > row["error_bound"]
+    assert [c["layer"] for c in row["layer_checks"] if not c["ok"]] == ["gate_up", "gate_up"]
+    assert "FAIL" in ms.decode_graph_table([row])
+    assert ms.failures({"rows": [row]}) == ["decode_graph " + ms.shape_cell(row)]
+
+
+def test_a_decode_graph_row_that_cannot_be_captured_is_skipped_with_the_reason(fake_graphs, monkeypatch):
+    from hgemm_bench.matmul_table import decode_step
+
+    fake, run = fake_graphs
+
+    def matmul(x, wt, out=None):
+        if fake.capturing is not None:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        fake.gemm("hg", x, wt, out)
+
+    monkeypatch.setattr(ms.hg, "matmul", matmul)
+    (row,) = ms.measure_decode_graph("decode_graph", decode_step(2, SMALL_STEP), run)
+    assert row["ratio"] is None and row["hg_us"] is None and "ok" not in row and "event" not in fake.log
+    assert row["skipped"] == "CUDA graph capture: RuntimeError: operation not permitted when stream is capturing"
+    (skip,) = run.skipped
+    assert skip["section"] == "decode_graph" and skip["what"].startswith("decode step M=2: qkv 6x4")
+    assert "operation not permitted" in ms.decode_graph_table([row])
+    assert ms.judge_target("decode_graph", SECTIONS["decode_graph"], [row["ratio"]])["met"] is None
+
+
+def test_without_torch_the_decode_graph_section_is_skipped_with_the_reason(monkeypatch):
+    monkeypatch.setattr(ms, "framework", lambda name: (None, "torch is not installed (ImportError: no torch)"))
+    run, _ = fake_run({})
+    assert ms.run_section("decode_graph", run) == ([], None)
+    assert run.skipped == [{"section": "decode_graph", "what": "the section",
+                            "reason": "torch is not installed (ImportError: no torch)"}]
 
 
 # -- the repeat-call key -----------------------------------------------------------------------------------
@@ -622,6 +839,41 @@ def test_batched_rows_on_the_gpu_time_cublas_strided_batched_beside_torch(monkey
         f"cublasGemmStridedBatchedEx acc {acc}" for acc in ms.baseline_accumulations(dtype)] + ["torch.matmul"]
     assert all(c["rel_error"] is not None and c["rel_error"] <= c["error_bound"] for c in row["baseline_calls"])
     print(ms.batched_table([row]))
+
+
+@pytest.mark.gpu
+def test_decode_graph_rows_on_the_gpu():
+    """measure_decode_graph at a reduced step (weights of ~13 MB: L2 may hold them, this checks the plumbing):
+    both graphs captured and replayed, every layer of every copy checked against float64, GPU time per step."""
+    pytest.importorskip("torch")
+    from hgemm_bench.matmul_table import DECODE_GRAPH_COPIES, decode_step
+
+    step = (("qkv", 1536, 1024), ("o", 1024, 1024), ("gate_up", 3584, 1024), ("down", 1024, 1792))
+    run = ms.Run(iters=3, warmup=1, check_rows=0, autotune=False, rng=np.random.default_rng(0), flusher=None)
+    (row,) = ms.measure_decode_graph("decode_graph", decode_step(8, step), run)
+    assert row["ok"], row["layer_checks"]
+    assert not run.skipped, run.skipped
+    assert len(row["layer_checks"]) == len(step) * DECODE_GRAPH_COPIES
+    assert all(c["rel_error"] is not None and c["torch_rel_error"] is not None for c in row["layer_checks"])
+    assert row["hg_us"] > 0 and row["torch_us"] > 0 and row["ratio"] == pytest.approx(row["torch_us"] / row["hg_us"])
+    assert len(row["hg_rounds_us"]) == len(row["round_ratios"]) == 3 and row["hbm_gbps"] > 0
+    print(ms.decode_graph_table([row]))
+
+
+@pytest.mark.gpu
+def test_decode_graph_section_on_the_gpu(tmp_path, capsys):
+    """bench.py --matmul decode_graph at one token count (the full Llama-3 8B layer): the JSON row, exit 0."""
+    pytest.importorskip("torch")
+    from hgemm_bench.main import main
+
+    out = tmp_path / "m.json"
+    rc = main(["--matmul", "decode_graph", "--only", "^decode step M=8:", "--iters", "3", "--warmup", "1",
+               "--json", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 0, text[-3000:]
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["section"] == "decode_graph" and row["M"] == 8 and row["ok"] and row["ratio"] > 0
+    assert "== decode_graph" in text and "x torch" in text and "HBM bandwidth" in text
 
 
 # -- --only: a subset of the sections' shapes ------------------------------------------------------

@@ -69,7 +69,7 @@ def test_two_python_threads_launching_at_once_get_correct_results():
     assert not errors, errors
 
 
-def test_every_util_kernel_is_right_through_matmul_plans_at_aligned_and_ragged_shapes():
+def test_every_matmul_kernel_is_right_through_matmul_plans_at_aligned_and_ragged_shapes():
     """The sanitizer's schedule without the sanitizer: each plan against float64, inputs with never-written
     row gaps, C untouched outside its view, every matmul kernel at both shape classes."""
     dev = hg.get_device()

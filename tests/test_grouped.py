@@ -208,6 +208,14 @@ def _moe(torch, rng, E, T, K, N, dtype=None):
     return x, w, ends
 
 
+def _torch_moe_out(rng, E, T, K, N):
+    """On a Hopper GPU with torch (else skipped): torch, _moe's x, w, ends and an empty (T, N) out."""
+    _hopper()
+    torch = pytest.importorskip("torch")
+    x, w, ends = _moe(torch, rng, E, T, K, N)
+    return torch, x, w, ends, torch.empty(T, N, device="cuda", dtype=x.dtype)
+
+
 def _moe_ref(x, w, ends):
     """float64 rows of every group (T, N); rows in no group are NaN."""
     import torch
@@ -316,10 +324,7 @@ def test_grouped_repeat_refuses_an_out_overlapping_an_input_as_the_first_call_do
 
 @pytest.mark.gpu
 def test_grouped_repeat_reads_the_offsets_contents_on_the_gpu_each_call(rng):
-    _hopper()
-    torch = pytest.importorskip("torch")
-    x, w, ends = _moe(torch, rng, 8, 600, 256, 128)
-    out = torch.empty(600, 128, device="cuda", dtype=x.dtype)
+    torch, x, w, ends, out = _torch_moe_out(rng, 8, 600, 256, 128)
     for i in range(4):  # the same tensor, new routing each call
         ends.copy_(torch.tensor(np.cumsum(rng.multinomial(600 - 7 * i, rng.dirichlet(np.ones(8)))),
                                 dtype=torch.int32))
@@ -370,10 +375,7 @@ def test_grouped_repeat_with_cupy_arrays_matches_float64(rng):
 
 @pytest.mark.gpu
 def test_grouped_repeat_captured_in_a_cuda_graph_replays_with_new_contents(rng):
-    _hopper()
-    torch = pytest.importorskip("torch")
-    x, w, ends = _moe(torch, rng, 8, 640, 256, 128)
-    out = torch.empty(640, 128, device="cuda", dtype=x.dtype)
+    torch, x, w, ends, out = _torch_moe_out(rng, 8, 640, 256, 128)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):  # the first call, outside the capture, on the capture's stream

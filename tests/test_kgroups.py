@@ -56,7 +56,7 @@ def test_workspace_holds_the_counts_then_every_groups_partials():
 
 
 @needs_manifest
-def test_planner_offers_k_groups_to_the_util_sm90_kernels_only_unbatched_and_with_an_sm_count():
+def test_planner_offers_k_groups_to_the_matmul_sm90_kernels_only_unbatched_and_with_an_sm_count():
     prob = _problem(128, 128, 131072)
     routes = planner.candidate_routes(prob, MANIFEST, (9, 0), sm_count=132)
     kg = [r for r in routes if KG in r.opts()]
@@ -189,7 +189,7 @@ DEFERRED_GROUPS = (2, 7, 130)  # 130: more planes than the sum kernel has warps,
 @pytest.mark.gpu
 @pytest.mark.parametrize("deferred,dtype,M,N,K,b_order,bias,act,alpha,beta",
                          [(d, *c) for d in (False, True) for c in CASES if not (d and c[6] == "swiglu")])
-def test_every_util_sm90_kernel_with_k_groups_matches_float64_and_repeats_bitwise(deferred, dtype, M, N, K, b_order,
+def test_every_matmul_sm90_kernel_with_k_groups_matches_float64_and_repeats_bitwise(deferred, dtype, M, N, K, b_order,
                                                                                   bias, act, alpha, beta, rng):
     """Clustered groups (their counts left zero) and deferred ones (no counts; SwiGLU is not offered deferred)."""
     from hgemm_rt.registry import get_registry

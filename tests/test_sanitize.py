@@ -21,7 +21,7 @@ needs_manifest = pytest.mark.skipif(MANIFEST is None, reason="no build manifest 
 
 @needs_manifest
 @pytest.mark.parametrize("cc", [(9, 0), (8, 0)])
-def test_every_util_kernel_is_scheduled_at_an_aligned_and_a_ragged_shape(cc):
+def test_every_matmul_kernel_is_scheduled_at_an_aligned_and_a_ragged_shape(cc):
     names, unbuilt = T.matmul_kernel_names(MANIFEST, None, cc)
     if not names:
         pytest.skip(f"no matmul kernel built for sm_{cc[0]}{cc[1]}")
@@ -68,7 +68,7 @@ def test_a_pattern_that_matches_no_kernel_is_an_error_not_a_clean_run():
 def test_views_sit_where_the_case_says():
     case = T.MatmulCase("f16", "ragged", "x", T.Operand("row", 1, 3), T.Operand("col", 3, 5), T.Operand(), 0.5, 0.0)
     a, b, c = case.views()
-    M, N, K = T.UTIL_SHAPES["ragged"]
+    M, N, K = T.CHECK_SHAPES["ragged"]
     assert (a.rows, a.cols, a.rs, a.cs, a.align) == (M, K, K + 3, 1, 2)  # offset 1 fp16: 2-byte aligned
     assert (b.rows, b.cols, b.rs, b.cs, b.align) == (K, N, 1, K + 5, 2)
     assert (c.rs, c.cs, c.align) == (N, 1, 256)

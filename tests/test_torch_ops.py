@@ -6,7 +6,10 @@ refusal (device, dtype, shape, accumulate) with its message. On the GPU: torch.l
 ops (fp16/bf16; aligned, ragged and tiny shapes; with and without autograd), results and gradients
 against float64 references with the tolerances of the other matmul tests (hgemm_rt.numerics), a side
 stream, and a small MLP on the ops under torch.compile (fullgraph) against the same module run
-eagerly, against torch's own nn.Linear, and backward through the compiled graph.
+eagerly, against torch's own nn.Linear, and backward through the compiled graph. The direct path
+(eager ht.mm / ht.linear without the custom op's dispatch): forward and gradients against float64 and
+against the custom ops', compiled functions still holding the ops, and every refusal with the fake
+implementation's message (tests/test_torch_dispatch.py checks the dispatch itself on the CPU).
 """
 from __future__ import annotations
 
@@ -348,3 +351,139 @@ def test_reduce_overhead_compile_captures_the_ops_in_cuda_graphs(gpu_torch, ht, 
         for _ in range(4):  # warm-up, capture, replays
             got = compiled(x).clone()
             assert _rel(got, eager) <= _bound("f16", 200)
+
+
+# ---------------------------------------------------------------------------------------------------
+# GPU: the direct path (eager ht.mm / ht.linear without the custom op's dispatch)
+# ---------------------------------------------------------------------------------------------------
+
+def _linear_cases(torch, rng, dt, M=37, N=48, K=130):
+    """(name, x, w, bias) for 2-D and 3-D x, with and without a bias, every tensor requiring grad."""
+    x2, x3 = _randn(torch, rng, (M, K), dt, True), _randn(torch, rng, (2, M, K), dt, True)
+    w, bias = _randn(torch, rng, (N, K), dt, True), _randn(torch, rng, (N,), dt, True)
+    return [("2-D", x2, w, None), ("2-D bias", x2, w, bias), ("3-D", x3, w, None), ("3-D bias", x3, w, bias)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dt", list(DTYPES))
+def test_direct_path_forward_and_backward_match_float64(gpu_torch, ht, dt, rng):
+    """ht.mm and ht.linear eagerly: forward (with and without grad) and every gradient against float64
+    autograd; the result's grad_fn is the direct path's autograd.Function."""
+    torch = gpu_torch
+    K = 130
+    a, b = _randn(torch, rng, (37, K), dt, True), _randn(torch, rng, (K, 48), dt, True)
+    g = _randn(torch, rng, (37, 48), dt)
+    c = ht.mm(a, b)
+    assert type(c.grad_fn).__name__ == "_MmFunctionBackward"
+    with torch.no_grad():
+        assert ht.mm(a, b).grad_fn is None
+    c.backward(g)
+    a64, b64 = (t.detach().double().requires_grad_() for t in (a, b))
+    c64 = a64 @ b64
+    c64.backward(g.double())
+    assert _rel(c, c64) <= _bound(dt, K)
+    assert _rel(a.grad, a64.grad) <= 2 * _bound(dt, 48) and _rel(b.grad, b64.grad) <= 2 * _bound(dt, 37)
+    for name, x, w, bias in _linear_cases(torch, rng, dt, K=K):
+        for t in (x, w, bias):
+            if t is not None:
+                t.grad = None
+        y = ht.linear(x, w, bias)
+        assert type(y.grad_fn).__name__ == "_LinearFunctionBackward", name
+        with torch.no_grad():
+            assert _rel(ht.linear(x, w, bias), y) <= _bound(dt, K), name
+        gy = _randn(torch, rng, tuple(y.shape), dt)
+        y.backward(gy)
+        ins64 = [None if t is None else t.detach().double().requires_grad_() for t in (x, w, bias)]
+        y64 = torch.nn.functional.linear(*ins64)
+        y64.backward(gy.double())
+        rows = y.numel() // y.shape[-1]
+        assert y.shape == y64.shape and y.is_contiguous() and _rel(y, y64) <= _bound(dt, K), name
+        # (each gradient against its float64 one, bounded by the length it sums over)
+        for what, t, t64, n in (("x", x, ins64[0], 48), ("w", w, ins64[1], rows), ("bias", bias, ins64[2], rows)):
+            if t is None:
+                continue
+            assert t.grad.dtype == x.dtype and t.grad.shape == t.shape, (name, what)
+            assert _rel(t.grad, t64.grad) <= 2 * _bound(dt, n), (name, what)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dt", list(DTYPES))
+def test_direct_path_gradients_equal_the_custom_ops(gpu_torch, ht, dt, rng):
+    """The same inputs through ht.mm / ht.linear (the direct path) and torch.ops.hgemm.mm / linear (the
+    custom ops): results and gradients agree to within one rounding of the output."""
+    torch = gpu_torch
+    K = 130
+    a, b = _randn(torch, rng, (37, K), dt, True), _randn(torch, rng, (K, 48), dt, True)
+    g = _randn(torch, rng, (37, 48), dt)
+
+    def run(fn, *ins, grad):
+        ins = [None if t is None else t.detach().clone().requires_grad_() for t in ins]
+        out = fn(*ins)
+        out.backward(grad)
+        return [out] + [None if t is None else t.grad for t in ins]
+
+    for got, ref in zip(run(ht.mm, a, b, grad=g), run(torch.ops.hgemm.mm, a, b, grad=g)):
+        assert _rel(got, ref) <= _bound(dt, K)
+    for name, x, w, bias in _linear_cases(torch, rng, dt, K=K):
+        gy = _randn(torch, rng, (*x.shape[:-1], w.shape[0]), dt)
+        for got, ref in zip(run(ht.linear, x, w, bias, grad=gy), run(torch.ops.hgemm.linear, x, w, bias, grad=gy)):
+            assert (got is None) == (ref is None), name
+            if got is not None:
+                assert got.shape == ref.shape and _rel(got, ref) <= _bound(dt, K), name
+
+
+@pytest.mark.gpu
+def test_compiled_functions_call_the_custom_ops(gpu_torch, ht, rng):
+    """torch.compile(fullgraph=True) of a function on ht.linear and ht.mm: the graph Dynamo captures holds
+    the custom ops (is_compiling() is True at trace time), and its results match the eager ones."""
+    torch = gpu_torch
+    graphs = []
+
+    def record(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    def fn(x, w, bias, m):
+        return ht.mm(ht.linear(x, w, bias), m)
+
+    x, w, bias, m = (_randn(torch, rng, shape, "f16") for shape in ((40, 96), (64, 96), (64,), (64, 24)))
+    torch.compiler.reset()
+    got = torch.compile(fn, backend=record, fullgraph=True)(x, w, bias, m)
+    targets = [str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"]
+    assert targets == ["hgemm.linear.default", "hgemm.mm.default"], targets
+    assert _rel(got, fn(x, w, bias, m)) <= _bound("f16", 64)
+    torch.compiler.reset()
+
+
+REFUSALS = {  # (op, x/a (shape, dtype), w/b, [bias], [accumulate]) refused on CUDA tensors
+    "dtype": ("mm", ((4, 4), "float64"), ((4, 4), "float64")),
+    "mixed": ("mm", ((4, 4), "float16"), ((4, 4), "bfloat16")),
+    "inner": ("mm", ((4, 5), "float16"), ((4, 5), "float16")),
+    "3-D": ("mm", ((2, 4, 5), "float16"), ((5, 5), "float16")),
+    "accumulate": ("mm", ((4, 4), "bfloat16"), ((4, 4), "bfloat16"), "f16"),
+    "accumulate name": ("mm", ((4, 4), "float16"), ((4, 4), "float16"), "f8"),
+    "in_features": ("linear", ((3, 5), "float16"), ((4, 6), "float16")),
+    "1-D weight": ("linear", ((3, 6), "float16"), ((6,), "float16")),
+    "bias shape": ("linear", ((3, 6), "float16"), ((4, 6), "float16"), ((5,), "float16")),
+    "bias dtype": ("linear", ((3, 6), "float16"), ((4, 6), "float16"), ((4,), "float32")),
+    "linear accumulate": ("linear", ((3, 6), "float32"), ((4, 6), "float32"), None, "f16"),
+}
+
+
+@pytest.mark.gpu
+def test_direct_path_refuses_as_the_fake_implementation(gpu_torch, ht):
+    """Every refusal: the same message from CUDA tensors (the direct path) as from meta tensors (the
+    custom op's fake implementation), and accumulate= requests the dtype allows still run."""
+    torch = gpu_torch
+    for case, (op, *specs) in REFUSALS.items():
+        acc = specs.pop() if isinstance(specs[-1], str) else None
+        messages = []
+        for device in ("cuda", "meta"):
+            ins = [None if s is None else torch.zeros(s[0], dtype=getattr(torch, s[1]), device=device) for s in specs]
+            with pytest.raises(ValidationError) as info:
+                getattr(ht, op)(*ins, accumulate=acc)
+            messages.append(str(info.value))
+        assert messages[0] == messages[1], case
+    a = torch.ones(8, 16, dtype=torch.float16, device=DEVICE)
+    assert bool((ht.mm(a, a.t(), accumulate="f16") == 16).all())
+    assert bool((ht.linear(a.float(), a.float(), accumulate="tf32") == 16).all())
