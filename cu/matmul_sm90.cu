@@ -1,6 +1,7 @@
 // Family "matmul_sm90": the Hopper split-K GEMM behind hgemm_rt.matmul (ladder "matmul", sm_90a).
 //
-// matmul_gemm_wgmma_{f16,bf16}_m{64,128}_{tn,nn} (BN = 256), matmul_gemm_wgmma_f16_m{64,128}n{128,64}_{tn,nn}:
+// matmul_gemm_wgmma_{f16,bf16}_m{64,128}_{tn,nn} (BN = 256), matmul_gemm_wgmma_f16_m{64,128}n{128,64}_{tn,nn},
+// matmul_gemm_wgmma_{f16,bf16}_m128n{112,96}_tn:
 //   C = scale * act(alpha * A.B + bias) + beta * C (cu/common/epilogue.cuh: ptr:bias, i32:bias_stride,
 //   i32:epi, i32:scale_bits after i32:beta_bits, the bias indexed by C's row or column) with fp32
 //   accumulation; the general epilogue's stores are a function of their own (store_pass_general), the
@@ -175,6 +176,9 @@ struct WCfg {
   static constexpr int kBarOffset = kRingBytes * (kX3Smem ? 2 : 1);
   static constexpr int kSmemBytes = kBarOffset + 2 * kStages * 8 + 1024;
   static constexpr int kRedStride = BN + 8;  // floats: the float2 fragment stores are conflict-free
+  // store_staged: a consumer warpgroup's 64 x BN tile as whole 64-column boxes (BN = 112: 64 + 48 columns, the
+  // second box's last 16 unused), so the second warpgroup's tile starts past the first's last box
+  static constexpr int kStagedBytes = 64 * 128 * ((BN + 63) / 64);
   // Output quads each reducing thread sums at once (reduce_store_wide): up to 2 * kGroup float4
   // DSMEM loads in flight per thread (no spills under the 168-register cap of the 384-thread kernels).
   static constexpr int kGroup = 8;
@@ -183,10 +187,14 @@ struct WCfg {
   static_assert(kMc == 1 || (kMc == 2 && !kX3 && !kX3Smem), "B multicast: a pair of CTAs, not for the split products");
   static_assert(!kX3Smem || (!kX3 && sizeof(T) == 4 && BN <= 192 && (!NN || BN == 64 * kConsumers)),
                 "3xTF32 in shared memory: fp32; nn: a 4 x 4 block of B's stage a consumer thread");
-  static_assert(BN == 64 || BN == 128 || BN == 256 || ((kX3 || kX3Smem) && BN == 192),
-                "m64n64, m64n128, m64n256 (split products: m64n192)");
+  // BN = 112, 96 (fp16/bf16 tn only): B halves of 56 / 48 rows stay whole 8-row swizzle atoms (1024-byte aligned);
+  // nn's halves would not be whole 64-column chunks
+  static constexpr bool kNarrowN = (BN == 112 || BN == 96) && !NN && !kX3 && !kX3Smem && sizeof(T) == 2;
+  static_assert(BN == 64 || BN == 128 || BN == 256 || ((kX3 || kX3Smem) && BN == 192) || kNarrowN,
+                "m64n64, m64n128, m64n256 (split products: m64n192; fp16/bf16 tn: m64n112, m64n96)");
   static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0, "swizzled tiles must stay 1024-byte aligned");
   static_assert(BM * kRedStride * 4 <= kRingBytes, "the fp32 partial tile reuses the ring");
+  static_assert(kConsumers * kStagedBytes <= kRingBytes, "the staged tiles reuse the ring");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory over the 227 KB per-block limit");
   static_assert(kOcc > 1 || kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536, "register file");
   static_assert(kOcc == 1 || kOcc * (kSmemBytes + 1024) <= 228 * 1024, "kOcc CTAs an SM: their shared memory");
@@ -389,9 +397,9 @@ __device__ __forceinline__ void reduce_store_wide(uint8_t* tile, int splits, uin
 
 // The common unsplit case: alpha * acc alone (no bias, activation or scale; beta 0) into a row-major C whose
 // rows start on 16 bytes (unit column stride, row stride and N multiples of 8, C 16-byte aligned): each consumer
-// warpgroup stmatrix-es its 64 x BN tile into the idle ring as fp16/bf16 (64-column boxes of 128-byte rows,
-// 16-byte chunks swizzled by row: conflict-free), then stores whole 16-byte chunks, a warp covering 512
-// contiguous bytes of rows. No fp32 tile, no second pass, 16-byte rather than 8-byte stores (what the fp32 round
+// warpgroup stmatrix-es its 64 x BN tile into the idle ring as fp16/bf16 (64-column boxes of 128-byte rows, the last
+// part-filled at BN = 112, 96; 16-byte chunks swizzled by row: conflict-free), then stores whole 16-byte chunks, a
+// warp covering 512 contiguous bytes of rows. No fp32 tile, no second pass, 16-byte rather than 8-byte stores (what the fp32 round
 // trip and the registers' 4-byte pairs cost: docs/dev/code_measurements.md, "matmul_sm90 staged store").
 template <class W>
 __device__ __forceinline__ bool staged_store_ok(const typename W::Out* C, int splits, int N, int ldc_r, int ldc_c,
@@ -731,7 +739,7 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
     if constexpr (sizeof(Out) == 2) {
       Out* Cb = C + hgu::batch_offset(hgu::grid_z(batch_inner), bsc_o, bsc_i);
       if (staged_store_ok<W>(Cb, pieces, N, ldc_r, ldc_c, beta_bits, epi, scale_bits)) {
-        store_staged<W>(d, smem + cw * (64 * W::BN * 2), Cb, M, N, ldc_r, m0 + cw * 64, n0, __int_as_float(alpha_bits),
+        store_staged<W>(d, smem + cw * W::kStagedBytes, Cb, M, N, ldc_r, m0 + cw * 64, n0, __int_as_float(alpha_bits),
                         cw, tid);
         if constexpr (mc > 1) hgu::cluster_sync();  // the peer may still arrive on this CTA's barriers
         return;
