@@ -247,7 +247,8 @@ def test_the_direct_path_refuses_host_tensors():
 
 @pytest.fixture
 def cpu_matmul(monkeypatch, cpu_checks):
-    """hgemm_rt.matmul as the computations call it, on CPU tensors: each call logged as (a, b, out, bias)."""
+    """hgemm_rt.matmul and its direct entries' first calls as the computations call them, on CPU tensors: each
+    call logged as (a, b, out, bias), b as the product reads it (a linear's weight transposed)."""
     calls = []
 
     def matmul(a, b, out=None, *, bias=None, accumulate=None):
@@ -255,7 +256,11 @@ def cpu_matmul(monkeypatch, cpu_checks):
         c = a @ b if bias is None else a @ b + bias
         return c if out is None else out.copy_(c)
 
+    def direct_first(entry, a, b, bias=None):
+        return matmul(a, b.t() if entry == "linear" else b, bias=bias)
+
     monkeypatch.setattr(ht, "matmul", matmul)
+    monkeypatch.setattr(ht, "direct_first", direct_first)
     return calls
 
 
