@@ -1,0 +1,101 @@
+"""api.direct_first / direct_repeat, the direct entries hgemm_rt.torch calls (CPU: nothing here launches).
+
+A direct entry's first call takes only the operands of its product (refused before anything is described or
+planned); its repeat calls are kept under keys of their own, apart from matmul's and from each other's, with the
+linear entry's weight keyed as it is; a repeat runs the kept call at the new addresses."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import hgemm_rt as hg
+from hgemm_rt import api
+from hgemm_rt.errors import ValidationError
+
+
+def _f16(*shape):
+    return np.zeros(shape, dtype=np.float16)
+
+
+REFUSED = {  # entry, a, b, bias: refused by the entry itself (matmul would take some of them)
+    "mm 3-D a": ("mm", _f16(2, 4, 5), _f16(5, 3), None),
+    "mm 1-D b": ("mm", _f16(4, 5), _f16(5), None),
+    "mm bias": ("mm", _f16(4, 5), _f16(5, 3), _f16(3)),
+    "linear 3-D weight": ("linear", _f16(4, 5), _f16(2, 3, 5), None),
+    "linear bias (1, N)": ("linear", _f16(4, 5), _f16(3, 5), _f16(1, 3)),
+    "linear bias (M, 1)": ("linear", _f16(4, 5), _f16(3, 5), _f16(4, 1)),
+    "linear bias of K": ("linear", _f16(4, 5), _f16(3, 5), _f16(5)),
+    "no such entry": ("matmul", _f16(4, 5), _f16(5, 3), None),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED), ids=list(REFUSED))
+def test_a_direct_entry_refuses_what_its_product_does_not_take(case, monkeypatch):
+    def never(*args, **kwargs):
+        raise AssertionError("described or planned before the refusal")
+
+    monkeypatch.setattr(api, "Matmul", never)
+    entry, a, b, bias = REFUSED[case]
+    with pytest.raises(ValidationError, match="direct|entry"):
+        api.direct_first(entry, a, b, bias)
+
+
+class _Kept:
+    """A stand-in for a kept call (bound.Bound): records the addresses it is run at."""
+
+    def __init__(self):
+        self.runs = []
+
+    def run(self, pa, pb, out, pc, pbias=0):
+        self.runs.append((pa, pb, out, pc, pbias))
+        return "result"
+
+
+class _Array:
+    """An operand of a type with a cheap identity (as operands.KEYERS reads a framework's arrays)."""
+
+    def __init__(self, ptr, shape, strides):
+        self.ptr, self.shape, self.strides = ptr, shape, strides
+
+    @property
+    def T(self):
+        return _Array(self.ptr, self.shape[::-1], self.strides[::-1])
+
+
+@pytest.fixture
+def keyed(monkeypatch):
+    """_Array's identity in operands.KEYERS: (address, (shape, strides))."""
+    monkeypatch.setitem(hg.operands.KEYERS, _Array, lambda x: (x.ptr, (x.shape, x.strides)))
+
+
+@pytest.mark.usefixtures("keyed")
+def test_a_repeat_runs_the_call_kept_under_its_entrys_key(monkeypatch):
+    x, w, bias = _Array(0x1000, (4, 8), (16, 2)), _Array(0x2000, (3, 8), (16, 2)), _Array(0x3040, (3,), (2,))
+    assert api.direct_repeat("linear", x, w, bias) is None  # nothing kept: nothing runs
+    kept = _Kept()
+    key = api.direct_identity("linear", x, w, bias)[3]
+    monkeypatch.setitem(hg.plans.calls, key, kept)
+    x2 = _Array(0x5100, (4, 8), (16, 2))  # a new activation of the same description and alignment
+    assert api.direct_repeat("linear", x2, w, bias) == "result"
+    assert kept.runs == [(0x5100, 0x2000, None, 0, 0x3040)]
+    # another alignment, another description, another entry, no bias: other keys
+    for args in (("linear", _Array(0x5102, (4, 8), (16, 2)), w, bias), ("linear", _Array(0x5100, (5, 8), (16, 2)), w,
+                 bias), ("mm", x2, w, bias), ("linear", x2, w, None)):
+        assert api.direct_repeat(*args) is None, args
+    assert len(kept.runs) == 1
+
+
+@pytest.mark.usefixtures("keyed")
+def test_the_entries_keys_are_apart_from_matmuls_and_the_weight_is_keyed_as_it_is():
+    x, w = _Array(0x1000, (4, 8), (16, 2)), _Array(0x2000, (3, 8), (16, 2))
+    linear = api.direct_identity("linear", x, w)[3]
+    mm = api.direct_identity("mm", x, w.T)[3]
+    plain = api.repeat_key(x, w.T)
+    assert len({linear, mm, plain}) == 3
+    assert linear[0] == "linear" and linear[3] == ((3, 8), (16, 2))  # w's description, not its transpose's
+    assert mm[0] == "mm" and mm[3] == ((8, 3), (2, 16))
+
+
+def test_operands_without_a_cheap_identity_are_validated_every_call():
+    a, b = _f16(4, 5), _f16(5, 3)  # numpy: copied to the GPU each call, never kept
+    assert api.direct_repeat("mm", a, b) is None
