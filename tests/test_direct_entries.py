@@ -99,3 +99,42 @@ def test_the_entries_keys_are_apart_from_matmuls_and_the_weight_is_keyed_as_it_i
 def test_operands_without_a_cheap_identity_are_validated_every_call():
     a, b = _f16(4, 5), _f16(5, 3)  # numpy: copied to the GPU each call, never kept
     assert api.direct_repeat("mm", a, b) is None
+
+
+class _Plan:
+    """A stand-in launch plan on stream 0: records the addresses transient() sets, launches nothing."""
+
+    stream, closed, execution = 0, False, None
+
+    def __init__(self):
+        self.ptrs = []
+
+    def transient(self, ptrs, alpha, beta):
+        self.ptrs.append(ptrs)
+        return ()
+
+
+@pytest.mark.parametrize("explicit", [False, True])
+def test_a_repeat_allocates_a_torch_result_as_new_result_does(explicit, monkeypatch):
+    """Bound.run's torch result on torch's current stream: the template's new_empty of the call's shape, at the
+    address the launch is given; with stream= given, ops.new_result (which tells the allocator who writes it)."""
+    torch = pytest.importorskip("torch")
+    from hgemm_rt.bound import Bound
+    from hgemm_rt.operands import Operand
+
+    template = torch.empty(0, dtype=torch.bfloat16)
+    like = Operand("A", 0x1000, (4, 8), (16, 2), "bf16", 0, obj=template, framework="torch")
+    call = type("Call", (), {"a": like, "b": like, "explicit_stream": explicit, "result_shape": (2, 4, 3),
+                            "device": 0})()
+    made = []
+    monkeypatch.setattr(hg.operands, "new_result",
+                        lambda lk, shape, device, stream, foreign: made.append(shape) or lk.obj.new_empty(shape))
+    bound = Bound.__new__(Bound)
+    bound._describe(call)
+    bound.stream_fn, bound.fixed_stream, bound.device, bound.waits = None, 0, 0, False
+    bound.alpha, bound.beta, bound.plan = 1.0, 0.0, _Plan()
+    bound.last = hg.launchplan.PackedSet((None,), None, None, ())
+    out = bound.run(0x1000, 0x2000, None, 0, 0x3000)
+    assert out.shape == (2, 4, 3) and out.dtype == torch.bfloat16 and out.is_contiguous()
+    assert bound.plan.ptrs == [(0x1000, 0x2000, out.data_ptr(), 0x3000)]
+    assert made == ([(2, 4, 3)] if explicit else [])
