@@ -262,6 +262,7 @@ _PLAIN_TYPES = frozenset((Tensor, torch.nn.Parameter))
 # (torch's own checks; a torch without one has nothing for it to see)
 _dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 0)
 _functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
+_jit_tracing = getattr(torch._C, "_is_tracing", torch.jit.is_tracing)  # (torch.jit.is_tracing's C part)
 
 
 def _eager(a: Tensor, b: Tensor, c: Optional[Tensor] = None) -> bool:
@@ -269,7 +270,7 @@ def _eager(a: Tensor, b: Tensor, c: Optional[Tensor] = None) -> bool:
     fake implementation; other devices are refused by the same checks either way), and nothing that records
     or transforms ops in effect (torch.compile and export, whose Dynamo reads is_compiling() as True at
     trace time; jit tracing; a dispatch mode such as make_fx's; a functorch transform)."""
-    return not (torch.compiler.is_compiling() or torch.jit.is_tracing() or _dispatch_modes()
+    return not (torch.compiler.is_compiling() or _jit_tracing() or _dispatch_modes()
                 or _functorch_active()) and type(a) in _PLAIN_TYPES and type(b) in _PLAIN_TYPES \
         and (c is None or type(c) in _PLAIN_TYPES) and not a.is_meta
 
