@@ -19,7 +19,10 @@ train and compiled backward graphs hold hgemm kernels too.
 
 `ht.mm` and `ht.linear` (and so Linear and replace_linear) call the same computation directly in eager
 mode, without the custom op's dispatch (which costs several times the call itself), under autograd
-through a torch.autograd.Function with the same backward. Wherever torch records or transforms the call
+through a torch.autograd.Function with the same backward. A call that repeats an earlier one (operands of the
+same shapes, strides, dtypes, devices and address alignments; new addresses) is found by those alone
+(hgemm_rt.api.direct_repeat: the weight as it is, no transposed view) and skips the checks, which the first call
+made. Wherever torch records or transforms the call
 (torch.compile and export, torch.jit tracing and scripting, torch.fx, make_fx and other dispatch modes,
 fake and meta tensors, tensor subclasses, functorch transforms) they call the custom op, so graphs hold
 `hgemm.mm` / `hgemm.linear` as before.
@@ -154,15 +157,16 @@ def _linear_cuda(x: Tensor, weight: Tensor, bias: Optional[Tensor], accumulate: 
         out = x.new_empty((*xs[:-1], N))
         return out.zero_() if bias is None else out.copy_(bias)
     x, weight, bias = _readable(x), _readable(weight), None if bias is None else _readable(bias)
-    # x (..., K) whose batch dimensions fold into rows (a view: a copy has an address of its own) is one GEMM
-    # of matmul's; otherwise one copy (matmul would take it as a batch)
+    # x (..., K) whose batch dimensions fold into rows (reshape's view: a copy has an address of its own) is
+    # one GEMM of matmul's as it is; other x (1-D, or a batch that does not fold, which matmul would take as a
+    # batch) as a 2-D view or one dense copy, into a view of the result
     x2 = x.reshape(rows, K)
     if len(xs) >= 2 and x2.data_ptr() == x.data_ptr():
         if accumulate is None:  # the result: new, by matmul (caching allocator, torch's current stream)
             return direct_first("linear", x, weight, bias)
         return matmul(x, weight.t(), bias=bias, accumulate=accumulate)
     out = x.new_empty((*xs[:-1], N))
-    matmul(_readable(x2), weight.t(), out=out.view(rows, N), bias=bias, accumulate=accumulate)
+    matmul(x2, weight.t(), out=out.view(rows, N), bias=bias, accumulate=accumulate)
     return out
 
 
