@@ -131,7 +131,10 @@ class Bound:
             # repeat path above, then a graph)
             if last.key != key:
                 launches = plan.transient((pa, pb, pc, pbias), self.alpha, self.beta)
-                self.last = PackedSet(key, plan.execution, None, (), plan)
+                if last.packed is None:  # (this Bound's own record of a transient launch: rewritten, not remade)
+                    last.key, last.execution, last.plan, last.repeats = key, plan.execution, plan, 0
+                else:
+                    self.last = PackedSet(key, plan.execution, None, (), plan)
             else:
                 self.last = plan.packed_set((pa, pb, pc, pbias), self.alpha, self.beta)  # (its key: `key`)
                 self.last.repeats = 1  # (a repeat of the transient launch: it counts toward the graph)

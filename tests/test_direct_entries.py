@@ -113,6 +113,10 @@ class _Plan:
         self.ptrs.append(ptrs)
         return ()
 
+    def packed_set(self, ptrs, alpha, beta):
+        self.ptrs.append(("packed", *ptrs))
+        return hg.launchplan.PackedSet((*ptrs, self.stream), None, ["params"], (), self)
+
 
 @pytest.mark.parametrize("explicit", [False, True])
 def test_a_repeat_allocates_a_torch_result_as_new_result_does(explicit, monkeypatch):
@@ -138,3 +142,25 @@ def test_a_repeat_allocates_a_torch_result_as_new_result_does(explicit, monkeypa
     assert out.shape == (2, 4, 3) and out.dtype == torch.bfloat16 and out.is_contiguous()
     assert bound.plan.ptrs == [(0x1000, 0x2000, out.data_ptr(), 0x3000)]
     assert made == ([(2, 4, 3)] if explicit else [])
+
+
+def test_new_addresses_rewrite_the_transient_record_and_a_repeat_packs():
+    """Bound.run on new addresses: the parameters set in place, the last key kept in the Bound's own record (one
+    object, rewritten); the same addresses twice in a row: packed for keeps, and the next new ones a new record."""
+    from hgemm_rt.bound import Bound
+
+    bound = Bound.__new__(Bound)
+    bound.stream_fn, bound.fixed_stream, bound.device, bound.waits = None, 0, 0, False
+    bound.alpha, bound.beta, bound.plan, bound.extents = 1.0, 0.0, _Plan(), ((0, 16), (0, 16), (0, 16), None)
+    record = bound.last = hg.launchplan.PackedSet((None,), None, None, ())
+    out = object()
+    for pa in (0x1000, 0x2000):
+        assert bound.run(pa, 0x9000, out, 0x5000) is out
+    assert bound.last is record and record.key == (0x2000, 0x9000, 0x5000, 0, 0) and record.repeats == 0
+    bound.run(0x2000, 0x9000, out, 0x5000)
+    packed = bound.last
+    assert packed is not record and packed.packed == ["params"] and packed.repeats == 1
+    bound.run(0x3000, 0x9000, out, 0x5000)
+    assert bound.last is not packed and bound.last.packed is None and packed.key == (0x2000, 0x9000, 0x5000, 0, 0)
+    assert bound.plan.ptrs == [(0x1000, 0x9000, 0x5000, 0), (0x2000, 0x9000, 0x5000, 0),
+                               ("packed", 0x2000, 0x9000, 0x5000, 0), (0x3000, 0x9000, 0x5000, 0)]
