@@ -287,7 +287,7 @@ def call_identity(a: Any, b: Any, out: Any, options: tuple) -> tuple:
     keys = ops.KEYERS
     pa, da = keys[type(a)](a)
     pb, db = keys[type(b)](b)
-    pc, dc = keys[type(out)](out)
+    pc, dc = keys[type(out)](out) if out is not None else ops.NO_OPERAND
     return pa, pb, pc, (da, pa & 255, db, pb & 255, dc, pc & 255, *options)
 
 
@@ -326,7 +326,7 @@ def matmul(a: ArrayLike, b: ArrayLike, *args: Any, out: ArrayLike | None = None,
         out = positional_out(args, out, "matmul")
     try:  # a repeat call: the operands' descriptions and the options find the validated call
         pa, pb, pc, key = call_identity(a, b, out, (alpha, beta, activation, scale, accumulate, kernel, stream))
-        pbias, key = with_bias(key, bias)
+        pbias, key = with_bias(key, bias) if bias is not None else (0, key)
         bound = plans.calls[key]
     except (KeyError, TypeError):  # new, uncacheable or unhashable: validate in full
         return _first_call(a, b, out, alpha, beta, accumulate, kernel, stream, bias, activation, scale)
@@ -398,7 +398,7 @@ def direct_identity(entry: str, a: Any, b: Any, bias: Any = None) -> tuple:
     keys = ops.KEYERS
     pa, da = keys[type(a)](a)
     pb, db = keys[type(b)](b)
-    pbias, dbias = keys[type(bias)](bias)
+    pbias, dbias = keys[type(bias)](bias) if bias is not None else ops.NO_OPERAND
     return pa, pb, pbias, (entry, da, pa & 255, db, pb & 255, dbias, pbias & 255)
 
 
