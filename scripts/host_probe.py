@@ -6,8 +6,8 @@ n calls back to back, one synchronisation, the best of WALL_REPEATS). A probe fo
     PYTHONPATH=.:$PYTHONPATH python3 scripts/host_probe.py [64x64x64 16x4096x4096 ...] [--dtype f16] [--json out.json]
 
 Rows: the bench's LAYER_CALLS, then x of three dimensions (a batch of sequences, as a model passes them), and the
-floor of the requires-grad path: a torch.autograd.Function whose forward only allocates the result, beside that
-allocation alone. Each of our results is checked against torch's on one call first.
+floor of the requires-grad path: a torch.autograd.Function whose forward only allocates the result, through
+Function.apply and through its C part alone (as hgemm_rt.torch calls its Functions), beside that allocation alone. Each of our results is checked against torch's on one call first.
 """
 from __future__ import annotations
 
@@ -41,12 +41,15 @@ EXTRA_CALLS = (
     ("ht.linear(x, w, bias)", "F.linear(x, w, bias)", False, True),
     ("ht.linear(x, w)", "F.linear(x, w)", True, True),
     ("alloc_only(x, w)", "x.new_empty((x.shape[0], w.shape[0]))", True, False),
+    ("alloc_only_c(x, w)", "x.new_empty((x.shape[0], w.shape[0]))", True, False),
 )
 
 
 def probe(M: int, N: int, K: int, dtype: torch.dtype) -> list[dict]:
     names = layer_names()[0]
-    names = {**names, "alloc_only": _AllocOnly.apply}
+    # (alloc_only_c: the C part of Function.apply alone, as hgemm_rt.torch calls its Functions)
+    names = {**names, "alloc_only": _AllocOnly.apply,
+             "alloc_only_c": super(torch.autograd.Function, _AllocOnly).apply}
     gen = torch.Generator(device="cuda").manual_seed(0)
     pool2 = [torch.randn(M, K, device="cuda", dtype=dtype, generator=gen) for _ in range(LAYER_POOL)]
     pool3 = [x.view(2, M // 2, K) if M % 2 == 0 else x.view(1, M, K) for x in pool2]
@@ -61,7 +64,8 @@ def probe(M: int, N: int, K: int, dtype: torch.dtype) -> list[dict]:
         got, want = (layer_call(e, names, pool[:1], w, bias)() for e in (ours, theirs))
         err = None
         if not ours.startswith("alloc_only"):
-            err = float((got.float() - want.float()).abs().max() / want.float().abs().max().clamp_min(1e-30))
+            got, want = got.detach().float(), want.detach().float()
+            err = float((got - want).abs().max() / want.abs().max().clamp_min(1e-30))
         fns = [layer_call(e, names, pool, w, bias) for e in (ours, theirs)]
         us, theirs_us = interleaved_wall_us(fns, sync)
         rows.append({"M": M, "N": N, "K": K, "call": ours, "reference": theirs, "w_requires_grad": weight_grad,
@@ -83,7 +87,8 @@ def main() -> None:
     print(f"{'shape':>14} {'call':<42} {'us':>7} {'torch us':>9} {'over':>7}  reference")
     for r in rows:
         call = r["call"] + (", w grad" if r["w_requires_grad"] else "") + (", x 3-D" if r["x_dims"] == 3 else "")
-        print(f"{r['M']}x{r['N']}x{r['K']:<6} {call:<42} {r['us']:7.2f} {r['reference_us']:9.2f} "
+        shape = f"{r['M']}x{r['N']}x{r['K']}"
+        print(f"{shape:>14} {call:<42} {r['us']:7.2f} {r['reference_us']:9.2f} "
               f"{r['over_us']:+7.2f}  {r['reference']}  (rel diff {r['rel_diff_vs_torch']})")
     if args.json:
         with open(args.json, "w") as f:
