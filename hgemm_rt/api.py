@@ -38,7 +38,9 @@ kernel: "auto" (tuning cache, else the cost model's choice) or a kernel name, wh
 
 Every argument is checked before anything runs on the GPU. A repeat call on operands of the same
 identity (address, shape, strides, dtype, device: `operands.call_key`) and the same options skips
-validation and planning: it costs the key, a dictionary lookup and one driver launch per step.
+validation and planning: it costs the key, a dictionary lookup and one driver launch per step. The direct
+entries (`direct_first` / `direct_repeat`: the products hgemm_rt.torch's mm and linear make) keep their calls the
+same way, under keys of their own.
 """
 from __future__ import annotations
 
