@@ -243,7 +243,8 @@ class DeviceArray:
         default stream, 2: the per-thread default stream, else a stream handle; -1: no ordering at all; 0 is
         refused as ambiguous). The export makes that stream wait, through an event and with nothing waiting
         on the host, for the work hgemm queued on the streams that write this memory (`writers`: matmul,
-        grouped_matmul, launch, fill_bytes, the host copies), so the consumer may read it at once there.
+        grouped_matmul, launch, fill_bytes, the host copies), so the consumer may read it at once there
+        (what another library queued on memory it took from us is its own to order, as the protocol says).
         Where those writers are unknown (a view of foreign memory or of a bare pointer), one of them is
         capturing a CUDA graph, or `copy=True`, it first waits for all the work queued on this GPU
         (cuCtxSynchronize) instead. A writer stream must not be destroyed before the export; writes captured
