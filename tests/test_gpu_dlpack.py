@@ -182,6 +182,31 @@ def test_negative_control_without_the_ordering_the_race_is_observed(rng, monkeyp
                             "test cannot tell a missing wait")
 
 
+def test_each_front_door_remembers_the_stream_it_wrote_on(rng):
+    """DeviceArray.writers after matmul (first and repeat calls, a new result), Matmul, grouped_matmul (Hopper)
+    and the host copies: the streams a DLPack export orders its consumer after."""
+    x = rng.standard_normal((64, 64)).astype(np.float16)
+    a, c = hg.to_device(x), hg.empty((64, 64), "f16")
+    assert a.writers == {1}  # the host copy, on the legacy default stream
+    assert c.writers == set()
+    with hg.Stream() as s, hg.Stream() as s2:
+        hg.matmul(a, a, out=c, stream=s)  # the first call
+        assert c.writers == {s.ptr}
+        for _ in range(2):  # a first call on s2, then the repeat path, into a view: its memory's writers
+            hg.matmul(a, a, out=hg.DeviceArray(c.ptr, c.shape, "f16", owner=c), stream=s2)
+        assert c.writers == {s.ptr, s2.ptr}
+        assert hg.matmul(a, a).writers == {1}  # a new result, on the legacy default stream
+        d = hg.empty((64, 64), "f16")
+        with hg.Matmul(a, a, out=d, stream=s2) as mm:
+            mm()
+        assert d.writers == {s2.ptr}
+        if hg.get_device().info.cc >= (9, 0):
+            w = hg.to_device(np.stack([x, x]))  # (2 experts, K, N)
+            g = hg.grouped_matmul(a, w, offsets=np.array([32, 64], np.int32), stream=s)
+            assert g.writers == {s.ptr}
+        hg.get_device().synchronize()
+
+
 def test_copy_true_exports_a_copy(rng):
     torch = _torch()
     a, values = _device_array(rng, (32, 16), "f16")
