@@ -337,7 +337,7 @@ def _free(device: Any, ptr: Any, live: list[bool]) -> None:
 def note_write(x: Any, stream: int) -> None:
     """A front door queues work that writes `x` on `stream`: remembered where `x` is a DeviceArray (its
     `writers`, which a DLPack export orders its consumer after); other arrays' frameworks order their own."""
-    if isinstance(x, DeviceArray):
+    if isinstance(x, DeviceArray) and stream not in x.writers:  # (a repeat call: one set lookup)
         x.note_writer(stream)
 
 
