@@ -210,3 +210,13 @@ def test_the_computation_shapes_its_calls_as_torch_bmm(cpu_matmul):
     assert ht.bmm(a, b[..., :0]).shape == (3, 5, 0)
     assert torch.equal(ht.bmm(a[..., :0], b[:, :0]), torch.zeros(3, 5, 4))
     assert not cpu_matmul
+
+
+def _scripted_caller(a, b):
+    return ht.bmm(a, b)
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.*is deprecated:DeprecationWarning")
+def test_torch_jit_script_compiles_a_call_to_the_op():
+    nodes = [n.kind() for n in torch.jit.script(_scripted_caller).graph.nodes()]
+    assert "hgemm::bmm" in nodes, nodes
