@@ -14,7 +14,7 @@ from .device import get_device
 from .errors import ValidationError
 from .launcher import check_or_relaunch, is_capturing, may_capture
 from .launchplan import LaunchPlan, PackedSet
-from .memory import DeviceArray, byte_extent
+from .memory import DeviceArray, byte_extent, note_write
 from .plans import plans
 from .problem import Problem, Recipe
 from .registry import get_registry
@@ -112,6 +112,7 @@ class Bound:
             if pc + clo < pa + ahi and pa + alo < pc + chi or pc + clo < pb + bhi and pb + blo < pc + chi or \
                     bias_ext is not None and pc + clo < pbias + bias_ext[1] and pbias + bias_ext[0] < pc + chi:
                 raise ValidationError("matmul: out overlaps an input in memory; it must not alias an input")
+        note_write(out, s)
         last = self.last
         key = (pa, pb, pc, pbias, s)
         if last.key == key and last.packed is not None and not last.plan.closed:
@@ -182,6 +183,7 @@ class Bound:
         else:
             result = self.new_result(s)
             pc = ops.result_ptr(result)
+        note_write(result, s)
         plan.launch(plan.packed_set((pa, pb, pc, pbias), c.alpha, c.beta).packed)
         if host_out or (c.c is None and c.a.host is not None and c.b.host is not None):
             check(driver().cuStreamSynchronize(driver().CUstream(s)), "cuStreamSynchronize")

@@ -391,3 +391,6 @@ def replace_linear(module: torch.nn.Module) -> torch.nn.Module:
         if new is not child:
             setattr(module, name, new)
     return module
+
+
+from .torch_batched import bmm  # noqa: E402,F401  (hgemm::bmm, re-exported as ht.bmm)
