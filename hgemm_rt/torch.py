@@ -5,6 +5,7 @@ autograd and in `torch.compile` (fullgraph included). Optional: install with `pi
     import torch, hgemm_rt.torch as ht
     c = ht.mm(a, b)                        # = torch.ops.hgemm.mm(a, b): a (M, K) @ b (K, N)
     y = ht.linear(x, w, bias)              # = torch.nn.functional.linear: x (..., in), w (out, in)
+    z = ht.bmm(p, q)                       # = torch.bmm: p (B, M, K) @ q (B, K, N) (hgemm_rt/torch_batched.py)
     model = ht.replace_linear(model)       # every nn.Linear in it runs on hgemm::linear
     model = torch.compile(model, fullgraph=True)
 
@@ -49,7 +50,7 @@ from .operands import torch_dtype_code
 from .problem import ACCUMULATE
 from .validate import accumulate_code, check_option
 
-__all__ = ["Linear", "linear", "mm", "replace_linear"]
+__all__ = ["Linear", "bmm", "linear", "mm", "replace_linear"]
 
 
 
