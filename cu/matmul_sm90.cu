@@ -1,7 +1,8 @@
 // Family "matmul_sm90": the Hopper split-K GEMM behind hgemm_rt.matmul (ladder "matmul", sm_90a).
 //
 // matmul_gemm_wgmma_{f16,bf16}_m{64,128}_{tn,nn} (BN = 256), matmul_gemm_wgmma_f16_m{64,128}n{128,64}_{tn,nn},
-// matmul_gemm_wgmma_{f16,bf16}_m128n{112,96}_tn:
+// matmul_gemm_wgmma_{f16,bf16}_m128n{112,96}_tn, matmul_gemm_wgmma_{f16,bf16}_m128n{32,16,8}_tn (decode as
+// C^T = B^T A^T: the weights as A, the token count as the wgmma N; one B box a stage, no SwiGLU, no multicast):
 //   C = scale * act(alpha * A.B + bias) + beta * C (cu/common/epilogue.cuh: ptr:bias, i32:bias_stride,
 //   i32:epi, i32:scale_bits after i32:beta_bits, the bias indexed by C's row or column) with fp32
 //   accumulation; the general epilogue's stores are a function of their own (store_pass_general), the
@@ -58,7 +59,7 @@ using hg90::tma_load_4d;  // cu/common/sm90.cuh
 // maps carry the batch levels (coordinates ai, ao of A and bi, bo of B). A B stage is two halves of
 // BN/2 columns (rows of N for tn), the first from B's column n_lo, the second from n_hi: n0 and
 // n0 + BN/2 for a plain tile, gate n0 and up F + n0 for a SwiGLU one (wgmma_splitk). tn loads each half
-// as one box of BN/2 rows; nn loads chunks of BK columns (a 128-byte row: 64 fp16, 32 fp32) by BK K rows, BN/(2 BK)
+// as one box of BN/2 rows (W::kTokenN: the whole stage as one box of BN rows from n_lo); nn loads chunks of BK columns (a 128-byte row: 64 fp16, 32 fp32) by BK K rows, BN/(2 BK)
 // per half (BN = BK: one chunk at n_lo).
 // W::kX3 (3xTF32, 3xFP16): the K slice walks 3 x3_blocks k-blocks, the three products lo(a) hi(b), hi(a) lo(b),
 // hi(a) hi(b) of each k-block (32 TF32 or 64 fp16 columns) in turn (so the second read of a head plane comes from
@@ -104,7 +105,12 @@ __device__ __forceinline__ void produce(const CUtensorMap& tmA, const CUtensorMa
     else
       hg90::tma_load_2d(sA + stage * W::kABytes, &tmA, &full[stage], k0, m0);
     uint8_t* b = sB + stage * W::kBBytes;
-    if constexpr (!W::kNN) {
+    if constexpr (W::kTokenN) {  // one box of BN rows (no SwiGLU halves)
+      if constexpr (kRank4)
+        hg90::tma_load_4d_hint(b, &tmB, &full[stage], k0, n_lo, bi, bo, b_policy);
+      else
+        hg90::tma_load_2d_hint(b, &tmB, &full[stage], k0, n_lo, b_policy);
+    } else if constexpr (!W::kNN) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {  // BN/2 rows of N, 64 K each, per half (128 bytes a row)
         if constexpr (kRank4)
@@ -162,9 +168,13 @@ struct WCfg {
   static constexpr int BN = BN_;  // 256: m64n256k16; 128: m64n128k16 (twice the CTAs on small grids)
   static constexpr int kAcc = BN / 2;  // fp32 accumulators per consumer thread
   static constexpr bool kNN = NN;
-  // SwiGLU needs each half of the B stage to be whole loads: always for tn (two boxes of BN/2 rows),
-  // for nn only where a half holds whole 64-column chunks (BN = 128, 256).
-  static constexpr bool kSwiGLU = !NN || BN >= 128;
+  // BN = 32, 16, 8 (fp16/bf16 tn, unicast): the decode tiles of C^T = B^T A^T, the token count as the wgmma N. B's
+  // stage is one TMA box of BN rows (whole 8-row swizzle atoms: 1024-byte aligned), so there are no SwiGLU halves.
+  static constexpr bool kTokenN = (BN == 32 || BN == 16 || BN == 8) && !NN && !kX3 && !kX3Smem && sizeof(T) == 2 &&
+                                  kMc == 1;
+  // SwiGLU needs each half of the B stage to be whole loads: for tn two boxes of BN/2 rows (not kTokenN), for nn
+  // only where a half holds whole 64-column chunks (BN = 128, 256).
+  static constexpr bool kSwiGLU = (!NN && !kTokenN) || BN >= 128;
   static constexpr int kStages = STAGES;
   static constexpr int kConsumers = BM / 64;
   static constexpr int kThreads = 128 * (1 + kConsumers);
@@ -190,8 +200,9 @@ struct WCfg {
   // BN = 112, 96 (fp16/bf16 tn only): B halves of 56 / 48 rows stay whole 8-row swizzle atoms (1024-byte aligned);
   // nn's halves would not be whole 64-column chunks
   static constexpr bool kNarrowN = (BN == 112 || BN == 96) && !NN && !kX3 && !kX3Smem && sizeof(T) == 2;
-  static_assert(BN == 64 || BN == 128 || BN == 256 || ((kX3 || kX3Smem) && BN == 192) || kNarrowN,
-                "m64n64, m64n128, m64n256 (split products: m64n192; fp16/bf16 tn: m64n112, m64n96)");
+  static_assert(BN == 64 || BN == 128 || BN == 256 || ((kX3 || kX3Smem) && BN == 192) || kNarrowN || kTokenN,
+                "m64n64, m64n128, m64n256 (split products: m64n192; fp16/bf16 tn: m64n112, m64n96; unicast: m64n32, "
+                "m64n16, m64n8)");
   static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0, "swizzled tiles must stay 1024-byte aligned");
   static_assert(BM * kRedStride * 4 <= kRingBytes, "the fp32 partial tile reuses the ring");
   static_assert(kConsumers * kStagedBytes <= kRingBytes, "the staged tiles reuse the ring");
@@ -736,7 +747,7 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
                     m0 + cw * 64, n0, tid);
     // Every consumer must be done reading the ring before it becomes the partial (or staged) tile.
     hg90::named_bar_sync(1, 128 * W::kConsumers);
-    if constexpr (sizeof(Out) == 2) {
+    if constexpr (sizeof(Out) == 2 && BN >= 16) {  // (stmatrix x4: two 8-column blocks at a time)
       Out* Cb = C + hgu::batch_offset(hgu::grid_z(batch_inner), bsc_o, bsc_i);
       if (staged_store_ok<W>(Cb, pieces, N, ldc_r, ldc_c, beta_bits, epi, scale_bits)) {
         store_staged<W>(d, smem + cw * W::kStagedBytes, Cb, M, N, ldc_r, m0 + cw * 64, n0, __int_as_float(alpha_bits),
@@ -845,7 +856,8 @@ __device__ __forceinline__ void kgroups_sum(const float* __restrict__ work, T* C
 // The symbols and their knobs are declared in matmul_sm90.toml, whose `instance` lines the build generates
 // (matmul_sm90.instances.cuh, included at the end): `mc` 2 multicasts the B tile to a pair of CTAs along M, `occ` 2
 // runs two CTAs an SM, each with half the stages. The rings: 4 stages of 48 KB at BM = 128, 5 of 40 KB at BM = 64
-// (as deep as 227 KB allows); the narrower tiles keep a ~192 KB ring. TF32 (fp32 operands, tn only: tf32 wgmma
+// (as deep as 227 KB allows); the narrower tiles keep a ~192 KB ring; the decode tiles (BN = 32, 16, 8) 11-13
+// stages of 20-17 KB, most of it A's weights in flight. TF32 (fp32 operands, tn only: tf32 wgmma
 // reads K-major operands) takes the same stage bytes (a k-block of 32 fp32 is one 128-byte row, as 64 fp16 are).
 // 3xTF32 from the fp32 operands as they are (role gemm_strided_wgmma, acc f32: fp32 accuracy): the residuals made in
 // shared memory (split_stage_tf32), whose second ring halves the stages of the TF32 kernels' ~192 KB; nn takes B
