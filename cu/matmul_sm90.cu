@@ -6,7 +6,8 @@
 //   C = scale * act(alpha * A.B + bias) + beta * C (cu/common/epilogue.cuh: ptr:bias, i32:bias_stride,
 //   i32:epi, i32:scale_bits after i32:beta_bits, the bias indexed by C's row or column) with fp32
 //   accumulation; the general epilogue's stores are a function of their own (store_pass_general), the
-//   linear one's (alpha/beta only) are inline as before. A: M x K through a TMA map (any 16-byte-
+//   linear one's (alpha/beta only) are inline as before; the decode tiles store a C whose rows are contiguous (C^T)
+//   down its columns (store_pass_columns). A: M x K through a TMA map (any 16-byte-
 //   multiple row stride), B: N x K (tn) or K x N (nn) through a TMA map, C: any strides and alignment.
 //   Any M, N, K >= 1: TMA zero-fills out-of-bounds boxes.
 //   Why: the catalogue's Hopper kernels use 128 x 256 tiles and the whole K per tile, so shapes with
@@ -59,8 +60,8 @@ using hg90::tma_load_4d;  // cu/common/sm90.cuh
 // maps carry the batch levels (coordinates ai, ao of A and bi, bo of B). A B stage is two halves of
 // BN/2 columns (rows of N for tn), the first from B's column n_lo, the second from n_hi: n0 and
 // n0 + BN/2 for a plain tile, gate n0 and up F + n0 for a SwiGLU one (wgmma_splitk). tn loads each half
-// as one box of BN/2 rows (W::kTokenN: the whole stage as one box of BN rows from n_lo); nn loads chunks of BK columns (a 128-byte row: 64 fp16, 32 fp32) by BK K rows, BN/(2 BK)
-// per half (BN = BK: one chunk at n_lo).
+// as one box of BN/2 rows (W::kTokenN: the whole stage as one box of BN rows from n_lo); nn loads chunks of BK
+// columns (a 128-byte row: 64 fp16, 32 fp32) by BK K rows, BN/(2 BK) per half (BN = BK: one chunk at n_lo).
 // W::kX3 (3xTF32, 3xFP16): the K slice walks 3 x3_blocks k-blocks, the three products lo(a) hi(b), hi(a) lo(b),
 // hi(a) hi(b) of each k-block (32 TF32 or 64 fp16 columns) in turn (so the second read of a head plane comes from
 // L2), A and B being rank-4 maps (32 fp32 units, rows, 2 x3_blocks planes, matrices) of matmul_split_tf32's or
@@ -237,6 +238,32 @@ __device__ __noinline__ void store_pass_general(const uint8_t* tile, int row0, i
   store_pass<W, false>(tile, row0, total, t, C, M, N, m0, n0, ldc_r, ldc_c, ep);
 }
 
+// W::kTokenN into a C whose rows are contiguous (ldc_r == 1: C^T = B^T A^T, the tile's rows are C's columns): 8 rows
+// of one column of the summed tile a thread, as two 4-element runs (hgu::store4_values at unit stride), the threads of
+// a column consecutive, so that a warp writes whole runs of 128 rows of C's columns where the element stores of
+// store_pass would write BN / 4 columns' runs of 128 / BN. Reads sums that other threads wrote: the caller waits.
+template <class W>
+__device__ __noinline__ void store_pass_columns(const uint8_t* tile, int row0, int rows, int t, typename W::Out* C,
+                                                int M, int N, int m0, int n0, int ldc_c,
+                                                const hge::Epilogue<typename W::Out> ep) {
+  constexpr int kThreads = 128 * W::kConsumers;
+  const int chunks = rows / 8;  // (rows = BM / splits: a multiple of 16)
+#pragma unroll 1
+  for (int e = t; e < chunks * W::BN; e += kThreads) {
+    const int r = row0 + 8 * (e % chunks), c = e / chunks, gm = m0 + r, gn = n0 + c;
+    if (gm >= M || gn >= N) continue;
+    const float* v = reinterpret_cast<const float*>(tile) + r * W::kRedStride + c;
+    const long long off = gm + static_cast<long long>(gn) * ldc_c;
+#pragma unroll
+    for (int h = 0; h < 8; h += 4) {
+      float x[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) x[i] = h + i < M - gm ? ep.value(v[(h + i) * W::kRedStride], gm + h + i, gn) : 0.f;
+      if (h < M - gm) hgu::store4_values<typename W::Out>(C, off + h, 1, M - gm - h, x, ep.beta);
+    }
+  }
+}
+
 // The SwiGLU stores: output quad (r, c) of this CTA's BN/2-column tile from the gate quad at column c
 // and the up quad at column BN/2 + c of the summed partial tile; output column n0 + c of N (= F).
 template <class W>
@@ -390,6 +417,13 @@ __device__ __forceinline__ void reduce_store_wide(uint8_t* tile, int splits, uin
     }
   }
   if (kg.groups > 1 && !kgroups_fixup<W>(tile, row0, total, t, kg, rank, splits)) return;  // another group stores
+  if constexpr (W::kTokenN) {
+    if (ldc_r == 1) {  // the tile's rows are C's columns (after K groups' sum, kgroups_fixup's last barrier waited)
+      if (splits > 1 && kg.groups <= 1) hg90::named_bar_sync(1, 128 * W::kConsumers);  // every write-back is done
+      store_pass_columns<W>(tile, row0, rows, t, C, M, N, m0, n0, ldc_c, ep);
+      return;
+    }
+  }
   if (ep.linear()) {
     store_pass<W, true>(tile, row0, total, t, C, M, N, m0, n0, ldc_r, ldc_c, ep);
     return;

@@ -36,7 +36,6 @@ SMEM_SPLIT_SUM_US = 0.6
 # with the weights as A: where the tokens fit one tile's width, each CTA streams its panel of A once through an 11-13
 # stage ring, at ArchRates.token_tile_dram_bytes_per_s
 TOKEN_TILE_COLS = 32
-WARP_QUADS = 32  # the store pass gives a warp 32 consecutive quads of the fp32 tile (cu/matmul_sm90.cu, store_pass)
 SECTOR_BYTES = 32
 
 
@@ -89,12 +88,11 @@ def streams_a_once(spec: KernelSpec, g: Gemm) -> bool:
 
 
 def c_column_run(spec: KernelSpec, isz: int) -> int:
-    """How many elements down one of C's columns a warp's element stores write together, where C's columns are
-    contiguous (the transposed C of C^T = B^T A^T): a warp's quads span WARP_QUADS / (BN / 4) rows of a token-width
-    tile (up to a sector), one row of the others (as costmodel's strided_c_column_bytes_per_s was measured)."""
-    if not token_tile(spec):
-        return 1
-    return max(1, min(WARP_QUADS * 4 // spec.tile[1], SECTOR_BYTES // isz))
+    """How many elements down one of C's columns a launch's stores write together, where C's columns are contiguous
+    (the transposed C of C^T = B^T A^T): whole sectors for a token-width tile (cu/matmul_sm90.cu, store_pass_columns:
+    8 rows a thread, a warp 128 rows of a column), one for the others (their warps store along a row of the tile, as
+    costmodel's strided_c_column_bytes_per_s was measured)."""
+    return SECTOR_BYTES // isz if token_tile(spec) else 1
 
 
 def strided_wgmma_rate(spec: KernelSpec) -> float:
