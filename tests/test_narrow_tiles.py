@@ -193,5 +193,5 @@ def test_matmul_forced_to_a_narrow_tile_matches_float64(dtype, M, N, K, rng, fre
                   activation="gelu", kernel=name)
         err = rel_error(case.c.read(), case.want)
         assert err <= case.floor and case.c.outside_untouched(), f"{name}: {err:.2e} > {case.floor:.2e}"
-        assert name in hg.explain(case.a.view, case.b.view, case.c.view, alpha=case.alpha, beta=case.beta,
+        assert name in hg.explain(case.a.view, case.b.view, out=case.c.view, alpha=case.alpha, beta=case.beta,
                                   bias=case.bias.view, activation="gelu", kernel=name)

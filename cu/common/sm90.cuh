@@ -36,13 +36,6 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t by
 __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
 }
-// A 4-byte store that is part of `bar`'s transaction (st.async ... complete_tx): a thread that sees the phase
-// complete sees the value, ordered by the barrier itself, as the TMA loads into the stage are (count the 4 bytes in
-// the phase's expect_tx). This CTA's shared memory (a shared::cta address is one of the cluster window's).
-__device__ __forceinline__ void st_async_b32(const volatile int* dst, int value, uint64_t* bar) {
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];\n"
-               ::"r"(smem_u32(const_cast<int*>(dst))), "r"(value), "r"(smem_u32(bar)) : "memory");
-}
 // Arrive on the barrier at the same shared-memory offset in CTA `cta_rank` of this cluster
 // (may be this CTA itself). Used to release a stage after wgmma.wait_group has retired the reads of
 // it, so no data ordering is needed beyond the arrival itself: the default (.release.cta) form is

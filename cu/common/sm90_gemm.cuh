@@ -1343,10 +1343,8 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
           // A fresh barrier counts as having completed the phase before phase 0, so the first pass
           // over the ring does not block.
           hg90::mbar_wait(&empty[stage], phase ^ 1);
-          // (the queue's tile index rides in the stage's transaction: 4 bytes more, written by st.async after it)
-          const bool index = kQueue && kb == kb0;
-          hg90::mbar_arrive_expect_tx(&full[stage], K::kStageBytes - (half ? K::kBBytes / 2 : 0) + (index ? 4 : 0));
-          if (index) hg90::st_async_b32(stage_tile + stage, tile, &full[stage]);
+          if (kQueue && kb == kb0) stage_tile[stage] = tile;
+          hg90::mbar_arrive_expect_tx(&full[stage], K::kStageBytes - (half ? K::kBBytes / 2 : 0));
           const int k0 = kb * BK;
           if constexpr (K::kFused) {
             auto load = [&](uint8_t* dst, const CUtensorMap* map, int c0, int c1, int c2, int c3) {
@@ -1404,8 +1402,8 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& tmA, const CUtensor
       }
       if constexpr (kQueue) {  // the end: the next stage, full without data, index -1
         hg90::mbar_wait(&empty[stage], phase ^ 1);
-        hg90::mbar_arrive_expect_tx(&full[stage], 4);
-        hg90::st_async_b32(stage_tile + stage, -1, &full[stage]);
+        stage_tile[stage] = -1;
+        hg90::mbar_arrive(&full[stage]);
       }
     }
   } else {

@@ -32,6 +32,9 @@ SMEM_SPLIT_FIXED_US = 5.5
 KG_SUM_LOADS = 4  # the K groups' sum: L2 loads in flight per thread (cu/matmul_sm90.cu, kgroups_fixup's unroll)
 K_GROUPS_DEFERRED = 1 << 16  # i32:k_groups's bit of a deferred launch (cu/matmul_sm90.cu, kKgDeferred)
 SMEM_SPLIT_SUM_US = 0.6
+# Tile widths offered whole-K launches only: split, they lose to the 64/128-wide tiles the model ranks below them
+# (docs/dev/tuning_log.md#the-128-x-112-and-128-x-96-tiles-session-33-h200)
+UNSPLIT_TILE_COLS = (112, 96)
 # The token-width tiles (cu/matmul_sm90.cu, kTokenN: at most TOKEN_TILE_COLS columns), decode run as C^T = B^T A^T
 # with the weights as A: where the tokens fit one tile's width, each CTA streams its panel of A once through an 11-13
 # stage ring, at ArchRates.token_tile_dram_bytes_per_s
@@ -107,6 +110,9 @@ class StridedWgmma(SplitKRole, TmaGemmRole):
     one_cta_per_sm = True  # its ring fills the shared memory
     fp32_tile_epilogue = True
     l2_panel = True
+
+    def splits_k(self, spec: KernelSpec) -> bool:
+        return spec.tile[1] not in UNSPLIT_TILE_COLS
 
     def k_group_routes(self, prob: Problem, spec: KernelSpec, ctx: RouteContext, transpose: bool,
                        splits: int) -> list[Route]:
