@@ -139,14 +139,14 @@ def test_one_wide_launches_are_priced_at_the_token_tile_rate(monkeypatch):
 # GPU
 # ---------------------------------------------------------------------------------------------------
 
-def token_case(rng, dtype: str, M: int, N: int, K: int, *, bias: str | None = None, act: str | None = None,
-               alpha: float = 1.0, beta: float = 0.0, c_pad: int = 0) -> EpilogueCase:
+def token_case(rng, dtype: str, M: int, N: int, K: int, *, batch: tuple[int, ...] = (), bias: str | None = None,
+               act: str | None = None, alpha: float = 1.0, beta: float = 0.0, c_pad: int = 0) -> EpilogueCase:
     """A decode case as serving engines hold it: A (M x K) row-major, B as nn.Linear holds it (N x K rows), C row-major
     with c_pad elements past each row (a strided C: its transpose has column stride N + c_pad); N(0,1) values, NaN
     around every view."""
-    a = GuardedArray(rng.standard_normal((M, K)), dtype, "row")
-    b = GuardedArray(rng.standard_normal((K, N)), dtype, "col")
-    c = GuardedArray(rng.standard_normal((M, N)), dtype, "row", pad=c_pad)
+    a = GuardedArray(rng.standard_normal((*batch, M, K)), dtype, "row")
+    b = GuardedArray(rng.standard_normal((*batch, K, N)), dtype, "col")
+    c = GuardedArray(rng.standard_normal((*batch, M, N)), dtype, "row", pad=c_pad)
     bv = None if bias is None else GuardedArray(rng.standard_normal((1, N) if bias == "col" else (M, 1)), dtype, "row")
     prob = api.problem_of(api.validate_call(a.view, b.view, c.view, alpha, beta, None, "auto", None,
                                             None if bv is None else bv.view, act, 1.0))
@@ -157,27 +157,30 @@ def token_case(rng, dtype: str, M: int, N: int, K: int, *, bias: str | None = No
 
 
 SPLITS = (1, 2, 4)
-CASES = [  # dtype, M, N (B's columns), K, bias, activation, alpha, beta, C's row padding
-    # aligned: the Llama-3-8B o and qkv projections at 32 and 8 tokens (C^T: the general strided store)
-    ("bf16", 32, 4096, 4096, None, None, 1.0, 0.0, 0),
-    ("f16", 8, 6144, 4096, None, None, 1.0, 0.0, 0),
+CASES = [  # dtype, M, N (B's columns), K, batch, bias, activation, alpha, beta, C's row padding
+    # aligned: the Llama-3-8B o and qkv projections at 32 and 8 tokens (C^T: stored down its columns)
+    ("bf16", 32, 4096, 4096, (), None, None, 1.0, 0.0, 0),
+    ("f16", 8, 6144, 4096, (), None, None, 1.0, 0.0, 0),
     # ragged: 13 tokens, 1000 features (a part-filled last row of tiles), K = 4104 (not a multiple of 64)
-    ("bf16", 13, 1000, 4104, "col", "gelu", 0.5, 0.25, 3),
-    ("f16", 13, 1000, 4104, None, None, -1.5, 1.0, 5),
-    ("f16", 17, 999, 523, "row", "silu", 1.0, 0.5, 0),  # (17 tokens: two columns of 16 or 8 wide tiles)
+    ("bf16", 13, 1000, 4104, (), "col", "gelu", 0.5, 0.25, 3),
+    ("f16", 13, 1000, 4104, (), None, None, -1.5, 1.0, 5),
+    ("f16", 17, 999, 523, (), "row", "silu", 1.0, 0.5, 0),  # (17 tokens: two columns of 16 or 8 wide tiles)
     # tiny: one part-filled tile (K = 1, 5: A and B packed to 16-byte rows)
-    ("f16", 1, 1, 1, None, None, 1.0, 0.0, 0),
-    ("bf16", 3, 7, 5, "row", "relu", 1.0, 1.0, 2),
+    ("f16", 1, 1, 1, (), None, None, 1.0, 0.0, 0),
+    ("bf16", 3, 7, 5, (), "row", "relu", 1.0, 1.0, 2),
+    # batched (rank-4 maps: B's one box a stage through tma_load_4d_hint)
+    ("bf16", 8, 200, 300, (3,), "col", "silu", 1.0, 0.0, 0),
+    ("f16", 5, 136, 128, (2, 2), None, None, 0.5, 0.5, 1),
 ]
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype,M,N,K,bias,act,alpha,beta,c_pad", CASES)
-def test_token_tiles_forced_onto_each_launch_match_float64(dtype, M, N, K, bias, act, alpha, beta, c_pad, rng):
+@pytest.mark.parametrize("dtype,M,N,K,batch,bias,act,alpha,beta,c_pad", CASES)
+def test_token_tiles_forced_onto_each_launch_match_float64(dtype, M, N, K, batch, bias, act, alpha, beta, c_pad, rng):
     from hgemm_rt.registry import get_registry
 
     manifest = get_registry().manifest
-    case = token_case(rng, dtype, M, N, K, bias=bias, act=act, alpha=alpha, beta=beta, c_pad=c_pad)
+    case = token_case(rng, dtype, M, N, K, batch=batch, bias=bias, act=act, alpha=alpha, beta=beta, c_pad=c_pad)
     names = token_kernels(manifest, dtype)
     assert len(names) == len(TOKEN_BN), names
     tested, bad = 0, []
