@@ -16,13 +16,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from epilogue_cases import EpilogueCase, forced_twice
-from guarded import GuardedArray
+from epilogue_cases import EpilogueCase, epilogue_case, forced_twice
 from hgemm_rt import DeviceArray, api, costmodel, planner
 from hgemm_rt.costmodel import CostModel
-from hgemm_rt.dtypes import storage_to_f64, to_storage
-from hgemm_rt.epilogue import Epilogue, reference as epilogue_reference
-from hgemm_rt.numerics import error_floor, rel_error
+from hgemm_rt.numerics import error_floor
 from hgemm_rt.problem import Gemm, Route
 from hgemm_rt.roles.gemm_strided_wgmma import StridedWgmma, streams_a_once, token_tile
 from kernel_cases import load_manifest_or_none
@@ -40,21 +37,18 @@ def token_kernels(manifest, dtype: str | None = None) -> list[str]:
 
 
 def _gemm(recipe) -> Gemm:
-    (g,) = [s for s in recipe.steps if isinstance(s, Gemm)]
-    return g
+    """The recipe's one GEMM step."""
+    return next(s for s in recipe.steps if isinstance(s, Gemm))
 
 
-# ---------------------------------------------------------------------------------------------------
-# CPU
-# ---------------------------------------------------------------------------------------------------
+# CPU: the declarations, the planner's routes, the pricing
 
 @needs_manifest
 def test_the_token_tiles_are_fp16_and_bf16_tn_unicast_kernels_with_deep_rings():
-    names = token_kernels(MANIFEST)
-    got = {(MANIFEST.kernels[n].dtype, MANIFEST.kernels[n].tile[1]) for n in names}
-    assert len(names) == 6 and got == {(d, bn) for d in ("f16", "bf16") for bn in TOKEN_BN}, names
-    for n in names:
-        s = MANIFEST.kernels[n]
+    specs = [MANIFEST.kernels[n] for n in token_kernels(MANIFEST)]
+    assert sorted((s.dtype, s.tile[1]) for s in specs) == sorted((d, bn) for d in ("f16", "bf16") for bn in TOKEN_BN)
+    for s in specs:
+        n = s.name
         BM, BN, BK = s.tile
         assert (s.role, s.layout, BM, BK, s.out, s.swiglu) == (StridedWgmma.name, "TN", 128, 64, s.dtype, False), n
         assert not s.variants, n  # unicast: no multicast pair, no two CTAs an SM
@@ -135,25 +129,13 @@ def test_one_wide_launches_are_priced_at_the_token_tile_rate(monkeypatch):
     assert not token_tile(MANIFEST.kernels[slow.kernel]), slow.kernel
 
 
-# ---------------------------------------------------------------------------------------------------
-# GPU
-# ---------------------------------------------------------------------------------------------------
+# GPU: every kernel forced onto each launch, and through hg.matmul on torch tensors
 
-def token_case(rng, dtype: str, M: int, N: int, K: int, *, batch: tuple[int, ...] = (), bias: str | None = None,
-               act: str | None = None, alpha: float = 1.0, beta: float = 0.0, c_pad: int = 0) -> EpilogueCase:
-    """A decode case as serving engines hold it: A (M x K) row-major, B as nn.Linear holds it (N x K rows), C row-major
-    with c_pad elements past each row (a strided C: its transpose has column stride N + c_pad); N(0,1) values, NaN
-    around every view."""
-    a = GuardedArray(rng.standard_normal((*batch, M, K)), dtype, "row")
-    b = GuardedArray(rng.standard_normal((*batch, K, N)), dtype, "col")
-    c = GuardedArray(rng.standard_normal((*batch, M, N)), dtype, "row", pad=c_pad)
-    bv = None if bias is None else GuardedArray(rng.standard_normal((1, N) if bias == "col" else (M, 1)), dtype, "row")
-    prob = api.problem_of(api.validate_call(a.view, b.view, c.view, alpha, beta, None, "auto", None,
-                                            None if bv is None else bv.view, act, 1.0))
-    ref = epilogue_reference(a.exact @ b.exact, prob.epi or Epilogue(None), alpha, beta, c.exact,
-                             None if bv is None else bv.exact)
-    want = storage_to_f64(to_storage(np.asarray(ref, np.float32), dtype), dtype)
-    return EpilogueCase(dtype, a, b, c, bv, alpha, beta, prob, want, error_floor(dtype, "f32", dtype, K))
+def token_case(rng, dtype: str, M: int, N: int, K: int, **kw) -> EpilogueCase:
+    """A decode case with B as nn.Linear holds it (N x K rows: the tn kernels' B, read in place as the transposed
+    problem's A); A's rows start one element into their buffer (packed before the kernel reads them as B^T), C's
+    rows padded by c_pad (its transpose: column stride N + c_pad)."""
+    return epilogue_case(rng, dtype, M, N, K, b_order="col", **kw)
 
 
 SPLITS = (1, 2, 4)

@@ -359,33 +359,27 @@ __device__ __forceinline__ void fence_regs(float& r) { asm volatile("" : "+f"(r)
 #define HG90_ACC_REGS16 "{" HG90_ACC_ITEMS8 ", %8, %9, %10, %11, %12, %13, %14, %15}"
 #define HG90_WGMMA_ACC_LIST4(X) X(0), X(1), X(2), X(3)
 #define HG90_WGMMA_ACC_LIST8(X) HG90_WGMMA_ACC_LIST4(X), X(4), X(5), X(6), X(7)
-#define HG90_WGMMA_ACC_LIST16(X) \
-  HG90_WGMMA_ACC_LIST8(X), X(8), X(9), X(10), X(11), X(12), X(13), X(14), X(15)
-#define HG90_WGMMA_M64N32K16_ASM(TYPE, TRANS_A, TRANS_B) \
-  HG90_WGMMA_F16_ASM("m64n32k16", HG90_ACC_REGS16, "%16", "%17", "%18", TYPE, TRANS_A, TRANS_B)
-#define HG90_WGMMA_M64N16K16_ASM(TYPE, TRANS_A, TRANS_B) \
-  HG90_WGMMA_F16_ASM("m64n16k16", HG90_ACC_REGS8, "%8", "%9", "%10", TYPE, TRANS_A, TRANS_B)
-#define HG90_WGMMA_M64N8K16_ASM(TYPE, TRANS_A, TRANS_B) \
-  HG90_WGMMA_F16_ASM("m64n8k16", HG90_ACC_REGS4, "%4", "%5", "%6", TYPE, TRANS_A, TRANS_B)
+#define HG90_WGMMA_ACC_LIST16(X) HG90_WGMMA_ACC_LIST8(X), X(8), X(9), X(10), X(11), X(12), X(13), X(14), X(15)
+#define HG90_WGMMA_M64N32K16_ASM(T, A, B) HG90_WGMMA_F16_ASM("m64n32k16", HG90_ACC_REGS16, "%16", "%17", "%18", T, A, B)
+#define HG90_WGMMA_M64N16K16_ASM(T, A, B) HG90_WGMMA_F16_ASM("m64n16k16", HG90_ACC_REGS8, "%8", "%9", "%10", T, A, B)
+#define HG90_WGMMA_M64N8K16_ASM(T, A, B) HG90_WGMMA_F16_ASM("m64n8k16", HG90_ACC_REGS4, "%4", "%5", "%6", T, A, B)
 
-template <typename T, int TRANS_A, int TRANS_B>
-__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d);
-template <typename T, int TRANS_A, int TRANS_B>
-__device__ __forceinline__ void wgmma_m64n192k16(float (&d)[96], uint64_t desc_a, uint64_t desc_b, int scale_d);
-template <typename T, int TRANS_A, int TRANS_B>
-__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d);
-template <typename T, int TRANS_A, int TRANS_B>
-__device__ __forceinline__ void wgmma_m64n112k16(float (&d)[56], uint64_t desc_a, uint64_t desc_b, int scale_d);
-template <typename T, int TRANS_A, int TRANS_B>
-__device__ __forceinline__ void wgmma_m64n96k16(float (&d)[48], uint64_t desc_a, uint64_t desc_b, int scale_d);
-template <typename T, int TRANS_A, int TRANS_B>
-__device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d);
-template <typename T, int TRANS_A, int TRANS_B>
-__device__ __forceinline__ void wgmma_m64n32k16(float (&d)[16], uint64_t desc_a, uint64_t desc_b, int scale_d);
-template <typename T, int TRANS_A, int TRANS_B>
-__device__ __forceinline__ void wgmma_m64n16k16(float (&d)[8], uint64_t desc_a, uint64_t desc_b, int scale_d);
-template <typename T, int TRANS_A, int TRANS_B>
-__device__ __forceinline__ void wgmma_m64n8k16(float (&d)[4], uint64_t desc_a, uint64_t desc_b, int scale_d);
+// The primary templates: wgmma_m64n{N}k16<T, TRANS_A, TRANS_B>(float (&d)[NACC], desc_a, desc_b, scale_d), one per
+// shape, each specialised below per element type and transposition.
+#define HG90_DECLARE_WGMMA_SHAPE(N, NACC)                                                                  \
+  template <typename T, int TRANS_A, int TRANS_B>                                                          \
+  __device__ __forceinline__ void wgmma_m64n##N##k16(float(&d)[NACC], uint64_t desc_a, uint64_t desc_b, \
+                                                     int scale_d);
+HG90_DECLARE_WGMMA_SHAPE(256, 128)
+HG90_DECLARE_WGMMA_SHAPE(192, 96)
+HG90_DECLARE_WGMMA_SHAPE(128, 64)
+HG90_DECLARE_WGMMA_SHAPE(112, 56)
+HG90_DECLARE_WGMMA_SHAPE(96, 48)
+HG90_DECLARE_WGMMA_SHAPE(64, 32)
+HG90_DECLARE_WGMMA_SHAPE(32, 16)
+HG90_DECLARE_WGMMA_SHAPE(16, 8)
+HG90_DECLARE_WGMMA_SHAPE(8, 4)
+#undef HG90_DECLARE_WGMMA_SHAPE
 
 // One shape's specialisation: wgmma_m64n{N}k16 over NACC accumulators (HG90_WGMMA_M64N{N}K16_ASM,
 // HG90_WGMMA_ACC_LIST{NACC}).
