@@ -9,15 +9,16 @@ token_tile_dram_bytes_per_s is set from. A probe for tuning, not the product ben
 from __future__ import annotations
 
 import argparse
+import math
 
 import torch
 from triton.testing import do_bench
 
 import hgemm_rt as hg
-from hgemm_rt import planner
+from hgemm_rt import costmodel, planner
 from hgemm_rt.device import get_device
 from hgemm_rt.executor import Execution
-from hgemm_rt.problem import Route
+from hgemm_rt.problem import Gemm, Route
 from hgemm_rt.roles.gemm_strided_wgmma import token_tile
 
 LAYER = ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336))  # Llama-3-8B: qkv, o, gate_up, down
@@ -49,6 +50,7 @@ def main() -> None:
     tiles = sorted((s for s in manifest.kernels.values() if token_tile(s) and s.dtype == args.dtype),
                    key=lambda s: -s.tile[1])
     print(torch.cuda.get_device_name(), args.dtype, "GB/s of the weights; tiles x splits", SPLITS, flush=True)
+    ratios = []  # best token tile over a pick that is not one, at one tile's width of tokens (the constant's domain)
     for M in map(int, args.m.split(",")):
         for N, K in LAYER:
             x = torch.randn(M, K, device="cuda", dtype=tdt)
@@ -60,7 +62,7 @@ def main() -> None:
             prob = hg.Matmul(x, w.t(), out=out).problem
             est, pick = planner.ranked_recipes(prob, manifest, dev.info.cc, dev.info.sm_count)[0]
             t_pick, err = timed(pick, args.dtype, manifest, x, w, out, ref)
-            cells, worst = [], err
+            cells, worst, best = [], err, 0.0
             for spec in tiles:
                 row = []
                 for s in SPLITS:
@@ -68,10 +70,17 @@ def main() -> None:
                     t, e = timed(recipe, args.dtype, manifest, x, w, out, ref)
                     worst = max(worst, e)
                     row.append(f"{gbs(t):5.0f}")
+                    if M <= spec.tile[1]:
+                        best = max(best, gbs(t))
                 cells.append(f"n{spec.tile[1]} " + " ".join(row))
             print(f"{M:3d}x{N:5d}x{K:5d} torch {gbs(t_torch):5.0f} | pick {gbs(t_pick):5.0f} (model {gbs(est):5.0f}) "
                   f"| {' | '.join(cells)} | err {worst:.0e} | {planner.describe(pick)}", flush=True)
-
+            if best and not any(token_tile(manifest.kernels[s.kernel]) for s in pick.steps if isinstance(s, Gemm)):
+                ratios.append(best / gbs(t_pick))
+    if ratios:  # the model prices those picks (the decode kernels) at stream_bytes_per_s
+        r, stream = math.exp(sum(map(math.log, ratios)) / len(ratios)), costmodel.HOPPER.stream_bytes_per_s
+        print(f"one-wide token tiles over the picks: geomean {r:.3f} ({len(ratios)} shapes), so "
+              f"token_tile_dram_bytes_per_s ~ {r * stream:.3g} (stream_bytes_per_s {stream:.3g} x {r:.3f})", flush=True)
 
 if __name__ == "__main__":
     main()
