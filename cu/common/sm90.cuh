@@ -350,18 +350,36 @@ __device__ __forceinline__ void fence_regs(float& r) { asm volatile("" : "+f"(r)
 #define HG90_WGMMA_M64N256K16_ASM(TYPE, TRANS_A, TRANS_B) \
   HG90_WGMMA_F16_ASM("m64n256k16", HG90_ACC_REGS128, "%128", "%129", "%130", TYPE, TRANS_A, TRANS_B)
 
-template <typename T, int TRANS_A, int TRANS_B>
-__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d);
-template <typename T, int TRANS_A, int TRANS_B>
-__device__ __forceinline__ void wgmma_m64n192k16(float (&d)[96], uint64_t desc_a, uint64_t desc_b, int scale_d);
-template <typename T, int TRANS_A, int TRANS_B>
-__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d);
-template <typename T, int TRANS_A, int TRANS_B>
-__device__ __forceinline__ void wgmma_m64n112k16(float (&d)[56], uint64_t desc_a, uint64_t desc_b, int scale_d);
-template <typename T, int TRANS_A, int TRANS_B>
-__device__ __forceinline__ void wgmma_m64n96k16(float (&d)[48], uint64_t desc_a, uint64_t desc_b, int scale_d);
-template <typename T, int TRANS_A, int TRANS_B>
-__device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d);
+// The first 16, 8 and 4: the m64n32, m64n16 and m64n8 accumulators (swap-AB decode tiles: C^T = B^T A^T with the
+// token count as the wgmma N).
+#define HG90_ACC_ITEMS4 "%0, %1, %2, %3"
+#define HG90_ACC_ITEMS8 HG90_ACC_ITEMS4 ", %4, %5, %6, %7"
+#define HG90_ACC_REGS4 "{" HG90_ACC_ITEMS4 "}"
+#define HG90_ACC_REGS8 "{" HG90_ACC_ITEMS8 "}"
+#define HG90_ACC_REGS16 "{" HG90_ACC_ITEMS8 ", %8, %9, %10, %11, %12, %13, %14, %15}"
+#define HG90_WGMMA_ACC_LIST4(X) X(0), X(1), X(2), X(3)
+#define HG90_WGMMA_ACC_LIST8(X) HG90_WGMMA_ACC_LIST4(X), X(4), X(5), X(6), X(7)
+#define HG90_WGMMA_ACC_LIST16(X) HG90_WGMMA_ACC_LIST8(X), X(8), X(9), X(10), X(11), X(12), X(13), X(14), X(15)
+#define HG90_WGMMA_M64N32K16_ASM(T, A, B) HG90_WGMMA_F16_ASM("m64n32k16", HG90_ACC_REGS16, "%16", "%17", "%18", T, A, B)
+#define HG90_WGMMA_M64N16K16_ASM(T, A, B) HG90_WGMMA_F16_ASM("m64n16k16", HG90_ACC_REGS8, "%8", "%9", "%10", T, A, B)
+#define HG90_WGMMA_M64N8K16_ASM(T, A, B) HG90_WGMMA_F16_ASM("m64n8k16", HG90_ACC_REGS4, "%4", "%5", "%6", T, A, B)
+
+// The primary templates: wgmma_m64n{N}k16<T, TRANS_A, TRANS_B>(float (&d)[NACC], desc_a, desc_b, scale_d), one per
+// shape, each specialised below per element type and transposition.
+#define HG90_DECLARE_WGMMA_SHAPE(N, NACC)                                                                  \
+  template <typename T, int TRANS_A, int TRANS_B>                                                          \
+  __device__ __forceinline__ void wgmma_m64n##N##k16(float(&d)[NACC], uint64_t desc_a, uint64_t desc_b, \
+                                                     int scale_d);
+HG90_DECLARE_WGMMA_SHAPE(256, 128)
+HG90_DECLARE_WGMMA_SHAPE(192, 96)
+HG90_DECLARE_WGMMA_SHAPE(128, 64)
+HG90_DECLARE_WGMMA_SHAPE(112, 56)
+HG90_DECLARE_WGMMA_SHAPE(96, 48)
+HG90_DECLARE_WGMMA_SHAPE(64, 32)
+HG90_DECLARE_WGMMA_SHAPE(32, 16)
+HG90_DECLARE_WGMMA_SHAPE(16, 8)
+HG90_DECLARE_WGMMA_SHAPE(8, 4)
+#undef HG90_DECLARE_WGMMA_SHAPE
 
 // One shape's specialisation: wgmma_m64n{N}k16 over NACC accumulators (HG90_WGMMA_M64N{N}K16_ASM,
 // HG90_WGMMA_ACC_LIST{NACC}).
@@ -380,7 +398,10 @@ __device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], uint64_t desc_a,
   HG90_DEFINE_WGMMA_SHAPE(CTYPE, TYPE, TA, TB, 128, 64)  \
   HG90_DEFINE_WGMMA_SHAPE(CTYPE, TYPE, TA, TB, 112, 56)  \
   HG90_DEFINE_WGMMA_SHAPE(CTYPE, TYPE, TA, TB, 96, 48)   \
-  HG90_DEFINE_WGMMA_SHAPE(CTYPE, TYPE, TA, TB, 64, 32)
+  HG90_DEFINE_WGMMA_SHAPE(CTYPE, TYPE, TA, TB, 64, 32)   \
+  HG90_DEFINE_WGMMA_SHAPE(CTYPE, TYPE, TA, TB, 32, 16)   \
+  HG90_DEFINE_WGMMA_SHAPE(CTYPE, TYPE, TA, TB, 16, 8)    \
+  HG90_DEFINE_WGMMA_SHAPE(CTYPE, TYPE, TA, TB, 8, 4)
 HG90_DEFINE_WGMMA(__half, "f16", 0, 0)
 HG90_DEFINE_WGMMA(__half, "f16", 0, 1)
 HG90_DEFINE_WGMMA(__half, "f16", 1, 0)
@@ -439,8 +460,8 @@ __device__ __forceinline__ uint64_t desc_advance(uint64_t desc, int bytes) {
   return desc + static_cast<uint64_t>(bytes >> 4);
 }
 
-// One k-block of BK elements as BK/16 wgmma m64nNk16 (N = 2 * accumulators: 256, 192, 128, 112, 96 or 64) from
-// 128-byte-swizzled shared memory, given the descriptors of its first slice (kblock_desc): A K-major (this
+// One k-block of BK elements as BK/16 wgmma m64nNk16 (N = 2 * accumulators: 256, 192, 128, 112, 96, 64, 32, 16 or
+// 8) from 128-byte-swizzled shared memory, given the descriptors of its first slice (kblock_desc): A K-major (this
 // warpgroup's 64 rows) or MN-major (kAT: one 64-wide M panel of BK rows), B K-major (TN) or MN-major (kNN, 64-wide
 // column panels). The k-th 16-element slice of a K-major row starts 32 bytes further (the hardware applies the
 // swizzle to the full address); of an MN-major operand, 16 K rows further. Each slice's descriptors are one add
@@ -449,8 +470,10 @@ __device__ __forceinline__ uint64_t desc_advance(uint64_t desc, int bytes) {
 // T = float: BK fp32 elements (128 bytes: BK = 32) as BK/8 tf32 m64nNk8, both operands K-major (32 bytes a slice).
 template <typename T, bool kAT, bool kNN, int BK, int NACC>
 __device__ __forceinline__ void wgmma_kblock_desc(float (&d)[NACC], uint64_t da, uint64_t db, bool accumulate) {
-  static_assert(NACC == 128 || NACC == 96 || NACC == 64 || NACC == 56 || NACC == 48 || NACC == 32,
-                "m64n256, m64n192, m64n128, m64n112, m64n96 or m64n64 accumulators");
+  static_assert(NACC == 128 || NACC == 96 || NACC == 64 || NACC == 56 || NACC == 48 || NACC == 32 ||
+                    (sizeof(T) == 2 && (NACC == 16 || NACC == 8 || NACC == 4)),
+                "m64n256, m64n192, m64n128, m64n112, m64n96 or m64n64 accumulators (fp16/bf16: m64n32, m64n16, "
+                "m64n8 too)");
   static_assert(BK * sizeof(T) == 128, "a k-block is one 128-byte swizzle row");
   constexpr int kStepA = kAT ? 16 * 128 : 32, kStepB = kNN ? 16 * 128 : 32;
   if constexpr (sizeof(T) == 4) {
@@ -474,8 +497,14 @@ __device__ __forceinline__ void wgmma_kblock_desc(float (&d)[NACC], uint64_t da,
         wgmma_m64n112k16<T, kTA, kTB>(d, dak, dbk, scale_d);
       else if constexpr (NACC == 48)
         wgmma_m64n96k16<T, kTA, kTB>(d, dak, dbk, scale_d);
-      else
+      else if constexpr (NACC == 32)
         wgmma_m64n64k16<T, kTA, kTB>(d, dak, dbk, scale_d);
+      else if constexpr (NACC == 16)
+        wgmma_m64n32k16<T, kTA, kTB>(d, dak, dbk, scale_d);
+      else if constexpr (NACC == 8)
+        wgmma_m64n16k16<T, kTA, kTB>(d, dak, dbk, scale_d);
+      else
+        wgmma_m64n8k16<T, kTA, kTB>(d, dak, dbk, scale_d);
     }
   }
 }
