@@ -173,8 +173,9 @@ HOPPER = ArchRates(
     k_sum_cta_bytes_per_s=26e9,
     k_sum_latency_us=1.5,
     k_sum_bytes_per_s=4e12,
-    # provisional, not measured: the decode kernels' stream rate (stream_bytes_per_s); to be set from
-    # scripts/swapab_probe.py's GB/s of the forced token-width routes
+    # the decode kernels' stream rate: on the H200 the token-width routes ran 0.93x the decode kernels at M <= 16
+    # and ahead of the 64-row wgmma tiles at M = 32, which this rate ranks the same way
+    # (docs/dev/tuning_log.md#token-width-tiles-for-decode-session-33-h200)
     token_tile_dram_bytes_per_s=2.9e12,
 )
 
