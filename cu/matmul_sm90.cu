@@ -1,10 +1,13 @@
 // Family "matmul_sm90": the Hopper split-K GEMM behind hgemm_rt.matmul (ladder "matmul", sm_90a).
 //
-// matmul_gemm_wgmma_{f16,bf16}_m{64,128}_{tn,nn} (BN = 256), matmul_gemm_wgmma_f16_m{64,128}n{128,64}_{tn,nn}:
+// matmul_gemm_wgmma_{f16,bf16}_m{64,128}_{tn,nn} (BN = 256), matmul_gemm_wgmma_f16_m{64,128}n{128,64}_{tn,nn},
+// matmul_gemm_wgmma_{f16,bf16}_m128n{112,96}_tn, matmul_gemm_wgmma_{f16,bf16}_m128n{32,16,8}_tn (decode as
+// C^T = B^T A^T: the weights as A, the token count as the wgmma N; one B box a stage, no SwiGLU, no multicast):
 //   C = scale * act(alpha * A.B + bias) + beta * C (cu/common/epilogue.cuh: ptr:bias, i32:bias_stride,
 //   i32:epi, i32:scale_bits after i32:beta_bits, the bias indexed by C's row or column) with fp32
 //   accumulation; the general epilogue's stores are a function of their own (store_pass_general), the
-//   linear one's (alpha/beta only) are inline as before. A: M x K through a TMA map (any 16-byte-
+//   linear one's (alpha/beta only) are inline as before; the decode tiles store a C whose rows are contiguous (C^T)
+//   down its columns (store_pass_columns). A: M x K through a TMA map (any 16-byte-
 //   multiple row stride), B: N x K (tn) or K x N (nn) through a TMA map, C: any strides and alignment.
 //   Any M, N, K >= 1: TMA zero-fills out-of-bounds boxes.
 //   Why: the catalogue's Hopper kernels use 128 x 256 tiles and the whole K per tile, so shapes with
@@ -57,8 +60,8 @@ using hg90::tma_load_4d;  // cu/common/sm90.cuh
 // maps carry the batch levels (coordinates ai, ao of A and bi, bo of B). A B stage is two halves of
 // BN/2 columns (rows of N for tn), the first from B's column n_lo, the second from n_hi: n0 and
 // n0 + BN/2 for a plain tile, gate n0 and up F + n0 for a SwiGLU one (wgmma_splitk). tn loads each half
-// as one box of BN/2 rows; nn loads chunks of BK columns (a 128-byte row: 64 fp16, 32 fp32) by BK K rows, BN/(2 BK)
-// per half (BN = BK: one chunk at n_lo).
+// as one box of BN/2 rows (W::kTokenN: the whole stage as one box of BN rows from n_lo); nn loads chunks of BK
+// columns (a 128-byte row: 64 fp16, 32 fp32) by BK K rows, BN/(2 BK) per half (BN = BK: one chunk at n_lo).
 // W::kX3 (3xTF32, 3xFP16): the K slice walks 3 x3_blocks k-blocks, the three products lo(a) hi(b), hi(a) lo(b),
 // hi(a) hi(b) of each k-block (32 TF32 or 64 fp16 columns) in turn (so the second read of a head plane comes from
 // L2), A and B being rank-4 maps (32 fp32 units, rows, 2 x3_blocks planes, matrices) of matmul_split_tf32's or
@@ -103,7 +106,12 @@ __device__ __forceinline__ void produce(const CUtensorMap& tmA, const CUtensorMa
     else
       hg90::tma_load_2d(sA + stage * W::kABytes, &tmA, &full[stage], k0, m0);
     uint8_t* b = sB + stage * W::kBBytes;
-    if constexpr (!W::kNN) {
+    if constexpr (W::kTokenN) {  // one box of BN rows (no SwiGLU halves)
+      if constexpr (kRank4)
+        hg90::tma_load_4d_hint(b, &tmB, &full[stage], k0, n_lo, bi, bo, b_policy);
+      else
+        hg90::tma_load_2d_hint(b, &tmB, &full[stage], k0, n_lo, b_policy);
+    } else if constexpr (!W::kNN) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {  // BN/2 rows of N, 64 K each, per half (128 bytes a row)
         if constexpr (kRank4)
@@ -161,9 +169,13 @@ struct WCfg {
   static constexpr int BN = BN_;  // 256: m64n256k16; 128: m64n128k16 (twice the CTAs on small grids)
   static constexpr int kAcc = BN / 2;  // fp32 accumulators per consumer thread
   static constexpr bool kNN = NN;
-  // SwiGLU needs each half of the B stage to be whole loads: always for tn (two boxes of BN/2 rows),
-  // for nn only where a half holds whole 64-column chunks (BN = 128, 256).
-  static constexpr bool kSwiGLU = !NN || BN >= 128;
+  // BN = 32, 16, 8 (fp16/bf16 tn, unicast): the decode tiles of C^T = B^T A^T, the token count as the wgmma N. B's
+  // stage is one TMA box of BN rows (whole 8-row swizzle atoms: 1024-byte aligned), so there are no SwiGLU halves.
+  static constexpr bool kTokenN = (BN == 32 || BN == 16 || BN == 8) && !NN && !kX3 && !kX3Smem && sizeof(T) == 2 &&
+                                  kMc == 1;
+  // SwiGLU needs each half of the B stage to be whole loads: for tn two boxes of BN/2 rows (not kTokenN), for nn
+  // only where a half holds whole 64-column chunks (BN = 128, 256).
+  static constexpr bool kSwiGLU = (!NN && !kTokenN) || BN >= 128;
   static constexpr int kStages = STAGES;
   static constexpr int kConsumers = BM / 64;
   static constexpr int kThreads = 128 * (1 + kConsumers);
@@ -175,6 +187,9 @@ struct WCfg {
   static constexpr int kBarOffset = kRingBytes * (kX3Smem ? 2 : 1);
   static constexpr int kSmemBytes = kBarOffset + 2 * kStages * 8 + 1024;
   static constexpr int kRedStride = BN + 8;  // floats: the float2 fragment stores are conflict-free
+  // store_staged: a consumer warpgroup's 64 x BN tile as whole 64-column boxes (BN = 112: 64 + 48 columns, the
+  // second box's last 16 unused), so the second warpgroup's tile starts past the first's last box
+  static constexpr int kStagedBytes = 64 * 128 * ((BN + 63) / 64);
   // Output quads each reducing thread sums at once (reduce_store_wide): up to 2 * kGroup float4
   // DSMEM loads in flight per thread (no spills under the 168-register cap of the 384-thread kernels).
   static constexpr int kGroup = 8;
@@ -183,10 +198,15 @@ struct WCfg {
   static_assert(kMc == 1 || (kMc == 2 && !kX3 && !kX3Smem), "B multicast: a pair of CTAs, not for the split products");
   static_assert(!kX3Smem || (!kX3 && sizeof(T) == 4 && BN <= 192 && (!NN || BN == 64 * kConsumers)),
                 "3xTF32 in shared memory: fp32; nn: a 4 x 4 block of B's stage a consumer thread");
-  static_assert(BN == 64 || BN == 128 || BN == 256 || ((kX3 || kX3Smem) && BN == 192),
-                "m64n64, m64n128, m64n256 (split products: m64n192)");
+  // BN = 112, 96 (fp16/bf16 tn only): B halves of 56 / 48 rows stay whole 8-row swizzle atoms (1024-byte aligned);
+  // nn's halves would not be whole 64-column chunks
+  static constexpr bool kNarrowN = (BN == 112 || BN == 96) && !NN && !kX3 && !kX3Smem && sizeof(T) == 2;
+  static_assert(BN == 64 || BN == 128 || BN == 256 || ((kX3 || kX3Smem) && BN == 192) || kNarrowN || kTokenN,
+                "m64n64, m64n128, m64n256 (split products: m64n192; fp16/bf16 tn: m64n112, m64n96; unicast: m64n32, "
+                "m64n16, m64n8)");
   static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0, "swizzled tiles must stay 1024-byte aligned");
   static_assert(BM * kRedStride * 4 <= kRingBytes, "the fp32 partial tile reuses the ring");
+  static_assert(kConsumers * kStagedBytes <= kRingBytes, "the staged tiles reuse the ring");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory over the 227 KB per-block limit");
   static_assert(kOcc > 1 || kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536, "register file");
   static_assert(kOcc == 1 || kOcc * (kSmemBytes + 1024) <= 228 * 1024, "kOcc CTAs an SM: their shared memory");
@@ -216,6 +236,32 @@ __device__ __noinline__ void store_pass_general(const uint8_t* tile, int row0, i
                                                 typename W::Out* C, int M, int N, int m0, int n0, int ldc_r,
                                                 int ldc_c, const hge::Epilogue<typename W::Out> ep) {
   store_pass<W, false>(tile, row0, total, t, C, M, N, m0, n0, ldc_r, ldc_c, ep);
+}
+
+// W::kTokenN into a C whose rows are contiguous (ldc_r == 1: C^T = B^T A^T, the tile's rows are C's columns): 8 rows
+// of one column of the summed tile a thread, as two 4-element runs (hgu::store4_values at unit stride), the threads of
+// a column consecutive, so that a warp writes whole runs of 128 rows of C's columns where the element stores of
+// store_pass would write BN / 4 columns' runs of 128 / BN. Reads sums that other threads wrote: the caller waits.
+template <class W>
+__device__ __noinline__ void store_pass_columns(const uint8_t* tile, int row0, int rows, int t, typename W::Out* C,
+                                                int M, int N, int m0, int n0, int ldc_c,
+                                                const hge::Epilogue<typename W::Out> ep) {
+  constexpr int kThreads = 128 * W::kConsumers;
+  const int chunks = rows / 8;  // (rows = BM / splits: a multiple of 16)
+#pragma unroll 1
+  for (int e = t; e < chunks * W::BN; e += kThreads) {
+    const int r = row0 + 8 * (e % chunks), c = e / chunks, gm = m0 + r, gn = n0 + c;
+    if (gm >= M || gn >= N) continue;
+    const float* v = reinterpret_cast<const float*>(tile) + r * W::kRedStride + c;
+    const long long off = gm + static_cast<long long>(gn) * ldc_c;
+#pragma unroll
+    for (int h = 0; h < 8; h += 4) {
+      float x[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) x[i] = h + i < M - gm ? ep.value(v[(h + i) * W::kRedStride], gm + h + i, gn) : 0.f;
+      if (h < M - gm) hgu::store4_values<typename W::Out>(C, off + h, 1, M - gm - h, x, ep.beta);
+    }
+  }
 }
 
 // The SwiGLU stores: output quad (r, c) of this CTA's BN/2-column tile from the gate quad at column c
@@ -371,6 +417,13 @@ __device__ __forceinline__ void reduce_store_wide(uint8_t* tile, int splits, uin
     }
   }
   if (kg.groups > 1 && !kgroups_fixup<W>(tile, row0, total, t, kg, rank, splits)) return;  // another group stores
+  if constexpr (W::kTokenN) {
+    if (ldc_r == 1) {  // the tile's rows are C's columns (after K groups' sum, kgroups_fixup's last barrier waited)
+      if (splits > 1 && kg.groups <= 1) hg90::named_bar_sync(1, 128 * W::kConsumers);  // every write-back is done
+      store_pass_columns<W>(tile, row0, rows, t, C, M, N, m0, n0, ldc_c, ep);
+      return;
+    }
+  }
   if (ep.linear()) {
     store_pass<W, true>(tile, row0, total, t, C, M, N, m0, n0, ldc_r, ldc_c, ep);
     return;
@@ -389,9 +442,9 @@ __device__ __forceinline__ void reduce_store_wide(uint8_t* tile, int splits, uin
 
 // The common unsplit case: alpha * acc alone (no bias, activation or scale; beta 0) into a row-major C whose
 // rows start on 16 bytes (unit column stride, row stride and N multiples of 8, C 16-byte aligned): each consumer
-// warpgroup stmatrix-es its 64 x BN tile into the idle ring as fp16/bf16 (64-column boxes of 128-byte rows,
-// 16-byte chunks swizzled by row: conflict-free), then stores whole 16-byte chunks, a warp covering 512
-// contiguous bytes of rows. No fp32 tile, no second pass, 16-byte rather than 8-byte stores (what the fp32 round
+// warpgroup stmatrix-es its 64 x BN tile into the idle ring as fp16/bf16 (64-column boxes of 128-byte rows, the last
+// part-filled at BN = 112, 96; 16-byte chunks swizzled by row: conflict-free), then stores whole 16-byte chunks, a
+// warp covering 512 contiguous bytes of rows. No fp32 tile, no second pass, 16-byte rather than 8-byte stores (what the fp32 round
 // trip and the registers' 4-byte pairs cost: docs/dev/code_measurements.md, "matmul_sm90 staged store").
 template <class W>
 __device__ __forceinline__ bool staged_store_ok(const typename W::Out* C, int splits, int N, int ldc_r, int ldc_c,
@@ -728,10 +781,10 @@ __device__ __forceinline__ void wgmma_splitk(const CUtensorMap& tmA, const CUten
                     m0 + cw * 64, n0, tid);
     // Every consumer must be done reading the ring before it becomes the partial (or staged) tile.
     hg90::named_bar_sync(1, 128 * W::kConsumers);
-    if constexpr (sizeof(Out) == 2) {
+    if constexpr (sizeof(Out) == 2 && BN >= 16) {  // (stmatrix x4: two 8-column blocks at a time)
       Out* Cb = C + hgu::batch_offset(hgu::grid_z(batch_inner), bsc_o, bsc_i);
       if (staged_store_ok<W>(Cb, pieces, N, ldc_r, ldc_c, beta_bits, epi, scale_bits)) {
-        store_staged<W>(d, smem + cw * (64 * W::BN * 2), Cb, M, N, ldc_r, m0 + cw * 64, n0, __int_as_float(alpha_bits),
+        store_staged<W>(d, smem + cw * W::kStagedBytes, Cb, M, N, ldc_r, m0 + cw * 64, n0, __int_as_float(alpha_bits),
                         cw, tid);
         if constexpr (mc > 1) hgu::cluster_sync();  // the peer may still arrive on this CTA's barriers
         return;
@@ -837,7 +890,8 @@ __device__ __forceinline__ void kgroups_sum(const float* __restrict__ work, T* C
 // The symbols and their knobs are declared in matmul_sm90.toml, whose `instance` lines the build generates
 // (matmul_sm90.instances.cuh, included at the end): `mc` 2 multicasts the B tile to a pair of CTAs along M, `occ` 2
 // runs two CTAs an SM, each with half the stages. The rings: 4 stages of 48 KB at BM = 128, 5 of 40 KB at BM = 64
-// (as deep as 227 KB allows); the narrower tiles keep a ~192 KB ring. TF32 (fp32 operands, tn only: tf32 wgmma
+// (as deep as 227 KB allows); the narrower tiles keep a ~192 KB ring; the decode tiles (BN = 32, 16, 8) 11-13
+// stages of 20-17 KB, most of it A's weights in flight. TF32 (fp32 operands, tn only: tf32 wgmma
 // reads K-major operands) takes the same stage bytes (a k-block of 32 fp32 is one 128-byte row, as 64 fp16 are).
 // 3xTF32 from the fp32 operands as they are (role gemm_strided_wgmma, acc f32: fp32 accuracy): the residuals made in
 // shared memory (split_stage_tf32), whose second ring halves the stages of the TF32 kernels' ~192 KB; nn takes B

@@ -38,7 +38,9 @@ kernel: "auto" (tuning cache, else the cost model's choice) or a kernel name, wh
 
 Every argument is checked before anything runs on the GPU. A repeat call on operands of the same
 identity (address, shape, strides, dtype, device: `operands.call_key`) and the same options skips
-validation and planning: it costs the key, a dictionary lookup and one driver launch per step.
+validation and planning: it costs the key, a dictionary lookup and one driver launch per step. The direct
+entries (`direct_first` / `direct_repeat`: the products hgemm_rt.torch's mm and linear make) keep their calls the
+same way, under keys of their own.
 """
 from __future__ import annotations
 
@@ -287,7 +289,7 @@ def call_identity(a: Any, b: Any, out: Any, options: tuple) -> tuple:
     keys = ops.KEYERS
     pa, da = keys[type(a)](a)
     pb, db = keys[type(b)](b)
-    pc, dc = keys[type(out)](out)
+    pc, dc = keys[type(out)](out) if out is not None else ops.NO_OPERAND
     return pa, pb, pc, (da, pa & 255, db, pb & 255, dc, pc & 255, *options)
 
 
@@ -326,7 +328,7 @@ def matmul(a: ArrayLike, b: ArrayLike, *args: Any, out: ArrayLike | None = None,
         out = positional_out(args, out, "matmul")
     try:  # a repeat call: the operands' descriptions and the options find the validated call
         pa, pb, pc, key = call_identity(a, b, out, (alpha, beta, activation, scale, accumulate, kernel, stream))
-        pbias, key = with_bias(key, bias)
+        pbias, key = with_bias(key, bias) if bias is not None else (0, key)
         bound = plans.calls[key]
     except (KeyError, TypeError):  # new, uncacheable or unhashable: validate in full
         return _first_call(a, b, out, alpha, beta, accumulate, kernel, stream, bias, activation, scale)
@@ -367,14 +369,81 @@ def _first_call(a: Any, b: Any, out: Any, alpha: Any, beta: Any, accumulate: str
                 stream: Any, bias: Any = None, activation: str | None = None, scale: Any = 1.0) -> Any:
     mm = Matmul(a, b, out=out, alpha=alpha, beta=beta, bias=bias, activation=activation, scale=scale,
                 accumulate=accumulate, kernel=kernel, stream=stream)
+    return _run_first(mm, lambda: repeat_key(a, b, out, alpha=alpha, beta=beta, bias=bias, activation=activation,
+                                             scale=scale, accumulate=accumulate, kernel=kernel, stream=stream))
+
+
+def _run_first(mm: Matmul, key_of: Any) -> Any:
+    """The first run of a validated call, then remembered in plans.calls under key_of() (None: not kept)."""
     bound = Bound(mm.call, mm.problem, mm.recipe)
     result = bound.run_full()
-    key = repeat_key(a, b, out, alpha=alpha, beta=beta, bias=bias, activation=activation, scale=scale,
-                     accumulate=accumulate, kernel=kernel, stream=stream)
+    key = key_of()
     if key is not None:
         bound.forget_arrays()
         plans.remember(key, bound)
     return result
+
+
+# The direct entries: products with matmul's defaults (no out, no options) whose repeat calls are kept under keys of
+# their own, which begin with the entry's name (a matmul call's key begins with A's description), so that a hit
+# proves a first call of that entry, with its own checks, on operands of this identity.
+#   "mm":     a @ b of 2-D a (M, K) and b (K, N);
+#   "linear": x @ weight.T + bias as torch.nn.functional.linear: x (..., K), weight (N, K) keyed as it is (no
+#             transposed view is made on a repeat call), bias (N,) or None.
+DIRECT_ENTRIES = ("mm", "linear")
+
+
+def direct_identity(entry: str, a: Any, b: Any, bias: Any = None) -> tuple:
+    """(A, B, bias addresses, the key a direct entry's validated call is filed under): the entry, then each
+    operand's description and address alignment (as call_identity). Raises KeyError for an operand without a
+    cheap identity (operands.KEYERS); the key may be unhashable."""
+    keys = ops.KEYERS
+    pa, da = keys[type(a)](a)
+    pb, db = keys[type(b)](b)
+    pbias, dbias = keys[type(bias)](bias) if bias is not None else ops.NO_OPERAND
+    return pa, pb, pbias, (entry, da, pa & 255, db, pb & 255, dbias, pbias & 255)
+
+
+def direct_repeat(entry: str, a: Any, b: Any, bias: Any = None) -> Any:
+    """The result of a repeat of direct_first(entry, a, b, bias) on operands of the same identities (launched
+    at their addresses now), or None where there was no such first call (nothing is checked or launched then)."""
+    try:
+        pa, pb, pbias, key = direct_identity(entry, a, b, bias)
+        bound = plans.calls[key]
+    except (KeyError, TypeError):  # never seen, no cheap identity, or unhashable
+        return None
+    return bound.run(pa, pb, None, 0, pbias)
+
+
+def direct_first(entry: str, a: Any, b: Any, bias: Any = None) -> Any:
+    """A direct entry's call (DIRECT_ENTRIES) validated in full, as matmul(a, b) ("mm") or matmul(a, b.T,
+    bias=bias) ("linear": b is the (N, K) weight; b.T: a torch, CuPy, JAX or numpy array or a DeviceArray), and
+    kept for direct_repeat. Raises ValidationError for operands the entry does not take."""
+    shapes = [getattr(x, "shape", None) for x in (a, b, bias)]
+    if entry == "mm":
+        if shapes[0] is None or len(shapes[0]) != 2 or shapes[1] is None or len(shapes[1]) != 2 or bias is not None:
+            raise ValidationError(f"matmul: the direct mm takes 2-D a and b and no bias, got shapes {shapes}")
+        mm = Matmul(a, b)
+    elif entry == "linear":
+        if shapes[1] is None or len(shapes[1]) != 2 or bias is not None and tuple(shapes[2] or ()) != shapes[1][:1]:
+            raise ValidationError(f"matmul: the direct linear takes a 2-D weight (N, K) and a bias of (N,) or None, "
+                                  f"got shapes {shapes[1:]}")
+        mm = Matmul(a, b.T, bias=bias)
+    else:
+        raise ValidationError(f"matmul: no direct entry {entry!r}; the entries are {DIRECT_ENTRIES}")
+    return _run_first(mm, lambda: _direct_key(entry, a, b, bias))
+
+
+def _direct_key(entry: str, a: Any, b: Any, bias: Any) -> tuple | None:
+    """The key direct_repeat looks `entry`'s call up by, or None where it has none (as call_cache_key)."""
+    if any(ops.call_key(x) is None for x in (a, b, bias)):  # (call_key learns the operands' types)
+        return None
+    key = direct_identity(entry, a, b, bias)[3]
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
 
 
 def explain(a: ArrayLike, b: ArrayLike, *args: Any, out: ArrayLike | None = None, alpha: float = 1.0, beta: float = 0.0,

@@ -14,7 +14,7 @@ from .device import get_device
 from .errors import ValidationError
 from .launcher import check_or_relaunch, is_capturing, may_capture
 from .launchplan import LaunchPlan, PackedSet
-from .memory import DeviceArray, byte_extent
+from .memory import DeviceArray, byte_extent, note_write
 from .plans import plans
 from .problem import Problem, Recipe
 from .registry import get_registry
@@ -33,7 +33,8 @@ class Bound:
     the stream, the result (if new), the parameter lookup and the launches."""
 
     __slots__ = ("call", "problem", "recipe", "dev", "device", "fixed_stream", "stream_fn", "plan",
-                 "result_like", "alpha", "beta", "waits", "extents", "last", "graph_pays")
+                 "result_like", "torch_template", "result_shape", "alpha", "beta", "waits", "extents", "last",
+                 "graph_pays")
 
     def __init__(self, call: Call, problem: Problem, recipe: Recipe):
         self.call, self.problem, self.recipe = call, problem, recipe
@@ -59,7 +60,12 @@ class Bound:
 
     def _describe(self, call: Call) -> None:
         self.call = call
-        self.result_like = next((op for op in (call.a, call.b) if op.framework), None)
+        like = self.result_like = next((op for op in (call.a, call.b) if op.framework), None)
+        # a torch result on torch's current stream is its template's new_empty (ops.new_result's case without
+        # stream bookkeeping), which run() makes itself
+        torch_result = like is not None and like.framework == "torch" and not call.explicit_stream
+        self.torch_template = like.obj if torch_result else None
+        self.result_shape = call.result_shape
 
     def forget_arrays(self) -> None:
         """Drop the first call's arrays (after run_full): a remembered call keeps descriptions only."""
@@ -93,14 +99,20 @@ class Bound:
         if self.waits:
             ops.order_after_producers(self.call.operands, s, self.device, True)
         if out is None:
-            out = self.new_result(s)
-            pc = out.data_ptr() if self.result_like is not None and self.result_like.framework == "torch" \
-                else ops.result_ptr(out)
+            template = self.torch_template
+            if template is not None:
+                out = template.new_empty(self.result_shape)
+                pc = out.data_ptr()
+            else:
+                out = self.new_result(s)
+                pc = out.data_ptr() if self.result_like is not None and self.result_like.framework == "torch" \
+                    else ops.result_ptr(out)
         else:
             (alo, ahi), (blo, bhi), (clo, chi), bias_ext = self.extents
             if pc + clo < pa + ahi and pa + alo < pc + chi or pc + clo < pb + bhi and pb + blo < pc + chi or \
                     bias_ext is not None and pc + clo < pbias + bias_ext[1] and pbias + bias_ext[0] < pc + chi:
                 raise ValidationError("matmul: out overlaps an input in memory; it must not alias an input")
+        note_write(out, s)
         last = self.last
         key = (pa, pb, pc, pbias, s)
         if last.key == key and last.packed is not None and not last.plan.closed:
@@ -120,7 +132,10 @@ class Bound:
             # repeat path above, then a graph)
             if last.key != key:
                 launches = plan.transient((pa, pb, pc, pbias), self.alpha, self.beta)
-                self.last = PackedSet(key, plan.execution, None, (), plan)
+                if last.packed is None:  # (this Bound's own record of a transient launch: rewritten, not remade)
+                    last.key, last.execution, last.plan, last.repeats = key, plan.execution, plan, 0
+                else:
+                    self.last = PackedSet(key, plan.execution, None, (), plan)
             else:
                 self.last = plan.packed_set((pa, pb, pc, pbias), self.alpha, self.beta)  # (its key: `key`)
                 self.last.repeats = 1  # (a repeat of the transient launch: it counts toward the graph)
@@ -168,6 +183,7 @@ class Bound:
         else:
             result = self.new_result(s)
             pc = ops.result_ptr(result)
+        note_write(result, s)
         plan.launch(plan.packed_set((pa, pb, pc, pbias), c.alpha, c.beta).packed)
         if host_out or (c.c is None and c.a.host is not None and c.b.host is not None):
             check(driver().cuStreamSynchronize(driver().CUstream(s)), "cuStreamSynchronize")

@@ -19,7 +19,7 @@ from .roles import gemm_handler
 from .roles.base import OCC
 from .roles.gemm import narrow_hopper
 from .roles.gemm_f16x3 import GemmF16x3
-from .roles.gemm_strided_wgmma import SMEM_SPLIT_SUM_US, smem_split
+from .roles.gemm_strided_wgmma import SMEM_SPLIT_SUM_US, c_column_run, smem_split
 from .roles.gemm_tf32x3 import GemmTf32x3
 from .roles.glue import distinct_matrices, tma_slow_rows
 from .roles.tma_gemm import QUEUE
@@ -71,6 +71,9 @@ class ArchRates:
     k_sum_cta_bytes_per_s: float = 0.0  # ... at most this much per CTA of the wave
     k_sum_latency_us: float = 0.0  # the sum launch (kgroups_sum role): its fixed cost, ...
     k_sum_bytes_per_s: float = 0.0  # ... and the rate it reads the planes (from L2) and writes C at
+    # what the gemm_strided_wgmma launches of token-width tiles (roles.gemm_strided_wgmma.token_tile: decode as
+    # C^T = B^T A^T, the weights streamed through 11-13 stage rings) read and write DRAM at; 0: dram_bytes_per_s
+    token_tile_dram_bytes_per_s: float = 0.0
 
 
 LADDER_FLOOR = 0.25  # the first rung of a ladder runs at about this fraction of its last (naive kernels)
@@ -170,6 +173,10 @@ HOPPER = ArchRates(
     k_sum_cta_bytes_per_s=26e9,
     k_sum_latency_us=1.5,
     k_sum_bytes_per_s=4e12,
+    # the decode kernels' stream rate: on the H200 the token-width routes ran 0.93x the decode kernels at M <= 16
+    # and ahead of the 64-row wgmma tiles at M = 32, which this rate ranks the same way
+    # (docs/dev/tuning_log.md#token-width-tiles-for-decode-session-33-h200)
+    token_tile_dram_bytes_per_s=2.9e12,
 )
 
 # sm_80/86/89 (A100, A10/3090, L4/4090 class): the Hopper class rates without wgmma, scaled to an A100's
@@ -292,8 +299,8 @@ class CostModel:
             latency += r.strided_tile_latency_us * BM * BN / (128 * 128)
             if smem_split(spec) and g.splits > 2:
                 epilogue += load * SMEM_SPLIT_SUM_US * 1e-6 * (g.splits - 2) * BM * BN / (128 * 128)
-            if g.c.cs != 1 and g.c.rows > 1 and r.strided_c_column_bytes_per_s:  # one element a store, row by row
-                epilogue += c_bytes / r.strided_c_column_bytes_per_s
+            if g.c.cs != 1 and g.c.rows > 1 and r.strided_c_column_bytes_per_s:  # element stores, row by row
+                epilogue += c_bytes / (r.strided_c_column_bytes_per_s * c_column_run(spec, isz))
         epilogue += role.pieces_sum_s(self, spec, g)  # (K groups' sums)
         if role.reads_c_old and g.applies_alpha_beta and not beta_zero:
             epilogue = c_bytes / r.fused_c_read_bytes_per_s

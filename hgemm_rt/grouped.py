@@ -37,7 +37,7 @@ from .epilogue import SWIGLU, Epilogue
 from .errors import ArgumentTypeError, NotBuiltForDeviceError, ValidationError
 from .launcher import check_or_relaunch
 from .launchplan import PackedSet
-from .memory import DeviceArray, byte_extent
+from .memory import DeviceArray, byte_extent, note_write
 from .planner import grouped_recipe
 from .plans import plans
 from .problem import ACCUMULATE, Problem, View, batch_align, ptr_alignment
@@ -195,6 +195,7 @@ def _plan_and_run(A: Any, B: Any, C: Any, G: GroupIndex, mode: str, sizes: tuple
     G.upload(device)
     ops.order_after_producers((A, B, C), s, device, explicit)
     wait_for(s, G.producer_stream, device)
+    note_write(result, s)
     ex.run((A.ptr, B.ptr, C.ptr, 0, G.ptr), alpha_f, beta_f, s)
     if not keep or any(op.producer_stream is not None for op in (A, B, C)):  # (a CAI producer: waited for in full)
         return result, None
@@ -316,6 +317,7 @@ class GroupedCall:
         kept = self.last
         if kept is None or kept.key != (pa, pb, pc, 0, pg, s) or kept.plan.closed:
             kept = self.last = self.plan_for(s).packed_set((pa, pb, pc, 0, pg), self.alpha, self.beta)
+        note_write(out, s)
         for launch, kernel in kept.launches:
             code = launch()
             if code:

@@ -27,6 +27,7 @@ from .declaration import variant_symbol
 from .device import Device, get_device, require_driver_for, stream_handle
 from .errors import ArgumentTypeError, DriverError, ManifestError, ValidationError
 from .manifest import KernelSpec, Manifest, Selection
+from .memory import note_write
 from . import operands as ops
 from .streams import LEGACY_STREAM
 from .validate import GemmShape, check_flag, validate_operands
@@ -492,5 +493,6 @@ def launch_spec(manifest: Manifest, spec: KernelSpec, a: Any, b: Any, c: Any, *,
     params = pack_params(spec, arrays, {"M": p.M, "N": p.N, "K": p.K})
     # (a launch runs on its own stream, never the framework's: a torch/CuPy operand's current stream is a producer)
     ops.order_after_producers(tuple(arrays.values()), s, arrays["C"].device, True)
+    note_write(c, s)
     KernelLaunch(fn, cfg)(params, s)
     return cfg

@@ -20,11 +20,14 @@ from ._driver import check, driver, init
 from .device import get_device, stream_handle
 from .dtypes import CAI_TYPESTR, ITEMSIZE, STORAGE, dtype_code, numpy_dtype
 from .errors import ArgumentTypeError, ValidationError
-from .streams import LEGACY_STREAM, cai_stream, wait_for
+from .streams import LEGACY_STREAM, PER_THREAD_STREAM, UNKNOWN_WRITER, cai_stream, order_after_writers, wait_for
 
 # guards the export counts and deferred closes of every array; re-entrant because garbage collection may
 # run a capsule's release while this thread holds it
 _exports_lock = threading.RLock()
+
+# distinct streams one array's writers are remembered on; past this its writers count as unknown
+MAX_WRITER_STREAMS = 8
 
 
 class DeviceArray:
@@ -33,6 +36,11 @@ class DeviceArray:
     Arrays made by `empty`/`to_device` own their memory; it is freed by `close()` (safe twice) or when
     the object is collected. Views of foreign arrays keep the foreign object alive instead. `__dlpack__`
     hands the memory to torch, CuPy, JAX... without a copy; it stays valid until they let go.
+
+    `writers` is the set of streams hgemm queued work that writes this memory on (shared by the owning
+    array and its views; `note_write`), which `__dlpack__` orders its consumer after. It holds
+    UNKNOWN_WRITER where that is not known: a view of foreign memory or of a bare pointer, whose other
+    writers hgemm never sees.
     """
 
     def __init__(self, ptr: int, shape: tuple[int, ...], dtype: str, strides: tuple[int, ...] | None = None,
@@ -50,6 +58,8 @@ class DeviceArray:
         self._close_deferred = False  # close() was called while some were
         # one cell shared by an owning array and every view of it: [False] once the memory is freed
         self.memory_live: list[bool] = owner.memory_live if isinstance(owner, DeviceArray) else [True]
+        # (empty() starts its own memory's with none: nothing but hgemm has written it)
+        self.writers: set[int] = owner.writers if isinstance(owner, DeviceArray) else {UNKNOWN_WRITER}
         # (address, everything else a matmul call's validation reads of this array): operands.KEYERS.
         # The description is an interned string: a repeat call's key then hashes it for free.
         self.identity = (self.ptr, sys.intern(f"{dtype}{self.shape}{self.strides}@{device}{'r' if readonly else ''}"))
@@ -65,6 +75,7 @@ class DeviceArray:
         ptr = check(driver().cuMemAlloc(nbytes), f"cuMemAlloc({nbytes} bytes)")
         arr = cls(int(ptr), tuple(int(s) for s in shape), code, device=device)
         arr._finalizer = weakref.finalize(arr, _free, dev, ptr, arr.memory_live)
+        arr.writers = set()
         return arr
 
     @classmethod
@@ -111,6 +122,8 @@ class DeviceArray:
 
     @property
     def __cuda_array_interface__(self) -> dict:
+        """CAI v3, without a `stream` key: by the protocol, nothing for the consumer to wait for. Work hgemm
+        queued on other streams is the caller's to order (DLPack export does that: `__dlpack__(stream=)`)."""
         return {"shape": self.shape, "typestr": CAI_TYPESTR[self.dtype], "data": (self.ptr, self.readonly),
                 "strides": None if self.is_c_contiguous else self.strides, "version": 3}
 
@@ -150,6 +163,7 @@ class DeviceArray:
         if not host.size:
             return
         get_device(self.device)
+        self.note_writer(LEGACY_STREAM)  # (a pageable copy returns before its DMA lands)
         drv = driver()
         if self.is_c_contiguous:
             host = np.ascontiguousarray(host)
@@ -171,13 +185,29 @@ class DeviceArray:
             raise ValidationError(f"shape {a.shape} does not match the device array's {self.shape}")
         self.check_open()
         get_device(self.device)
+        self.note_writer(LEGACY_STREAM)
         check(driver().cuMemcpyHtoD(self.ptr, a.ctypes.data, a.nbytes), "cuMemcpyHtoD")
 
     def fill_bytes(self, byte: int, stream: Any = None) -> None:
         """Set every byte (0xFF makes every fp16/fp32 element a NaN: poison before a launch)."""
         self.check_open()
         get_device(self.device)
-        check(driver().cuMemsetD8Async(self.ptr, byte, self.nbytes, stream_handle(stream)), "cuMemsetD8Async")
+        handle = stream_handle(stream)
+        self.note_writer(handle)
+        check(driver().cuMemsetD8Async(self.ptr, byte, self.nbytes, handle), "cuMemsetD8Async")
+
+    def note_writer(self, stream: int) -> None:
+        """hgemm queues work that writes this memory on `stream` (an integer handle; 0 is the legacy default
+        stream). A write on the per-thread default stream, or on more than MAX_WRITER_STREAMS streams, makes
+        the writers unknown: the per-thread stream another thread exports from is not the writer's."""
+        writers = self.writers
+        if stream in writers:
+            return
+        if stream == 0:
+            stream = LEGACY_STREAM
+        elif stream == PER_THREAD_STREAM or len(writers) >= MAX_WRITER_STREAMS:
+            stream = UNKNOWN_WRITER
+        writers.add(stream)
 
     def close(self) -> None:
         """Free the memory now, or, while a DLPack consumer still holds it, when the last one lets go."""
@@ -209,9 +239,16 @@ class DeviceArray:
         array API's protocol: a versioned (DLPack 1.0) capsule where `max_version` allows one, zero-copy
         unless `copy=True`; the memory stays valid until the consumer lets go, even through `close()`.
 
-        Streams: hgemm does not record which stream last wrote an array, so unless `stream=-1` (the
-        consumer asks for no synchronisation) the export first waits for the work queued on this GPU
-        (cuCtxSynchronize); the consumer may then use the array on any stream, the one it passed included.
+        Streams, by the protocol: `stream` is where the consumer will use the array (None or 1: the legacy
+        default stream, 2: the per-thread default stream, else a stream handle; -1: no ordering at all; 0 is
+        refused as ambiguous). The export makes that stream wait, through an event and with nothing waiting
+        on the host, for the work hgemm queued on the streams that write this memory (`writers`: matmul,
+        grouped_matmul, launch, fill_bytes, the host copies), so the consumer may read it at once there
+        (what another library queued on memory it took from us is its own to order, as the protocol says).
+        Where those writers are unknown (a view of foreign memory or of a bare pointer), one of them is
+        capturing a CUDA graph, or `copy=True`, it first waits for all the work queued on this GPU
+        (cuCtxSynchronize) instead. A writer stream must not be destroyed before the export; writes captured
+        into a CUDA graph are ordered by the stream the graph is launched on, which is the caller's to order.
         """
         self.check_open()
         if stream is not None and (isinstance(stream, bool) or not isinstance(stream, int)
@@ -228,8 +265,12 @@ class DeviceArray:
         owner = self._memory_owner()
         if owner._close_deferred:
             raise ValidationError("this device array was closed; its memory is freed when its DLPack consumers let go")
-        if stream != -1 or copy:
+        if copy:
             get_device(self.device).synchronize()
+        elif stream != -1:
+            dev = get_device(self.device)
+            if not order_after_writers(LEGACY_STREAM if stream is None else stream, tuple(self.writers), self.device):
+                dev.synchronize()
         src, flags = self, dlpack.FLAG_READ_ONLY if self.readonly else 0
         if copy:
             src = owner = self._contiguous_copy()
@@ -291,6 +332,13 @@ def _free(device: Any, ptr: Any, live: list[bool]) -> None:
         driver().cuMemFree(ptr)
     except Exception:  # interpreter shutdown
         pass
+
+
+def note_write(x: Any, stream: int) -> None:
+    """A front door queues work that writes `x` on `stream`: remembered where `x` is a DeviceArray (its
+    `writers`, which a DLPack export orders its consumer after); other arrays' frameworks order their own."""
+    if isinstance(x, DeviceArray) and stream not in x.writers:  # (a repeat call: one set lookup)
+        x.note_writer(stream)
 
 
 def to_device(a: np.ndarray | Any, device: int = 0) -> DeviceArray:
@@ -406,4 +454,6 @@ def fill_strided(view: Any, byte: int, device: int = 0, stream: Any = None) -> N
     """Set every byte a strided view spans, the gaps between its rows included, on `stream`."""
     lo, hi = byte_extent(view.ptr, view.shape, view.strides, ITEMSIZE[view.dtype])
     get_device(device)
-    check(driver().cuMemsetD8Async(lo, byte, hi - lo, stream_handle(stream)), "cuMemsetD8Async")
+    handle = stream_handle(stream)
+    note_write(view, handle)
+    check(driver().cuMemsetD8Async(lo, byte, hi - lo, handle), "cuMemsetD8Async")

@@ -227,7 +227,8 @@ def _no_key(x: Any) -> tuple:
 # (address, description): the description is everything validation reads of the array except its
 # address (shape, strides, dtype, device, flags). A key function raises KeyError for a kind without a
 # cheap identity. A repeat call reads KEYERS[type(x)](x) directly.
-KEYERS: dict[type, Callable[[Any], tuple]] = {type(None): lambda x: (0, ())}
+NO_OPERAND = (0, ())  # the key of an absent operand (out or bias None): no address, no description
+KEYERS: dict[type, Callable[[Any], tuple]] = {type(None): lambda x: NO_OPERAND}
 
 
 KEYERS[DeviceArray] = _key_device_array

@@ -195,8 +195,13 @@ def _narrow_with_copies(recipe: Recipe, manifest: Manifest) -> bool:
     return len(recipe.steps) > len(gemms) and any(narrow_hopper(s) for s in gemms)
 
 
-def _gemm_tile_rows(recipe: Recipe, manifest: Manifest) -> int:
-    return max(manifest.kernels[s.kernel].tile[0] for s in recipe.steps if isinstance(s, Gemm))
+def decode_tiles(recipe: Recipe, manifest: Manifest, prob: Problem) -> bool:
+    """Whether every GEMM step of the recipe has tiles at most DECODE_ROWS short: in rows, or, for a problem whose M
+    is its short side solved as C^T = B^T A^T, in columns (the token-width tiles: the tokens are the kernel's N)."""
+    def short(s: Gemm) -> bool:
+        BM, BN, _ = manifest.kernels[s.kernel].tile
+        return BM <= DECODE_ROWS or (recipe.route.transpose and prob.M <= prob.N and BN <= DECODE_ROWS)
+    return all(short(s) for s in recipe.steps if isinstance(s, Gemm))
 
 
 def _splits(recipe: Recipe) -> int:
@@ -222,10 +227,10 @@ def ranked_recipes(prob: Problem, manifest: Manifest, cc: tuple[int, int], sm_co
     memory-bound time) in the order of their arithmetic time (CostModel.compute_us).
 
     A problem with a side of at most DECODE_ROWS (decoding) only streams B: where kernels with tiles that short can
-    run it, taller tiles are not candidates (they waste most of each tile, which the model's rates do not see).
-    With a side of at most SHORT_SIDE, recipes whose tiles leave half their area or more empty rank after the rest
-    where others fill their tiles over twice as well, unless estimated over WASTE_MARGIN below the best of those;
-    they stay listed (autotune and the sanitizer's schedule). Measured: docs/dev/planner.md#ranking."""
+    run it (decode_tiles), taller tiles are not candidates (they waste most of each tile, which the model's rates do
+    not see). With a side of at most SHORT_SIDE, recipes whose tiles leave half their area or more empty rank after
+    the rest where others fill their tiles over twice as well, unless estimated over WASTE_MARGIN below the best of
+    those; they stay listed (autotune and the sanitizer's schedule). Measured: docs/dev/planner.md#ranking."""
     model = CostModel.for_device(cc, sm_count, manifest)
     out = []
     for route in candidate_routes(prob, manifest, cc, kernel, sm_count):
@@ -233,7 +238,7 @@ def ranked_recipes(prob: Problem, manifest: Manifest, cc: tuple[int, int], sm_co
         if recipe is not None and (kernel is not None or not _narrow_with_copies(recipe, manifest)):
             out.append((model.estimate_us(recipe, prob.dtype, prob.beta_zero), recipe))
     if min(prob.M, prob.N) <= DECODE_ROWS:
-        out = [x for x in out if _gemm_tile_rows(x[1], manifest) <= DECODE_ROWS] or out
+        out = [x for x in out if decode_tiles(x[1], manifest, prob)] or out
     wasteful = set()
     if DECODE_ROWS < min(prob.M, prob.N) <= SHORT_SIDE and out:
         fill = {id(r): tile_fill(r, manifest) for _, r in out}

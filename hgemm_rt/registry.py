@@ -16,6 +16,7 @@ from .device import get_device, require_driver_for, stream_handle
 from .errors import NotBuiltForDeviceError, UnknownKernelError, ValidationError
 from .launcher import STATIC_SMEM_LIMIT, LaunchConfig, launch_spec, persistent_grid, tile_grid
 from .manifest import KernelSpec, Manifest, Selection
+from .memory import note_write
 from .operands import describe_device, order_after_producers
 from .streams import LEGACY_STREAM
 from .validate import GemmShape, unsupported_reason, validate_operands
@@ -188,6 +189,7 @@ class CublasKernel:
         p = validate_operands(self._spec, A, B, C)  # type: ignore[arg-type]
         get_device(C.device)
         order_after_producers((A, B, C), stream_handle(stream), C.device, True)  # (as launch_spec)
+        note_write(c, stream_handle(stream))
         cublas.gemm(A.ptr, B.ptr, C.ptr, p.M, p.N, p.K, layout=self.layout, dtype=self.dtype, acc=acc,
                     stream=stream, device=C.device)
 

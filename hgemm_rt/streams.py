@@ -1,16 +1,22 @@
 """Ordering one stream after another's pending work, as the array protocols require of a consumer: an
 event recorded on the producer stream, waited for on the consumer stream (through ctypes: a repeat call
-may do this on every call). The CAI `stream` key is read here, by every front door alike."""
+may do this on every call). The CAI `stream` key is read here, by every front door alike, and a DLPack
+export orders its consumer after the streams that wrote the array (`order_after_writers`)."""
 from __future__ import annotations
 
+import ctypes
 import threading
-from typing import Any
+from typing import Any, Iterable
 
 from ._driver import check, check_code, driver, native
 from .device import get_device
 from .errors import ValidationError
 
 LEGACY_STREAM = 1  # CU_STREAM_LEGACY, and DLPack's / CAI's name for the legacy default stream
+PER_THREAD_STREAM = 2  # CU_STREAM_PER_THREAD: the calling thread's default stream
+# in a set of writer streams (memory.DeviceArray.writers): some write's stream is not known, so nothing short
+# of a device synchronisation orders a reader after it
+UNKNOWN_WRITER = -1
 
 
 def cai_stream(cai: dict, what: str) -> int | None:
@@ -53,3 +59,22 @@ def wait_for(consumer: int, producer: int | None, device: int) -> None:
     two default streams)."""
     if producer is not None:
         _waits.wait(consumer, producer, device)
+
+
+def order_after_writers(consumer: int, writers: Iterable[int], device: int) -> bool:
+    """Make `consumer` wait for the work queued so far on each of the `writers` streams (an event recorded on
+    each, waited for on `consumer`; nothing waits on the host). False, with nothing done, where events cannot
+    order them: a writer is UNKNOWN_WRITER, or one is capturing a CUDA graph (an event recorded there would
+    join the capture; a query that fails counts as capturing). The caller then synchronises the device."""
+    pending = [w for w in writers if w != consumer]
+    if UNKNOWN_WRITER in pending:
+        return False
+    if pending:
+        lib = native()
+        status = ctypes.c_int()
+        for w in pending:
+            if lib.cuStreamIsCapturing(w, status) != 0 or status.value != 0:
+                return False
+        for w in pending:
+            _waits.wait(consumer, w, device)
+    return True

@@ -5,6 +5,7 @@ autograd and in `torch.compile` (fullgraph included). Optional: install with `pi
     import torch, hgemm_rt.torch as ht
     c = ht.mm(a, b)                        # = torch.ops.hgemm.mm(a, b): a (M, K) @ b (K, N)
     y = ht.linear(x, w, bias)              # = torch.nn.functional.linear: x (..., in), w (out, in)
+    z = ht.bmm(p, q)                       # = torch.bmm: p (B, M, K) @ q (B, K, N) (hgemm_rt/torch_batched.py)
     model = ht.replace_linear(model)       # every nn.Linear in it runs on hgemm::linear
     model = torch.compile(model, fullgraph=True)
 
@@ -19,7 +20,10 @@ train and compiled backward graphs hold hgemm kernels too.
 
 `ht.mm` and `ht.linear` (and so Linear and replace_linear) call the same computation directly in eager
 mode, without the custom op's dispatch (which costs several times the call itself), under autograd
-through a torch.autograd.Function with the same backward. Wherever torch records or transforms the call
+through a torch.autograd.Function with the same backward. A call that repeats an earlier one (operands of the
+same shapes, strides, dtypes, devices and address alignments; new addresses) is found by those alone
+(hgemm_rt.api.direct_repeat: the weight as it is, no transposed view) and skips the checks, which the first call
+made. Wherever torch records or transforms the call
 (torch.compile and export, torch.jit tracing and scripting, torch.fx, make_fx and other dispatch modes,
 fake and meta tensors, tensor subclasses, functorch transforms) they call the custom op, so graphs hold
 `hgemm.mm` / `hgemm.linear` as before.
@@ -40,13 +44,13 @@ if torch.__version__ < "2.4":  # (a TorchVersion: compares as a version) custom_
     raise ImportError(f"hgemm_rt.torch needs torch>=2.4 (torch.library.custom_op); this is torch {torch.__version__}: "
                       "pip install -U hgemm[torch]")
 
-from .api import matmul
+from .api import direct_first, direct_repeat, matmul
 from .errors import ValidationError
 from .operands import torch_dtype_code
 from .problem import ACCUMULATE
 from .validate import accumulate_code, check_option
 
-__all__ = ["Linear", "linear", "mm", "replace_linear"]
+__all__ = ["Linear", "bmm", "linear", "mm", "replace_linear"]
 
 
 
@@ -117,19 +121,29 @@ _KERNEL_DTYPES = frozenset((torch.float16, torch.bfloat16, torch.float32))
 
 
 def _mm_cuda(a: Tensor, b: Tensor, accumulate: Optional[str]) -> Tensor:
+    if accumulate is None:  # a repeat of a first call below: its checks passed on operands of these identities
+        c = direct_repeat("mm", a, b)
+        if c is not None:
+            return c
     sa, sb, dt = a.shape, b.shape, a.dtype
     # the usual call in a few cheap comparisons; anything else takes the full checks, which name the problem
     if not (len(sa) == 2 and len(sb) == 2 and sa[1] == sb[0] and dt in _KERNEL_DTYPES and b.dtype is dt
             and accumulate is None and a.is_cuda and b.is_cuda and a.get_device() == b.get_device()):
         _check_mm(a, b, accumulate, fake=False)
     (M, K), N = sa, sb[1]
-    if M and N and K:  # the result: a.new_empty by matmul (caching allocator, torch's current stream: where it runs)
+    if M and N and K:  # the result: new, by matmul (caching allocator, torch's current stream: where it runs)
+        if accumulate is None:
+            return direct_first("mm", _readable(a), _readable(b))
         return matmul(_readable(a), _readable(b), accumulate=accumulate)
     out = a.new_empty((M, N))
     return out.zero_() if K == 0 else out  # (the kernels take M, N, K >= 1; torch.mm's answer for K = 0 is zeros)
 
 
 def _linear_cuda(x: Tensor, weight: Tensor, bias: Optional[Tensor], accumulate: Optional[str]) -> Tensor:
+    if accumulate is None:  # a repeat of a first call below: its checks passed on operands of these identities
+        y = direct_repeat("linear", x, weight, bias)
+        if y is not None:
+            return y
     xs, ws, dt = x.shape, weight.shape, x.dtype
     if not (len(ws) == 2 and len(xs) >= 1 and xs[-1] == ws[1] and dt in _KERNEL_DTYPES and weight.dtype is dt
             and accumulate is None and x.is_cuda and weight.is_cuda and x.get_device() == weight.get_device()
@@ -137,17 +151,23 @@ def _linear_cuda(x: Tensor, weight: Tensor, bias: Optional[Tensor], accumulate: 
                  and bias.get_device() == x.get_device())):
         _check_linear(x, weight, bias, accumulate, fake=False)
     N, K = ws
-    if len(xs) == 2 and xs[0] and N and K:  # the result: x.new_empty by matmul (caching allocator, current stream)
-        return matmul(_readable(x), _readable(weight).t(), bias=None if bias is None else _readable(bias),
-                      accumulate=accumulate)
-    rows, out = math.prod(xs[:-1]), x.new_empty((*xs[:-1], N))
+    rows = math.prod(xs[:-1])
     if rows == 0 or N == 0:
-        return out
+        return x.new_empty((*xs[:-1], N))
     if K == 0:  # an empty sum: the bias alone
+        out = x.new_empty((*xs[:-1], N))
         return out.zero_() if bias is None else out.copy_(bias)
-    # reshape: a view when x's batch dimensions fold into rows, else one copy (matmul refuses those)
-    matmul(_readable(x.reshape(rows, K)), _readable(weight).t(), out=out.view(rows, N),
-           bias=None if bias is None else _readable(bias), accumulate=accumulate)
+    x, weight, bias = _readable(x), _readable(weight), None if bias is None else _readable(bias)
+    # x (..., K) whose batch dimensions fold into rows (reshape's view: a copy has an address of its own) is
+    # one GEMM of matmul's as it is; other x (1-D, or a batch that does not fold, which matmul would take as a
+    # batch) as a 2-D view or one dense copy, into a view of the result
+    x2 = x.reshape(rows, K)
+    if len(xs) >= 2 and x2.data_ptr() == x.data_ptr():
+        if accumulate is None:  # the result: new, by matmul (caching allocator, torch's current stream)
+            return direct_first("linear", x, weight, bias)
+        return matmul(x, weight.t(), bias=bias, accumulate=accumulate)
+    out = x.new_empty((*xs[:-1], N))
+    matmul(x2, weight.t(), out=out.view(rows, N), bias=bias, accumulate=accumulate)
     return out
 
 
@@ -247,6 +267,7 @@ _PLAIN_TYPES = frozenset((Tensor, torch.nn.Parameter))
 # (torch's own checks; a torch without one has nothing for it to see)
 _dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 0)
 _functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
+_jit_tracing = getattr(torch._C, "_is_tracing", torch.jit.is_tracing)  # (torch.jit.is_tracing's C part)
 
 
 def _eager(a: Tensor, b: Tensor, c: Optional[Tensor] = None) -> bool:
@@ -254,7 +275,7 @@ def _eager(a: Tensor, b: Tensor, c: Optional[Tensor] = None) -> bool:
     fake implementation; other devices are refused by the same checks either way), and nothing that records
     or transforms ops in effect (torch.compile and export, whose Dynamo reads is_compiling() as True at
     trace time; jit tracing; a dispatch mode such as make_fx's; a functorch transform)."""
-    return not (torch.compiler.is_compiling() or torch.jit.is_tracing() or _dispatch_modes()
+    return not (torch.compiler.is_compiling() or _jit_tracing() or _dispatch_modes()
                 or _functorch_active()) and type(a) in _PLAIN_TYPES and type(b) in _PLAIN_TYPES \
         and (c is None or type(c) in _PLAIN_TYPES) and not a.is_meta
 
@@ -288,13 +309,23 @@ class _LinearFunction(torch.autograd.Function):
         return (*_linear_grads(ctx, grad, mm), None)
 
 
+# Function.apply, as torch runs it outside functorch transforms (which _eager leaves to the custom op) for a Function
+# without setup_context: dead functorch wrappers unwrapped, then the C apply; its Python part, which checks for the
+# transforms and maps the arguments in a generator, is skipped (a torch without these keeps Function.apply)
+_unwrap = getattr(getattr(torch._C, "_functorch", None), "unwrap_if_dead", None)
+_C_APPLY = _unwrap is not None and hasattr(torch._C, "_FunctionBase")
+_mm_apply = super(torch.autograd.Function, _MmFunction).apply if _C_APPLY else _MmFunction.apply
+_linear_apply = super(torch.autograd.Function, _LinearFunction).apply if _C_APPLY else _LinearFunction.apply
+_unwrap = _unwrap or (lambda t: t)
+
+
 def mm(a: Tensor, b: Tensor, *, accumulate: Optional[str] = None) -> Tensor:
     """a @ b for 2-D a (M, K) and b (K, N) of one dtype (fp16, bf16, fp32) on one GPU, any strides:
     hgemm::mm (torch.ops.hgemm.mm), called directly in eager mode."""
     if not _eager(a, b):
         return _mm_op(a, b, accumulate=accumulate)
     if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
-        return _MmFunction.apply(a, b, accumulate)
+        return _mm_apply(_unwrap(a), _unwrap(b), accumulate)
     return _mm_cuda(a, b, accumulate)
 
 
@@ -307,7 +338,7 @@ def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, *, accumula
         return _linear_op(x, weight, bias, accumulate=accumulate)
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad
                                     or bias is not None and bias.requires_grad):
-        return _LinearFunction.apply(x, weight, bias, accumulate)
+        return _linear_apply(_unwrap(x), _unwrap(weight), bias if bias is None else _unwrap(bias), accumulate)
     return _linear_cuda(x, weight, bias, accumulate)
 
 
@@ -361,3 +392,6 @@ def replace_linear(module: torch.nn.Module) -> torch.nn.Module:
         if new is not child:
             setattr(module, name, new)
     return module
+
+
+from .torch_batched import bmm  # noqa: E402,F401  (hgemm::bmm, re-exported as ht.bmm)

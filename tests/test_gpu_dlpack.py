@@ -1,6 +1,6 @@
 """Interop out, on the GPU: torch and CuPy take our DeviceArrays through DLPack without a copy (f16, bf16,
-f32, transposed views), the memory outlives our array while they hold it, an export waits for work
-hgemm queued on its own stream, Stream speaks `__cuda_stream__`, and a kernel launches through CuPy's
+f32, transposed views), the memory outlives our array while they hold it, an export orders the consumer's
+stream after the work hgemm queued on its own (an event, no device sync; a negative control without it), Stream speaks `__cuda_stream__`, and a kernel launches through CuPy's
 RawModule from `get_kernel(name).binary()` (the README's escape-hatch example).
 
 torch and cupy are optional: each test imports its framework with pytest.importorskip.
@@ -113,6 +113,98 @@ def test_an_export_waits_for_work_hgemm_queued_on_its_own_stream(rng):
     ref = x.astype(np.float64) @ y.astype(np.float64)
     assert np.isfinite(got).all(), "torch read C before hgemm's kernel wrote it"
     assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 1e-2
+
+
+# -- an export is ordered by events on the consumer's stream, with no device synchronisation -------------------
+
+# an aligned shape whose recipe needs no temporaries (creating an execution with temporaries synchronizes the
+# device, which would hide a missing wait; its first call runs outside the race)
+RACE_M, RACE_N, RACE_K = 512, 384, 256
+SHORT_DELAY = 50e-3  # seconds hgemm's stream spins before its matmul writes C
+LONG_DELAY = 200e-3  # the negative control: the race must be observed every time
+
+
+def _delay_cycles(seconds: float) -> int:
+    """GPU clock cycles that last at least `seconds` (the reported clock is the maximum: a slower clock only
+    makes the delay longer)."""
+    return int(seconds * (hg.get_device().info.clock_khz or 2_000_000) * 1e3)
+
+
+def _consumer(torch, which: str):
+    return torch.cuda.Stream() if which == "side-stream" else torch.cuda.default_stream()
+
+
+def _export_race(torch, rng, consumer, seconds: float) -> tuple[float, bool]:
+    """hgemm writes C = A @ B on its own non-blocking stream behind a `seconds` spin; torch imports C with
+    torch.from_dlpack on `consumer` (which passes it to __dlpack__) and reads it there at once. Returns (the
+    relative error of what torch read against float64, hgemm's stream still busy once the read was queued:
+    the export waited for nothing on the host)."""
+    x = rng.standard_normal((RACE_M, RACE_K)).astype(np.float16)
+    y = rng.standard_normal((RACE_K, RACE_N)).astype(np.float16)
+    ref = x.astype(np.float64) @ y.astype(np.float64)
+    a, b, c = hg.to_device(x), hg.to_device(y), hg.empty((RACE_M, RACE_N), "f16")
+    with hg.Stream() as s:
+        hg.matmul(a, b, out=c, stream=s)  # the first call, outside the race: the one in it is the repeat path
+        c.fill_bytes(0xFF, stream=s)  # NaN until the kernel in the race writes it
+        hg.get_device().synchronize()
+        ours = torch.cuda.ExternalStream(s.ptr)
+        with torch.cuda.stream(ours):
+            torch.cuda._sleep(_delay_cycles(seconds))
+        hg.matmul(a, b, out=c, stream=s)
+        with torch.cuda.stream(consumer):
+            got = torch.from_dlpack(c).double()
+            busy = not ours.query()
+        torch.cuda.synchronize()
+    host = got.cpu().numpy()
+    err = float(np.linalg.norm(host - ref) / np.linalg.norm(ref)) if np.isfinite(host).all() else float("inf")
+    return err, busy
+
+
+@pytest.mark.parametrize("which", ["side-stream", "default-stream"])
+def test_an_export_orders_the_consumers_stream_after_hgemms_without_a_device_sync(rng, which):
+    torch = _torch()
+    err, busy = _export_race(torch, rng, _consumer(torch, which), SHORT_DELAY)
+    assert err < 1e-3, f"rel err {err:.2e}: torch read C before hgemm's matmul wrote it"
+    assert busy, "hgemm's stream was idle once torch's read was queued: the export waited on the host (or the " \
+                 "delay was too short to tell)"
+
+
+def test_negative_control_without_the_ordering_the_race_is_observed(rng, monkeypatch):
+    """With the export's ordering removed (no event, no device sync), the scenario of the ordering test must
+    read C before hgemm writes it: this proves that test can fail. The delay is long enough that the race is
+    observed every time."""
+    torch = _torch()
+    from hgemm_rt import memory
+    monkeypatch.setattr(memory, "order_after_writers", lambda consumer, writers, device: True)
+    err, busy = _export_race(torch, rng, torch.cuda.Stream(), LONG_DELAY)
+    assert busy, "the delay had already ended when torch's read was queued: no race to observe"
+    assert not err < 1e-3, (f"rel err {err:.2e}: the unordered read still saw hgemm's write, so the ordering "
+                            "test cannot tell a missing wait")
+
+
+def test_each_front_door_remembers_the_stream_it_wrote_on(rng):
+    """DeviceArray.writers after matmul (first and repeat calls, a new result), Matmul, grouped_matmul (Hopper)
+    and the host copies: the streams a DLPack export orders its consumer after."""
+    x = rng.standard_normal((64, 64)).astype(np.float16)
+    a, c = hg.to_device(x), hg.empty((64, 64), "f16")
+    assert a.writers == {1}  # the host copy, on the legacy default stream
+    assert c.writers == set()
+    with hg.Stream() as s, hg.Stream() as s2:
+        hg.matmul(a, a, out=c, stream=s)  # the first call
+        assert c.writers == {s.ptr}
+        for _ in range(2):  # a first call on s2, then the repeat path, into a view: its memory's writers
+            hg.matmul(a, a, out=hg.DeviceArray(c.ptr, c.shape, "f16", owner=c), stream=s2)
+        assert c.writers == {s.ptr, s2.ptr}
+        assert hg.matmul(a, a).writers == {1}  # a new result, on the legacy default stream
+        d = hg.empty((64, 64), "f16")
+        with hg.Matmul(a, a, out=d, stream=s2) as mm:
+            mm()
+        assert d.writers == {s2.ptr}
+        if hg.get_device().info.cc >= (9, 0):
+            w = hg.to_device(np.stack([x, x]))  # (2 experts, K, N)
+            g = hg.grouped_matmul(a, w, offsets=np.array([32, 64], np.int32), stream=s)
+            assert g.writers == {s.ptr}
+        hg.get_device().synchronize()
 
 
 def test_copy_true_exports_a_copy(rng):

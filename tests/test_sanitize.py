@@ -11,6 +11,8 @@ from kernel_cases import ROOT, load_manifest_or_none
 
 from hgemm_bench import sanitize as S
 from hgemm_rt import planner
+from hgemm_rt.roles import handler
+from hgemm_rt.roles.splitk import SplitKRole
 from hgemm_bench import matmul_checks as T
 from hgemm_bench.kernel_checks import selected_specs
 
@@ -33,8 +35,9 @@ def test_every_matmul_kernel_is_scheduled_at_an_aligned_and_a_ragged_shape(cc):
         spec = MANIFEST.kernels[n]
         for axis, values in spec.variants.items():  # every variant (b = row | col) is launched
             assert all((n, f"{axis}={v}") in feats for v in values), n
+        role = handler(spec.role)
         if cc >= (9, 0) and n.startswith(("matmul_gemm_mma_", "matmul_gemm_wgmma_")) and \
-                MANIFEST.kernels[n].role != "gemm_fused_wgmma":  # (the persistent fused kernel has no split-K)
+                isinstance(role, SplitKRole) and role.splits_k(spec):  # (what matmul may split: not the fused kernel)
             assert (n, "split-K") in feats, n  # a cluster of CTAs along K
         if n.startswith("matmul_gemm_"):
             assert (n, "alpha/beta") in feats, n

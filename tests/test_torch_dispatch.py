@@ -247,7 +247,8 @@ def test_the_direct_path_refuses_host_tensors():
 
 @pytest.fixture
 def cpu_matmul(monkeypatch, cpu_checks):
-    """hgemm_rt.matmul as the computations call it, on CPU tensors: each call logged as (a, b, out, bias)."""
+    """hgemm_rt.matmul and its direct entries' first calls as the computations call them, on CPU tensors: each
+    call logged as (a, b, out, bias), b as the product reads it (a linear's weight transposed)."""
     calls = []
 
     def matmul(a, b, out=None, *, bias=None, accumulate=None):
@@ -255,7 +256,11 @@ def cpu_matmul(monkeypatch, cpu_checks):
         c = a @ b if bias is None else a @ b + bias
         return c if out is None else out.copy_(c)
 
+    def direct_first(entry, a, b, bias=None):
+        return matmul(a, b.t() if entry == "linear" else b, bias=bias)
+
     monkeypatch.setattr(ht, "matmul", matmul)
+    monkeypatch.setattr(ht, "direct_first", direct_first)
     return calls
 
 
@@ -281,3 +286,85 @@ def test_the_computations_shape_their_calls_as_torch_does(cpu_matmul):
     assert torch.allclose(ht.mm(a, b), a @ b) and torch.allclose(ht.mm(a, b.t().contiguous().t()), a @ b)
     assert ht.mm(a[:0], b).shape == (0, 3) and torch.equal(ht.mm(a[:, :0], b[:0]), torch.zeros(5, 3))
     assert len(cpu_matmul) == 2
+
+
+class _Kept:
+    """A stand-in for a call hgemm_rt kept (bound.Bound): records the addresses it runs at, returns `result`."""
+
+    def __init__(self, result):
+        self.result, self.runs = result, []
+
+    def run(self, pa, pb, out, pc, pbias=0):
+        self.runs.append((pa, pb, out, pc, pbias))
+        return self.result
+
+
+def _keep(monkeypatch, entry, a, b, bias=None):
+    """A stand-in kept under the key of `entry`'s call on these operands (as api.direct_first keeps one)."""
+    from hgemm_rt import api, operands
+    for t in (a, b, bias):
+        operands.call_key(t)  # (learns the tensors' type)
+    kept = _Kept(torch.zeros(a.shape[0], b.shape[0] if entry == "linear" else b.shape[1], dtype=a.dtype))
+    monkeypatch.setitem(api.plans.calls, api.direct_identity(entry, a, b, bias)[3], kept)
+    return kept
+
+
+def test_a_repeat_call_runs_the_kept_call_without_the_checks(monkeypatch):
+    """CPU tensors are refused by the checks: a result here is the kept call's, run at the operands' addresses;
+    with accumulate=, another shape or under a tracer, the checks (or the custom op) come back."""
+    x, w, bias = _inputs((4, 6), (3, 6), (3,), dtype=torch.float16)
+    kept = _keep(monkeypatch, "linear", x, w, bias)
+    assert ht.linear(x, w, bias) is kept.result
+    assert kept.runs == [(x.data_ptr(), w.data_ptr(), None, 0, bias.data_ptr())]
+    a, b = x, w.t()
+    kept_mm = _keep(monkeypatch, "mm", a, b)
+    assert ht.mm(a, b) is kept_mm.result and kept_mm.runs == [(a.data_ptr(), b.data_ptr(), None, 0, 0)]
+    for call in (lambda: ht.linear(x, w, bias, accumulate="f32"), lambda: ht.linear(x, w),
+                 lambda: ht.linear(x[:3], w, bias), lambda: ht.mm(a, b, accumulate="f32")):
+        with pytest.raises(ValidationError, match="on cpu; hgemm runs on CUDA"):
+            call()
+    assert len(kept.runs) == 1 and len(kept_mm.runs) == 1
+    w.requires_grad_()  # (its key changes with it: kept again)
+    kept = _keep(monkeypatch, "linear", x, w, bias)
+    y = ht.linear(x, w, bias)
+    assert type(y.grad_fn).__name__ == "_LinearFunctionBackward" and len(kept.runs) == 1
+
+
+def test_a_kept_call_does_not_bypass_the_tracers(monkeypatch, cpu_checks):
+    """make_fx (a dispatch mode): the graph holds the custom op even where a call of these operands is kept."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    x, w = _inputs((4, 6), (3, 6), dtype=torch.float32)
+    _keep(monkeypatch, "linear", x, w)
+    monkeypatch.setattr(ht, "direct_first", lambda entry, a, b, bias=None: F.linear(a, b, bias))
+    graph = make_fx(lambda x, w: ht.linear(x, w))(x, w).graph
+    assert [str(n.target) for n in graph.nodes if n.op == "call_function"] == ["hgemm.linear.default"]
+
+
+def test_first_calls_take_the_direct_entries(monkeypatch, cpu_checks):
+    """2-D x and x whose batch folds into rows: the linear entry on x as it is; x that does not fold: one copy,
+    matmul into a view of the result; accumulate=: matmul; mm: the mm entry."""
+    log = []
+
+    def direct_first(entry, a, b, bias=None):
+        log.append(("direct", entry, a.shape, a.stride()))
+        return F.linear(a, b, bias) if entry == "linear" else a @ b
+
+    def matmul(a, b, out=None, *, bias=None, accumulate=None):
+        log.append(("matmul", out is not None, accumulate))
+        c = a @ b if bias is None else a @ b + bias
+        return c if out is None else out.copy_(c)
+
+    monkeypatch.setattr(ht, "direct_first", direct_first)
+    monkeypatch.setattr(ht, "matmul", matmul)
+    w, bias = torch.randn(3, 7), torch.randn(3)
+    x3 = torch.randn(2, 5, 7)
+    for x, want in ((x3[0], ("direct", "linear", (5, 7), (7, 1))), (x3, ("direct", "linear", (2, 5, 7), (35, 7, 1))),
+                    (x3.transpose(0, 1), ("matmul", True, None))):
+        log.clear()
+        y = ht.linear(x, w, bias)
+        assert log == [want] and torch.allclose(y, F.linear(x, w, bias), atol=1e-6) and y.is_contiguous()
+    log.clear()
+    ht.linear(x3, w, accumulate="fp32")
+    ht.mm(x3[0], w.t())
+    assert log == [("matmul", False, "fp32"), ("direct", "mm", (5, 7), (7, 1))]

@@ -455,6 +455,40 @@ def test_compiled_functions_call_the_custom_ops(gpu_torch, ht, rng):
     torch.compiler.reset()
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("dt", list(DTYPES))
+def test_repeat_calls_on_new_activations_match_float64(gpu_torch, ht, dt, rng):
+    """ht.linear and ht.mm as a model calls them: a new x every call (three cycled twice: first calls, then
+    repeats of the kept ones), 2-D and 3-D x (batch folding into rows, and one that does not), with and without a
+    bias, with grad and without; every result against float64, of torch's shape, contiguous, and every repeat
+    kept under its entry's key. A refusal after the repeats still names the problem."""
+    from hgemm_rt import api, plans
+
+    torch = gpu_torch
+    M, N, K = 37, 48, 130
+    w, bias = _randn(torch, rng, (N, K), dt), _randn(torch, rng, (N,), dt)
+    pools = {"2-D": [_randn(torch, rng, (M, K), dt) for _ in range(3)],
+             "3-D": [_randn(torch, rng, (2, M, K), dt) for _ in range(3)],
+             "3-D, no fold": [_randn(torch, rng, (M, 2, K), dt).transpose(0, 1) for _ in range(3)]}
+    F = torch.nn.functional
+    for (name, pool), b, grad in ((c, b, g) for c in pools.items() for b in (None, bias) for g in (False, True)):
+        wg = w.detach().requires_grad_(grad)
+        for x in pool + pool:
+            y = ht.linear(x, wg, b)
+            ref = F.linear(x.double(), w.double(), None if b is None else b.double())
+            assert y.shape == ref.shape and y.dtype == x.dtype and y.is_contiguous(), (name, b is None, grad)
+            assert _rel(y, ref) <= _bound(dt, K), (name, b is None, grad)
+            assert (y.grad_fn is not None) == grad
+            if name != "3-D, no fold":
+                assert api.direct_identity("linear", x, wg, b)[3] in plans.calls, (name, b is None, grad)
+    for a in pools["2-D"] * 2:
+        c = ht.mm(a, w.t())
+        assert c.shape == (M, N) and c.is_contiguous() and _rel(c, a.double() @ w.double().t()) <= _bound(dt, K)
+        assert api.direct_identity("mm", a, w.t())[3] in plans.calls
+    with pytest.raises(ValidationError, match="bias has shape"):
+        ht.linear(pools["2-D"][0], w, bias[:-1])
+
+
 REFUSALS = {  # (op, x/a (shape, dtype), w/b, [bias], [accumulate]) refused on CUDA tensors
     "dtype": ("mm", ((4, 4), "float64"), ((4, 4), "float64")),
     "mixed": ("mm", ((4, 4), "float16"), ((4, 4), "bfloat16")),

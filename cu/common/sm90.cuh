@@ -299,20 +299,18 @@ __device__ __forceinline__ void fence_regs(float& r) { asm volatile("" : "+f"(r)
 #define HG90_WGMMA_ACC_LIST32(X)                                                                               \
   X(0), X(1), X(2), X(3), X(4), X(5), X(6), X(7), X(8), X(9), X(10), X(11), X(12), X(13), X(14), X(15), X(16), \
       X(17), X(18), X(19), X(20), X(21), X(22), X(23), X(24), X(25), X(26), X(27), X(28), X(29), X(30), X(31)
-#define HG90_WGMMA_M64N64K16_ASM(TYPE, TRANS_A, TRANS_B)                                                        \
+// The fp16/bf16 wgmma of one shape: accumulators REGS (%0 ..), descriptors DA, DB, scale-d SCALE (operand numbers).
+#define HG90_WGMMA_F16_ASM(SHAPE, REGS, DA, DB, SCALE, TYPE, TRANS_A, TRANS_B)                                    \
   "{\n"                                                                                                        \
   ".reg .pred p;\n"                                                                                            \
-  "setp.ne.b32 p, %34, 0;\n"                                                                                   \
-  "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE "\n" HG90_ACC_REGS32 ",\n"                       \
-  "%32, %33, p, 1, 1, " TRANS_A ", " TRANS_B ";\n"                                                            \
+  "setp.ne.b32 p, " SCALE ", 0;\n"                                                                             \
+  "wgmma.mma_async.sync.aligned." SHAPE ".f32." TYPE "." TYPE "\n" REGS ",\n"                                  \
+  DA ", " DB ", p, 1, 1, " TRANS_A ", " TRANS_B ";\n"                                                           \
   "}\n"
-#define HG90_WGMMA_M64N128K16_ASM(TYPE, TRANS_A, TRANS_B)                                                       \
-  "{\n"                                                                                                        \
-  ".reg .pred p;\n"                                                                                            \
-  "setp.ne.b32 p, %66, 0;\n"                                                                                   \
-  "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE "\n" HG90_ACC_REGS64 ",\n"                     \
-  "%64, %65, p, 1, 1, " TRANS_A ", " TRANS_B ";\n"                                                            \
-  "}\n"
+#define HG90_WGMMA_M64N64K16_ASM(TYPE, TRANS_A, TRANS_B) \
+  HG90_WGMMA_F16_ASM("m64n64k16", HG90_ACC_REGS32, "%32", "%33", "%34", TYPE, TRANS_A, TRANS_B)
+#define HG90_WGMMA_M64N128K16_ASM(TYPE, TRANS_A, TRANS_B) \
+  HG90_WGMMA_F16_ASM("m64n128k16", HG90_ACC_REGS64, "%64", "%65", "%66", TYPE, TRANS_A, TRANS_B)
 
 // The first 96: the m64n192 accumulators.
 #define HG90_ACC_REGS96 \
@@ -329,60 +327,81 @@ __device__ __forceinline__ void fence_regs(float& r) { asm volatile("" : "+f"(r)
   X(48), X(49), X(50), X(51), X(52), X(53), X(54), X(55), X(56), X(57), X(58), X(59), X(60), X(61), X(62), X(63), \
   X(64), X(65), X(66), X(67), X(68), X(69), X(70), X(71), X(72), X(73), X(74), X(75), X(76), X(77), X(78), X(79), \
   X(80), X(81), X(82), X(83), X(84), X(85), X(86), X(87), X(88), X(89), X(90), X(91), X(92), X(93), X(94), X(95)
-#define HG90_WGMMA_M64N192K16_ASM(TYPE, TRANS_A, TRANS_B)                                                       \
-  "{\n"                                                                                                        \
-  ".reg .pred p;\n"                                                                                            \
-  "setp.ne.b32 p, %98, 0;\n"                                                                                   \
-  "wgmma.mma_async.sync.aligned.m64n192k16.f32." TYPE "." TYPE "\n" HG90_ACC_REGS96 ",\n"                      \
-  "%96, %97, p, 1, 1, " TRANS_A ", " TRANS_B ";\n"                                                            \
-  "}\n"
+#define HG90_WGMMA_M64N192K16_ASM(TYPE, TRANS_A, TRANS_B) \
+  HG90_WGMMA_F16_ASM("m64n192k16", HG90_ACC_REGS96, "%96", "%97", "%98", TYPE, TRANS_A, TRANS_B)
 
-#define HG90_WGMMA_M64N256K16_ASM(TYPE, TRANS_A, TRANS_B)                                                       \
-  "{\n"                                                                                                        \
-  ".reg .pred p;\n"                                                                                            \
-  "setp.ne.b32 p, %130, 0;\n"                                                                                  \
-  "wgmma.mma_async.sync.aligned.m64n256k16.f32." TYPE "." TYPE "\n" HG90_ACC_REGS128 ",\n"                     \
-  "%128, %129, p, 1, 1, " TRANS_A ", " TRANS_B ";\n"                                                          \
-  "}\n"
+// The first 56 and 48: the m64n112 and m64n96 accumulators (tiles whose count fills the SMs where 128 wide
+// leaves a part-empty wave).
+#define HG90_ACC_ITEMS48 \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47"
+#define HG90_ACC_REGS48 "{" HG90_ACC_ITEMS48 "}"
+#define HG90_ACC_REGS56 "{" HG90_ACC_ITEMS48 ", %48, %49, %50, %51, %52, %53, %54, %55}"
+#define HG90_WGMMA_ACC_LIST48(X) \
+  HG90_WGMMA_ACC_LIST32(X), X(32), X(33), X(34), X(35), X(36), X(37), X(38), X(39), X(40), X(41), X(42), X(43), \
+      X(44), X(45), X(46), X(47)
+#define HG90_WGMMA_ACC_LIST56(X) HG90_WGMMA_ACC_LIST48(X), X(48), X(49), X(50), X(51), X(52), X(53), X(54), X(55)
+#define HG90_WGMMA_M64N112K16_ASM(TYPE, TRANS_A, TRANS_B) \
+  HG90_WGMMA_F16_ASM("m64n112k16", HG90_ACC_REGS56, "%56", "%57", "%58", TYPE, TRANS_A, TRANS_B)
+#define HG90_WGMMA_M64N96K16_ASM(TYPE, TRANS_A, TRANS_B) \
+  HG90_WGMMA_F16_ASM("m64n96k16", HG90_ACC_REGS48, "%48", "%49", "%50", TYPE, TRANS_A, TRANS_B)
 
-template <typename T, int TRANS_A, int TRANS_B>
-__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d);
-template <typename T, int TRANS_A, int TRANS_B>
-__device__ __forceinline__ void wgmma_m64n192k16(float (&d)[96], uint64_t desc_a, uint64_t desc_b, int scale_d);
-template <typename T, int TRANS_A, int TRANS_B>
-__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d);
-template <typename T, int TRANS_A, int TRANS_B>
-__device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d);
+#define HG90_WGMMA_M64N256K16_ASM(TYPE, TRANS_A, TRANS_B) \
+  HG90_WGMMA_F16_ASM("m64n256k16", HG90_ACC_REGS128, "%128", "%129", "%130", TYPE, TRANS_A, TRANS_B)
 
-#define HG90_DEFINE_WGMMA(CTYPE, TYPE, TA, TB)                                                              \
+// The first 16, 8 and 4: the m64n32, m64n16 and m64n8 accumulators (swap-AB decode tiles: C^T = B^T A^T with the
+// token count as the wgmma N).
+#define HG90_ACC_ITEMS4 "%0, %1, %2, %3"
+#define HG90_ACC_ITEMS8 HG90_ACC_ITEMS4 ", %4, %5, %6, %7"
+#define HG90_ACC_REGS4 "{" HG90_ACC_ITEMS4 "}"
+#define HG90_ACC_REGS8 "{" HG90_ACC_ITEMS8 "}"
+#define HG90_ACC_REGS16 "{" HG90_ACC_ITEMS8 ", %8, %9, %10, %11, %12, %13, %14, %15}"
+#define HG90_WGMMA_ACC_LIST4(X) X(0), X(1), X(2), X(3)
+#define HG90_WGMMA_ACC_LIST8(X) HG90_WGMMA_ACC_LIST4(X), X(4), X(5), X(6), X(7)
+#define HG90_WGMMA_ACC_LIST16(X) HG90_WGMMA_ACC_LIST8(X), X(8), X(9), X(10), X(11), X(12), X(13), X(14), X(15)
+#define HG90_WGMMA_M64N32K16_ASM(T, A, B) HG90_WGMMA_F16_ASM("m64n32k16", HG90_ACC_REGS16, "%16", "%17", "%18", T, A, B)
+#define HG90_WGMMA_M64N16K16_ASM(T, A, B) HG90_WGMMA_F16_ASM("m64n16k16", HG90_ACC_REGS8, "%8", "%9", "%10", T, A, B)
+#define HG90_WGMMA_M64N8K16_ASM(T, A, B) HG90_WGMMA_F16_ASM("m64n8k16", HG90_ACC_REGS4, "%4", "%5", "%6", T, A, B)
+
+// The primary templates: wgmma_m64n{N}k16<T, TRANS_A, TRANS_B>(float (&d)[NACC], desc_a, desc_b, scale_d), one per
+// shape, each specialised below per element type and transposition.
+#define HG90_DECLARE_WGMMA_SHAPE(N, NACC)                                                                  \
+  template <typename T, int TRANS_A, int TRANS_B>                                                          \
+  __device__ __forceinline__ void wgmma_m64n##N##k16(float(&d)[NACC], uint64_t desc_a, uint64_t desc_b, \
+                                                     int scale_d);
+HG90_DECLARE_WGMMA_SHAPE(256, 128)
+HG90_DECLARE_WGMMA_SHAPE(192, 96)
+HG90_DECLARE_WGMMA_SHAPE(128, 64)
+HG90_DECLARE_WGMMA_SHAPE(112, 56)
+HG90_DECLARE_WGMMA_SHAPE(96, 48)
+HG90_DECLARE_WGMMA_SHAPE(64, 32)
+HG90_DECLARE_WGMMA_SHAPE(32, 16)
+HG90_DECLARE_WGMMA_SHAPE(16, 8)
+HG90_DECLARE_WGMMA_SHAPE(8, 4)
+#undef HG90_DECLARE_WGMMA_SHAPE
+
+// One shape's specialisation: wgmma_m64n{N}k16 over NACC accumulators (HG90_WGMMA_M64N{N}K16_ASM,
+// HG90_WGMMA_ACC_LIST{NACC}).
+#define HG90_WGMMA_ACC_LIST128(X) HG90_WGMMA_ACC_LIST(X)
+#define HG90_DEFINE_WGMMA_SHAPE(CTYPE, TYPE, TA, TB, N, NACC)                                                \
   template <>                                                                                              \
-  __device__ __forceinline__ void wgmma_m64n256k16<CTYPE, TA, TB>(float(&d)[128], uint64_t desc_a,         \
-                                                              uint64_t desc_b, int scale_d) {              \
-    asm volatile(HG90_WGMMA_M64N256K16_ASM(TYPE, #TA, #TB)                                                  \
-                 : HG90_WGMMA_ACC_LIST(HG90_ACC_OPERAND)                                                    \
-                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));                                                \
-  }                                                                                                        \
-  template <>                                                                                              \
-  __device__ __forceinline__ void wgmma_m64n192k16<CTYPE, TA, TB>(float(&d)[96], uint64_t desc_a,          \
-                                                              uint64_t desc_b, int scale_d) {              \
-    asm volatile(HG90_WGMMA_M64N192K16_ASM(TYPE, #TA, #TB)                                                  \
-                 : HG90_WGMMA_ACC_LIST96(HG90_ACC_OPERAND)                                                  \
-                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));                                                \
-  }                                                                                                        \
-  template <>                                                                                              \
-  __device__ __forceinline__ void wgmma_m64n128k16<CTYPE, TA, TB>(float(&d)[64], uint64_t desc_a,          \
-                                                              uint64_t desc_b, int scale_d) {              \
-    asm volatile(HG90_WGMMA_M64N128K16_ASM(TYPE, #TA, #TB)                                                  \
-                 : HG90_WGMMA_ACC_LIST64(HG90_ACC_OPERAND)                                                  \
-                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));                                                \
-  }                                                                                                        \
-  template <>                                                                                              \
-  __device__ __forceinline__ void wgmma_m64n64k16<CTYPE, TA, TB>(float(&d)[32], uint64_t desc_a,           \
-                                                             uint64_t desc_b, int scale_d) {               \
-    asm volatile(HG90_WGMMA_M64N64K16_ASM(TYPE, #TA, #TB)                                                   \
-                 : HG90_WGMMA_ACC_LIST32(HG90_ACC_OPERAND)                                                  \
+  __device__ __forceinline__ void wgmma_m64n##N##k16<CTYPE, TA, TB>(float(&d)[NACC], uint64_t desc_a,      \
+                                                                  uint64_t desc_b, int scale_d) {          \
+    asm volatile(HG90_WGMMA_M64N##N##K16_ASM(TYPE, #TA, #TB)                                                \
+                 : HG90_WGMMA_ACC_LIST##NACC(HG90_ACC_OPERAND)                                              \
                  : "l"(desc_a), "l"(desc_b), "r"(scale_d));                                                \
   }
+#define HG90_DEFINE_WGMMA(CTYPE, TYPE, TA, TB)             \
+  HG90_DEFINE_WGMMA_SHAPE(CTYPE, TYPE, TA, TB, 256, 128) \
+  HG90_DEFINE_WGMMA_SHAPE(CTYPE, TYPE, TA, TB, 192, 96)  \
+  HG90_DEFINE_WGMMA_SHAPE(CTYPE, TYPE, TA, TB, 128, 64)  \
+  HG90_DEFINE_WGMMA_SHAPE(CTYPE, TYPE, TA, TB, 112, 56)  \
+  HG90_DEFINE_WGMMA_SHAPE(CTYPE, TYPE, TA, TB, 96, 48)   \
+  HG90_DEFINE_WGMMA_SHAPE(CTYPE, TYPE, TA, TB, 64, 32)   \
+  HG90_DEFINE_WGMMA_SHAPE(CTYPE, TYPE, TA, TB, 32, 16)   \
+  HG90_DEFINE_WGMMA_SHAPE(CTYPE, TYPE, TA, TB, 16, 8)    \
+  HG90_DEFINE_WGMMA_SHAPE(CTYPE, TYPE, TA, TB, 8, 4)
 HG90_DEFINE_WGMMA(__half, "f16", 0, 0)
 HG90_DEFINE_WGMMA(__half, "f16", 0, 1)
 HG90_DEFINE_WGMMA(__half, "f16", 1, 0)
@@ -392,6 +411,7 @@ HG90_DEFINE_WGMMA(__nv_bfloat16, "bf16", 0, 1)
 HG90_DEFINE_WGMMA(__nv_bfloat16, "bf16", 1, 0)
 HG90_DEFINE_WGMMA(__nv_bfloat16, "bf16", 1, 1)
 #undef HG90_DEFINE_WGMMA
+#undef HG90_DEFINE_WGMMA_SHAPE
 
 // TF32 (fp32 operands in shared memory; the tensor core reads their top 19 bits): k8 per instruction,
 // and both operands K-major only (PTX has no transpose immediates for .tf32). The k8 slice of a
@@ -440,8 +460,8 @@ __device__ __forceinline__ uint64_t desc_advance(uint64_t desc, int bytes) {
   return desc + static_cast<uint64_t>(bytes >> 4);
 }
 
-// One k-block of BK elements as BK/16 wgmma m64nNk16 (N = 2 * accumulators: 256, 192, 128 or 64) from
-// 128-byte-swizzled shared memory, given the descriptors of its first slice (kblock_desc): A K-major (this
+// One k-block of BK elements as BK/16 wgmma m64nNk16 (N = 2 * accumulators: 256, 192, 128, 112, 96, 64, 32, 16 or
+// 8) from 128-byte-swizzled shared memory, given the descriptors of its first slice (kblock_desc): A K-major (this
 // warpgroup's 64 rows) or MN-major (kAT: one 64-wide M panel of BK rows), B K-major (TN) or MN-major (kNN, 64-wide
 // column panels). The k-th 16-element slice of a K-major row starts 32 bytes further (the hardware applies the
 // swizzle to the full address); of an MN-major operand, 16 K rows further. Each slice's descriptors are one add
@@ -450,8 +470,10 @@ __device__ __forceinline__ uint64_t desc_advance(uint64_t desc, int bytes) {
 // T = float: BK fp32 elements (128 bytes: BK = 32) as BK/8 tf32 m64nNk8, both operands K-major (32 bytes a slice).
 template <typename T, bool kAT, bool kNN, int BK, int NACC>
 __device__ __forceinline__ void wgmma_kblock_desc(float (&d)[NACC], uint64_t da, uint64_t db, bool accumulate) {
-  static_assert(NACC == 128 || NACC == 96 || NACC == 64 || NACC == 32,
-                "m64n256, m64n192, m64n128 or m64n64 accumulators");
+  static_assert(NACC == 128 || NACC == 96 || NACC == 64 || NACC == 56 || NACC == 48 || NACC == 32 ||
+                    (sizeof(T) == 2 && (NACC == 16 || NACC == 8 || NACC == 4)),
+                "m64n256, m64n192, m64n128, m64n112, m64n96 or m64n64 accumulators (fp16/bf16: m64n32, m64n16, "
+                "m64n8 too)");
   static_assert(BK * sizeof(T) == 128, "a k-block is one 128-byte swizzle row");
   constexpr int kStepA = kAT ? 16 * 128 : 32, kStepB = kNN ? 16 * 128 : 32;
   if constexpr (sizeof(T) == 4) {
@@ -471,8 +493,18 @@ __device__ __forceinline__ void wgmma_kblock_desc(float (&d)[NACC], uint64_t da,
         wgmma_m64n192k16<T, kTA, kTB>(d, dak, dbk, scale_d);
       else if constexpr (NACC == 64)
         wgmma_m64n128k16<T, kTA, kTB>(d, dak, dbk, scale_d);
-      else
+      else if constexpr (NACC == 56)
+        wgmma_m64n112k16<T, kTA, kTB>(d, dak, dbk, scale_d);
+      else if constexpr (NACC == 48)
+        wgmma_m64n96k16<T, kTA, kTB>(d, dak, dbk, scale_d);
+      else if constexpr (NACC == 32)
         wgmma_m64n64k16<T, kTA, kTB>(d, dak, dbk, scale_d);
+      else if constexpr (NACC == 16)
+        wgmma_m64n32k16<T, kTA, kTB>(d, dak, dbk, scale_d);
+      else if constexpr (NACC == 8)
+        wgmma_m64n16k16<T, kTA, kTB>(d, dak, dbk, scale_d);
+      else
+        wgmma_m64n8k16<T, kTA, kTB>(d, dak, dbk, scale_d);
     }
   }
 }

@@ -16,9 +16,10 @@ from .kgroups_sum import GroupSumRole
 from .splitk import SplitKRole
 from .tma_gemm import K_GROUPS, K_SUM, TmaGemmRole
 
-# K groups: offered unbatched and unicast to the fp16/bf16 kernels of KG_TILE_ROWS x at most KG_TILE_COLS tiles, where
-# C fills a tile, with the group counts that fill a wave and a share of at least KG_MIN_BLOCKS k-blocks per CTA;
-# deferred (k_sum) unclustered, without SwiGLU, on the tallest tile C fills (docs/dev/planner.md#k-groups)
+# K groups: offered unbatched and unicast to the fp16/bf16 kernels of KG_TILE_ROWS x at most KG_TILE_COLS tiles (not
+# the token-width ones), where C fills a tile, with the group counts that fill a wave and a share of at least
+# KG_MIN_BLOCKS k-blocks per CTA; deferred (k_sum) unclustered, without SwiGLU, on the tallest tile C fills
+# (docs/dev/planner.md#k-groups)
 KG_DTYPES = ("f16", "bf16")
 KG_TILE_ROWS, KG_TILE_COLS = 128, 128
 KG_MIN_BLOCKS = 4
@@ -31,6 +32,14 @@ SMEM_SPLIT_FIXED_US = 5.5
 KG_SUM_LOADS = 4  # the K groups' sum: L2 loads in flight per thread (cu/matmul_sm90.cu, kgroups_fixup's unroll)
 K_GROUPS_DEFERRED = 1 << 16  # i32:k_groups's bit of a deferred launch (cu/matmul_sm90.cu, kKgDeferred)
 SMEM_SPLIT_SUM_US = 0.6
+# Tile widths offered whole-K launches only: split, they lose to the 64/128-wide tiles the model ranks below them
+# (docs/dev/tuning_log.md#the-128-x-112-and-128-x-96-tiles-session-33-h200)
+UNSPLIT_TILE_COLS = (112, 96)
+# The token-width tiles (cu/matmul_sm90.cu, kTokenN: at most TOKEN_TILE_COLS columns), decode run as C^T = B^T A^T
+# with the weights as A: where the tokens fit one tile's width, each CTA streams its panel of A once through an 11-13
+# stage ring, at ArchRates.token_tile_dram_bytes_per_s
+TOKEN_TILE_COLS = 32
+SECTOR_BYTES = 32
 
 
 @dataclass(frozen=True)
@@ -71,6 +80,24 @@ def smem_split(spec: KernelSpec) -> bool:
     return spec.role == StridedWgmma.name and spec.dtype == "f32" and spec.acc == "f32"
 
 
+def token_tile(spec: KernelSpec) -> bool:
+    """A gemm_strided_wgmma kernel of a token-width tile (at most TOKEN_TILE_COLS columns: the decode tiles)."""
+    return spec.role == StridedWgmma.name and spec.tile[1] <= TOKEN_TILE_COLS
+
+
+def streams_a_once(spec: KernelSpec, g: Gemm) -> bool:
+    """A token-width tile's launch whose N fits one tile's width: no two CTAs read a panel of A."""
+    return token_tile(spec) and g.N <= spec.tile[1]
+
+
+def c_column_run(spec: KernelSpec, isz: int) -> int:
+    """How many elements down one of C's columns a launch's stores write together, where C's columns are contiguous
+    (the transposed C of C^T = B^T A^T): whole sectors for a token-width tile (cu/matmul_sm90.cu, store_pass_columns:
+    8 rows a thread, a warp 128 rows of a column), one for the others (their warps store along a row of the tile, as
+    costmodel's strided_c_column_bytes_per_s was measured)."""
+    return SECTOR_BYTES // isz if token_tile(spec) else 1
+
+
 def strided_wgmma_rate(spec: KernelSpec) -> float:
     """The kernel's sustained TFLOPS as measured and declared in its toml (`rate_tflops`, with `rate_source`: the
     manifest refuses a gemm_strided_wgmma kernel without one). TF32 and 3xTF32 kernels declare their own rate."""
@@ -84,11 +111,14 @@ class StridedWgmma(SplitKRole, TmaGemmRole):
     fp32_tile_epilogue = True
     l2_panel = True
 
+    def splits_k(self, spec: KernelSpec) -> bool:
+        return spec.tile[1] not in UNSPLIT_TILE_COLS
+
     def k_group_routes(self, prob: Problem, spec: KernelSpec, ctx: RouteContext, transpose: bool,
                        splits: int) -> list[Route]:
         if not (spec.dtype in KG_DTYPES and spec.tile[0] <= KG_TILE_ROWS and spec.tile[1] <= KG_TILE_COLS and
-                ctx.sm_count and not prob.batched and ctx.cc >= (9, 0)):
-            return []
+                ctx.sm_count and not prob.batched and ctx.cc >= (9, 0)) or token_tile(spec):
+            return []  # (the token-width tiles: decode's thousands of rows fill the SMs; K groups unmeasured there)
         out = []
         M, N = (prob.N, prob.M) if transpose else (prob.M, prob.N)
         tiles = spec.output_tiles(M, N, prob.swiglu)
@@ -126,10 +156,12 @@ class StridedWgmma(SplitKRole, TmaGemmRole):
         return strided_wgmma_rate(spec)
 
     def dram_bytes_per_s(self, model: Any, spec: KernelSpec, g: Gemm, ctas: int) -> float:
-        """K groups: what the CTAs of one wave stream (deferred: nobody waiting on another) from DRAM at."""
+        """Token-width tiles one wide: what their deep rings stream A at; K groups: what the CTAs of one wave stream
+        (deferred: nobody waiting on another) from DRAM at."""
         r = model.rates
         if g.k_groups == 1:
-            return r.dram_bytes_per_s
+            return r.token_tile_dram_bytes_per_s if streams_a_once(spec, g) and r.token_tile_dram_bytes_per_s \
+                else r.dram_bytes_per_s
         wave = min(ctas, model.cta_slots(spec, g.splits))
         if g.k_deferred:
             return min(r.k_sum_dram_bytes_per_s, wave * r.k_sum_cta_bytes_per_s)
