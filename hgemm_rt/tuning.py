@@ -179,13 +179,7 @@ def save(entries: dict, device_name: str, build_hash: str, path: Path | None = N
              for k, e in entries.items()}
     doc = {"schema": SCHEMA, "device": device_name, "build_hash": build_hash, "entries": plain,
            "sha256": _checksum(plain)}
-    return write_json(path, doc)
-
-
-def write_json(path: Path, doc: dict) -> Path:
-    """`doc` as indented JSON (sorted keys) in `path`, atomically: a temp file beside it, then os.replace; a new
-    file's mode follows the umask, a replaced one keeps its own. Returns `path`."""
-    # (os.open applies the umask; mkstemp's mode would be 0600)
+    # a new file's mode follows the umask (os.open applies it; mkstemp's would be 0600), a replaced one keeps its own
     tmp = str(path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:

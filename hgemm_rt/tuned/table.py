@@ -111,7 +111,7 @@ def table_path(device_name: str, folder: Path | None = None) -> Path:
 
 
 # ---------------------------------------------------------------------------------------------------
-# writing (hgemm-tune) and reading
+# the document (hgemm-tune writes it) and its checks
 # ---------------------------------------------------------------------------------------------------
 
 def entry_of(prob: Problem, route: Route, us: float, model_route: Route, model_us: float | None) -> tuple[str, dict]:
@@ -129,13 +129,6 @@ def table_doc(entries: dict[str, dict], device: str, cc: tuple[int, int], sm_cou
     return {"schema": SCHEMA, "device": device, "cc": list(cc), "sm_count": sm_count, "build_hash": build_hash,
             "date": date or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
             "version": __version__, "margin": margin, "sections": sorted(set(sections)), "entries": entries}
-
-
-def write_table(path: Path, doc: dict) -> Path:
-    """Write `doc` atomically (temp file + rename), after checking that it reads back as a table."""
-    parse_table(doc)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return tuning.write_json(path, doc)
 
 
 def _positive(x: Any, what: str) -> float:
