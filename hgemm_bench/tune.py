@@ -172,8 +172,9 @@ def write_table(path: Path, doc: dict) -> None:
 # the GPU part
 # ---------------------------------------------------------------------------------------------------
 
-def operand(rng: np.random.Generator, rows: int, cols: int, order: str, dtype: str, batch: int) -> Any:
-    """A rows x cols N(0, 1) DeviceArray (batch > 1: 3-D); column-major: the transposed view of a cols x rows one."""
+def operand(rng: np.random.Generator, rows: int, cols: int, order: str, dtype: str, batch: int) -> tuple[Any, Any]:
+    """(a rows x cols N(0, 1) DeviceArray, 3-D for batch > 1, the array that owns its memory): column-major is the
+    transposed view of a cols x rows array."""
     from hgemm_rt import DeviceArray
     from hgemm_rt.dtypes import to_storage
 
@@ -181,30 +182,32 @@ def operand(rng: np.random.Generator, rows: int, cols: int, order: str, dtype: s
     shape = shape if batch == 1 else (batch, *shape)
     stored = DeviceArray.from_host(to_storage(rng.standard_normal(shape, dtype=np.float32), dtype), dtype)
     if order == "row":
-        return stored
+        return stored, stored
     st = stored.strides
     return DeviceArray(stored.ptr, (*shape[:-2], shape[-1], shape[-2]), dtype, (*st[:-2], st[-1], st[-2]),
-                       owner=stored, device=stored.device)
+                       owner=stored, device=stored.device), stored
 
 
 def measure(shape: Shape, s: Settings, rng: np.random.Generator) -> tuple[Any, list[dict], Any]:
-    """(the Problem, Matmul.autotune's results fastest first, the cost model's pick) of one shape."""
+    """(the Problem, Matmul.autotune's results fastest first, the cost model's pick) of one shape; its GPU memory
+    freed before it returns."""
     import hgemm_rt as hg
     from hgemm_rt import planner
     from hgemm_rt.device import get_device
     from hgemm_rt.registry import get_registry
 
-    a = operand(rng, shape.M, shape.K, shape.a_order, shape.dtype, shape.batch)
-    b = operand(rng, shape.K, shape.N, shape.b_order, shape.dtype, shape.batch)
+    (a, a_mem), (b, b_mem) = (operand(rng, shape.M, shape.K, shape.a_order, shape.dtype, shape.batch),
+                              operand(rng, shape.K, shape.N, shape.b_order, shape.dtype, shape.batch))
     c = hg.empty((shape.M, shape.N) if shape.batch == 1 else (shape.batch, shape.M, shape.N), shape.dtype)
     info = get_device().info
-    with hg.Matmul(a, b, out=c) as mm:
-        model = planner.heuristic_recipe(mm.problem, get_registry().manifest, info.cc, info.sm_count)
-        results = mm.autotune(candidates=s.candidates, iters=s.iters, warmup=s.warmup, save=False)
-        prob = mm.problem
-    for x in (a, b, c):
-        x.close()
-    return prob, results, model.route
+    try:
+        with hg.Matmul(a, b, out=c) as mm:
+            model = planner.heuristic_recipe(mm.problem, get_registry().manifest, info.cc, info.sm_count)
+            results = mm.autotune(candidates=s.candidates, iters=s.iters, warmup=s.warmup, save=False)
+            return mm.problem, results, model.route
+    finally:
+        for x in (a_mem, b_mem, c):
+            x.close()
 
 
 def outcome(shape: Shape, best: dict | None, model_route: Any, model_us: float | None) -> str:

@@ -309,3 +309,70 @@ def test_list_prints_the_shapes_without_a_gpu(capsys):
     assert tune.main(["--list", "--sections", "decode"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out == [s.cell for s in tune.shape_set(["decode"], None)] and "1x4096x4096 f16 A row B col" in out
+
+
+def test_a_run_writes_after_every_shape_keeps_the_winners_and_adds_to_its_own_table(monkeypatch, tmp_path, capsys):
+    """main's loop with the GPU part (measure) replaced: M = 16 loses to the cost model, M = 1 wins by 10%."""
+    import hgemm_rt.device
+    import hgemm_rt.registry
+
+    def measure(shape, settings, rng):
+        prob = linear(shape.M, shape.N, shape.K)
+        assert not out.exists() or json.loads(out.read_text())["entries"] is not None  # (whole after each shape)
+        return prob, [result("w", 9.0 if shape.M == 1 else 10.0), result("m", 10.0)], Route("m")
+
+    out = tmp_path / "t.json"
+    monkeypatch.setattr(tune, "measure", measure)
+    monkeypatch.setattr(hgemm_rt.device, "get_device", lambda: SimpleNamespace(info=INFO))
+    monkeypatch.setattr(hgemm_rt.registry, "get_registry", lambda: SimpleNamespace(manifest=SimpleNamespace(
+        build_hash="abc")))
+    argv = ["--sections", "decode", "--only", "^(1|16)x4096x4096 f16 A row B col", "--no-progress", "--out", str(out)]
+    assert tune.main(argv) == 0
+    assert "1 of 2 shapes beat the cost model" in capsys.readouterr().out
+    t = table.read_table(out)
+    assert [(e["M"], e["route"], e["us"], e["model_us"]) for e in t.entries.values()] == [(1, Route("w"), 9.0, 10.0)]
+    assert tune.main(["--sections", "models", "--only", "^128x4096x4096 ", "--no-progress", "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert len(doc["entries"]) == 1 and doc["sections"] == ["decode", "models"]  # (kept; 128 did not win)
+
+
+# -- on the GPU ------------------------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+def test_gpu_matmul_runs_a_shipped_route_and_computes_the_product(fresh_plans, rng):
+    import numpy as np
+
+    import hgemm_rt as hg
+    from hgemm_rt.registry import get_registry
+
+    a = rng.standard_normal((512, 4096)).astype(np.float16)
+    w = rng.standard_normal((4096, 4096)).astype(np.float16)  # (N x K, as nn.Linear holds it)
+    A, W, C = hg.to_device(a), hg.to_device(w), hg.empty((512, 4096), "f16")
+    info = hg.get_device().info
+    prob = hg.Matmul(A, W.T, out=C).problem
+    manifest = get_registry().manifest
+    route = planner.ranked_recipes(prob, manifest, info.cc, info.sm_count)[-1][1].route
+    ship([(prob, route)], info=info)
+    hg.plans.clear()
+    hg.matmul(A, W.T, out=C)
+    assert route.kernel in hg.explain(A, W.T, out=C)
+    ref = a.astype(np.float64) @ w.astype(np.float64).T
+    assert np.linalg.norm(C.to_numpy() - ref) / np.linalg.norm(ref) < 5e-3
+
+
+@pytest.mark.gpu
+def test_gpu_hgemm_tune_writes_a_table_that_reads_back(tmp_path, capsys):
+    from hgemm_rt.device import get_device
+    from hgemm_rt.registry import get_registry
+
+    out = tmp_path / "table.json"
+    shape = "16x4096x4096 f16 A row B col"
+    assert tune.main(["--sections", "decode", "--only", f"^{shape}", "--iters", "5", "--no-progress", "--margin", "0",
+                      "--out", str(out)]) == 0
+    assert shape in capsys.readouterr().out
+    t = table.read_table(out)
+    info = get_device().info
+    assert (t.device, t.cc, t.sm_count) == (info.name, info.cc, info.sm_count) and len(t.entries) <= 1
+    for e in t.entries.values():
+        assert tuning.route_runs(e["route"], get_registry().manifest)
+        assert e["model_us"] is None or e["us"] < e["model_us"]
