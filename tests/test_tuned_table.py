@@ -197,7 +197,7 @@ def test_hgemm_tuned_0_turns_the_table_off(monkeypatch):
 
 
 @needs_build
-@pytest.mark.parametrize("damage", ["not json", "schema", "entry key", "route", "time", "device"])
+@pytest.mark.parametrize("damage", ["not json", "schema", "entry key", "route", "time", "shape", "device"])
 def test_a_malformed_table_warns_once_and_matmul_plans_with_the_cost_model(monkeypatch, damage):
     prob = linear(512)
     path = ship([(prob, ranked(prob)[-1].route)])
@@ -214,6 +214,8 @@ def test_a_malformed_table_warns_once_and_matmul_plans_with_the_cost_model(monke
             entry["route"] = {"kernel": 3}
         elif damage == "time":
             entry["us"] = -1
+        elif damage == "shape":
+            entry["M"] = 0
         else:
             doc["device"] = "NVIDIA H100 80GB HBM3"
         path.write_text(json.dumps(doc))

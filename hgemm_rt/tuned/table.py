@@ -219,7 +219,7 @@ def _table(device_name: str) -> Table | None:
                 raise ValueError(f"written for {table.device!r}")
         except (FileNotFoundError, NotADirectoryError):
             pass  # (no table for this GPU: the cost model chooses)
-        except (OSError, ValueError, TypeError) as exc:  # (json's errors are ValueErrors)
+        except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:  # (json's errors are ValueErrors)
             table = None
             warnings.warn(f"hgemm shipped tuning table {path} is not used ({exc}); matmul's choices are the cost "
                           "model's", RuntimeWarning, stacklevel=4)
