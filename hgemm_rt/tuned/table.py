@@ -4,7 +4,7 @@
 
 A table is written by `hgemm-tune` (hgemm_bench/tune.py) on the GPU it describes, and shipped in the wheel as
 hgemm_rt/tuned/<device key>.json, the key being tuning.device_key of the GPU's name (the one naming of the
-tuning cache's files: "NVIDIA H200" -> NVIDIA_H200.json). No table is shipped yet: the H200's is produced by
+tuning cache's files: NVIDIA_H200.json for "NVIDIA H200"). No table is shipped yet: the H200's is produced by
 `hgemm-tune` on an H200 and committed as data, reviewed in diffs.
 
 The file (SCHEMA 1), JSON:
@@ -16,8 +16,8 @@ The file (SCHEMA 1), JSON:
     the cost model's pick), model_us (its microseconds; null where it did not pass its check)
 
 The bucket of a problem: its class (dtype, acc, layout, epilogue) exactly; N and K exactly (a layer's weights);
-M and the batch count each in power-of-two buckets, the power of two nearest in log2 (M = 3 -> 4, 5 -> 4, 6 -> 8,
-1000 -> 1024; an unbatched problem: batch 1). layout: per operand A, B, C its order, "r" (row-major: unit column
+M and the batch count each in power-of-two buckets, the power of two nearest in log2 (M = 3 and 5 in bucket 4, 6 in 8,
+1000 in 1024; an unbatched problem: batch 1). layout: per operand A, B, C its order, "r" (row-major: unit column
 stride), "c" (column-major: unit row stride) or "s" (neither), followed by "0" where a batched problem broadcasts
 it ("ArBcCr", "ArBc0Cr"). epilogue: the Problem key's mode ("plain": alpha 1, beta 0; "alpha"; "axpby": beta
 reads C), with "+epi<flags>" where a bias or activation is fused (epilogue.Epilogue.flags).
