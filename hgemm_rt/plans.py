@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from . import planner, tuning
+from . import planner, tuned, tuning
 from .cache import EXECUTIONS_LIMIT, Cache
 from .device import get_device
 from .errors import ValidationError
@@ -30,8 +30,9 @@ class PlanCache:
         self.calls = self._calls.entries  # (the repeat call's one lookup: plans.calls[key])
 
     def recipe(self, prob: Problem, device: int, kernel: str | None) -> Recipe:
-        """The autotuned route if the tuning cache has one for this device and build, else the cost
-        model's cheapest."""
+        """The autotuned route if the tuning cache has one for this device and build, else the shipped table's
+        for this GPU (hgemm_rt/tuned/), else the cost model's cheapest; a route that cannot run this problem is
+        passed over."""
         key = (device, prob.key_str, kernel)
         hit = self.recipes.get(key)
         if hit is not None:
@@ -39,11 +40,14 @@ class PlanCache:
         dev = get_device(device)
         manifest = get_registry().manifest
         recipe, source = None, "the cost model"
-        if kernel is None:
-            route = tuning.lookup(dev.info, manifest, prob.key_str)
-            if route is not None:
-                recipe = planner.recipe_for(route, prob, manifest)
-                source = "the tuning cache" if recipe is not None else source
+        if kernel is None:  # measured routes first: the user's autotune cache, then the table shipped for this GPU
+            for where, find in (("the tuning cache", lambda: tuning.lookup(dev.info, manifest, prob.key_str)),
+                                ("the shipped table", lambda: tuned.lookup(dev.info, manifest, prob))):
+                route = find()
+                recipe = planner.recipe_for(route, prob, manifest) if route is not None else None
+                if recipe is not None:
+                    source = where
+                    break
         if recipe is None:
             recipe = planner.heuristic_recipe(prob, manifest, dev.info.cc, dev.info.sm_count, kernel)
         if recipe is None and prob.swiglu and prob.batched:

@@ -72,19 +72,26 @@ def cache_dir() -> Path:
     return (Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache") / "hgemm"
 
 
+def device_key(device_name: str) -> str:
+    """A GPU's name (DeviceInfo.name, e.g. "NVIDIA H200") as a file name: reduced to characters that cannot leave
+    a folder ("NVIDIA_H200"). The tuning cache's files and the shipped tables (hgemm_rt/tuned/) are named by it."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", device_name).strip("_") or "gpu"
+
+
 def cache_path(device_name: str, build_hash: str) -> Path:
     """The file of one (GPU, build): both names reduced to characters that cannot leave the folder (the
     build hash to its hex digits: it comes from the manifest, which is data)."""
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", device_name).strip("_") or "gpu"
     digest = re.sub(r"[^0-9A-Fa-f]", "", build_hash or "")[:16] or "nohash"
-    return cache_dir() / f"autotune-{safe}-{digest}.json"
+    return cache_dir() / f"autotune-{device_key(device_name)}-{digest}.json"
 
 
 def _checksum(entries: dict) -> str:
     return hashlib.sha256(json.dumps(entries, sort_keys=True).encode()).hexdigest()
 
 
-def _route_ok(route: Route, manifest: Manifest) -> bool:
+def route_runs(route: Route, manifest: Manifest) -> bool:
+    """Whether this build can run `route` at all: its kernel exists and every option is one it was built with (or
+    a launch option in its range). Whether it runs a given problem is planner.recipe_for's question."""
     spec = manifest.kernels.get(route.kernel)
     if spec is None:
         return False
@@ -106,6 +113,9 @@ def _route_ok(route: Route, manifest: Manifest) -> bool:
     return True
 
 
+_route_ok = route_runs  # (the earlier private name, which tests/test_kgroups.py reads)
+
+
 def entry_from_json(e: object, manifest: Manifest) -> dict:
     """One validated entry {"route", "us", "tried"} of a cache file; ValueError saying what is wrong."""
     if not isinstance(e, dict) or not isinstance(e.get("route"), dict):
@@ -114,7 +124,7 @@ def entry_from_json(e: object, manifest: Manifest) -> dict:
     us = e.get("us")
     if isinstance(us, bool) or not isinstance(us, (int, float)) or not math.isfinite(us) or us <= 0:
         raise ValueError(f"time {us!r} is not a positive number of microseconds")
-    if not _route_ok(route, manifest):
+    if not route_runs(route, manifest):
         raise ValueError(f"names a route this build cannot run: {route}")
     tried = e.get("tried", [])
     return {"route": route, "us": float(us), "tried": tried if isinstance(tried, list) else []}

@@ -125,7 +125,8 @@ def test_version_has_one_source_that_pyproject_reads_and_the_changelog_follows()
 def test_one_distribution_name_and_no_build_command_in_the_wheel():
     project = PYPROJECT["project"]
     assert project["name"] == "hgemm"
-    assert project["scripts"] == {"hgemm-bench": "hgemm_bench.main:main"}  # the build runs in a checkout only
+    assert project["scripts"] == {"hgemm-bench": "hgemm_bench.main:main",  # the build runs in a checkout only
+                                  "hgemm-tune": "hgemm_bench.tune:main"}
     assert any(c.startswith("Programming Language :: Python :: 3") for c in project["classifiers"])
     assert "License ::" not in " ".join(project["classifiers"])  # (PEP 639: the SPDX `license` says it)
 
