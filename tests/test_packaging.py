@@ -150,7 +150,8 @@ def test_installed_wheel_loads_and_verifies_every_kernel_from_its_own_copy(tmp_p
     gemms = {k["name"] for k in checkout["kernels"] if k["ladder"] != "matmul"}
     assert gemms and gemms <= set(got["listed"])
     assert got["compilers"] == [], "the wheel environment must not hold the build extra"
-    assert got["scripts"] == {"hgemm-bench": "hgemm_bench.main:main"}  # (the build needs a checkout: no command)
+    # (the build needs a checkout: no command for it)
+    assert got["scripts"] == {"hgemm-bench": "hgemm_bench.main:main", "hgemm-tune": "hgemm_bench.tune:main"}
 
 
 def test_installed_console_script_lists_the_kernels(tmp_path):
@@ -161,6 +162,11 @@ def test_installed_console_script_lists_the_kernels(tmp_path):
                          timeout=300)
     assert run.returncode == 0, run.stderr
     assert "hgemm_sm90_wgmma_tma_ws_tn" in run.stdout and "hgemm_cublas_tensor_op_tn" in run.stdout
+    tune = shutil.which("hgemm-tune", path=str(WHEEL_ENV / "bin"))
+    assert tune, f"no hgemm-tune in {WHEEL_ENV / 'bin'}"
+    run = subprocess.run([tune, "--list"], cwd=tmp_path, env=_clean_env(), capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0 and "512x4096x4096 f16" in run.stdout, run.stderr  # its shape sets, no GPU needed
 
 
 # -- a wheel on a machine whose driver is older than the compiler that built it ----------------------
