@@ -12,12 +12,13 @@ from ._driver import check, driver
 from .call import Call
 from .device import get_device
 from .errors import ValidationError
-from .launcher import check_or_relaunch, is_capturing, may_capture
+from .launcher import check_or_relaunch
 from .launchplan import LaunchPlan, PackedSet
 from .memory import DeviceArray, byte_extent, note_write
 from .plans import plans
 from .problem import Problem, Recipe
 from .registry import get_registry
+from .streams import is_capturing, may_capture
 
 # a call repeated this many times on the same buffers and stream launches through a CUDA graph from then on: one
 # cuGraphLaunch instead of a cuLaunchKernelEx per kernel (built once: ~100 us on an H100 host)

@@ -336,21 +336,6 @@ def _launch_struct(cfg: LaunchConfig, stream: int) -> Any:
     return lc
 
 
-def is_capturing(stream: int) -> bool:
-    """Whether `stream` is capturing a CUDA graph (DriverError if the query fails)."""
-    status = ctypes.c_int()
-    check_code(native().cuStreamIsCapturing(stream or None, status), "cuStreamIsCapturing")
-    return status.value != 0
-
-
-def may_capture(stream: int) -> bool:
-    """True unless `stream` is certainly not capturing (an error, such as the legacy stream's implicit
-    capture, counts as capturing): a graph launch may not be captured (CUDA 13: STREAM_CAPTURE_UNSUPPORTED,
-    and the capture is lost), so a capturing stream gets the kernel launches instead."""
-    status = ctypes.c_int()
-    return native().cuStreamIsCapturing(stream or None, status) != 0 or status.value != 0
-
-
 # a launch with another context current (a thread that never made ours current, another device's
 # context left by a framework) fails with one of these; the caller makes the context current and retries
 CONTEXT_ERRORS = ("CUDA_ERROR_INVALID_CONTEXT", "CUDA_ERROR_INVALID_HANDLE", "CUDA_ERROR_CONTEXT_IS_DESTROYED")

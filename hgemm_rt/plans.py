@@ -10,10 +10,10 @@ from .cache import EXECUTIONS_LIMIT, Cache
 from .device import get_device
 from .errors import ValidationError
 from .executor import Execution
-from .launcher import is_capturing
 from .logs import route_log
 from .problem import Problem, Recipe
 from .registry import get_registry
+from .streams import is_capturing
 
 __all__ = ["PlanCache", "plans"]
 

@@ -61,20 +61,30 @@ def wait_for(consumer: int, producer: int | None, device: int) -> None:
         _waits.wait(consumer, producer, device)
 
 
+def is_capturing(stream: int) -> bool:
+    """Whether `stream` is capturing a CUDA graph (DriverError if the query fails)."""
+    status = ctypes.c_int()
+    check_code(native().cuStreamIsCapturing(stream or None, status), "cuStreamIsCapturing")
+    return status.value != 0
+
+
+def may_capture(stream: int) -> bool:
+    """True unless `stream` is certainly not capturing (an error, such as the legacy stream's implicit
+    capture, counts as capturing), for what a capture must not see: a graph launch (CUDA 13:
+    STREAM_CAPTURE_UNSUPPORTED, and the capture is lost; a capturing stream gets the kernel launches instead),
+    an event recorded to order another stream."""
+    status = ctypes.c_int()
+    return native().cuStreamIsCapturing(stream or None, status) != 0 or status.value != 0
+
+
 def order_after_writers(consumer: int, writers: Iterable[int], device: int) -> bool:
     """Make `consumer` wait for the work queued so far on each of the `writers` streams (an event recorded on
     each, waited for on `consumer`; nothing waits on the host). False, with nothing done, where events cannot
     order them: a writer is UNKNOWN_WRITER, or one is capturing a CUDA graph (an event recorded there would
     join the capture; a query that fails counts as capturing). The caller then synchronises the device."""
     pending = [w for w in writers if w != consumer]
-    if UNKNOWN_WRITER in pending:
+    if UNKNOWN_WRITER in pending or any(may_capture(w) for w in pending):
         return False
-    if pending:
-        lib = native()
-        status = ctypes.c_int()
-        for w in pending:
-            if lib.cuStreamIsCapturing(w, status) != 0 or status.value != 0:
-                return False
-        for w in pending:
-            _waits.wait(consumer, w, device)
+    for w in pending:
+        _waits.wait(consumer, w, device)
     return True
