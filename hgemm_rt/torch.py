@@ -48,6 +48,7 @@ from .api import direct_first, direct_repeat, matmul
 from .errors import ValidationError
 from .operands import torch_dtype_code
 from .problem import ACCUMULATE
+from .torch_direct import eager, readable, script_as
 from .validate import accumulate_code, check_option
 
 __all__ = ["Linear", "bmm", "linear", "mm", "replace_linear"]
@@ -106,13 +107,6 @@ def _check_linear(x: Tensor, weight: Tensor, bias: Optional[Tensor], accumulate:
     _check_tensors("linear", named, accumulate, fake)
 
 
-def _readable(t: Tensor) -> Tensor:
-    """t, or a dense copy where a dimension is broadcast (stride 0, as the gradient of a .sum() is):
-    the kernels and matmul's copies take distinct elements at distinct addresses."""
-    strides = t.stride()
-    return t.contiguous() if 0 in strides and any(s == 0 and n > 1 for n, s in zip(t.shape, strides)) else t
-
-
 # ---------------------------------------------------------------------------------------------------
 # the CUDA computations, shared by the custom ops' implementations and the direct path
 # ---------------------------------------------------------------------------------------------------
@@ -133,8 +127,8 @@ def _mm_cuda(a: Tensor, b: Tensor, accumulate: Optional[str]) -> Tensor:
     (M, K), N = sa, sb[1]
     if M and N and K:  # the result: new, by matmul (caching allocator, torch's current stream: where it runs)
         if accumulate is None:
-            return direct_first("mm", _readable(a), _readable(b))
-        return matmul(_readable(a), _readable(b), accumulate=accumulate)
+            return direct_first("mm", readable(a), readable(b))
+        return matmul(readable(a), readable(b), accumulate=accumulate)
     out = a.new_empty((M, N))
     return out.zero_() if K == 0 else out  # (the kernels take M, N, K >= 1; torch.mm's answer for K = 0 is zeros)
 
@@ -157,7 +151,7 @@ def _linear_cuda(x: Tensor, weight: Tensor, bias: Optional[Tensor], accumulate: 
     if K == 0:  # an empty sum: the bias alone
         out = x.new_empty((*xs[:-1], N))
         return out.zero_() if bias is None else out.copy_(bias)
-    x, weight, bias = _readable(x), _readable(weight), None if bias is None else _readable(bias)
+    x, weight, bias = readable(x), readable(weight), None if bias is None else readable(bias)
     # x (..., K) whose batch dimensions fold into rows (reshape's view: a copy has an address of its own) is
     # one GEMM of matmul's as it is; other x (1-D, or a batch that does not fold, which matmul would take as a
     # batch) as a 2-D view or one dense copy, into a view of the result
@@ -261,25 +255,6 @@ _linear_op.register_autograd(_linear_op_backward, setup_context=_linear_op_setup
 # the direct path: eager calls without the custom op's dispatch
 # ---------------------------------------------------------------------------------------------------
 
-# Tensor types the direct path takes as they are; any other (FakeTensor, FunctionalTensor, an fx Proxy, a
-# wrapper subclass) has its own dispatch, which only the custom op goes through.
-_PLAIN_TYPES = frozenset((Tensor, torch.nn.Parameter))
-# (torch's own checks; a torch without one has nothing for it to see)
-_dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 0)
-_functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
-_jit_tracing = getattr(torch._C, "_is_tracing", torch.jit.is_tracing)  # (torch.jit.is_tracing's C part)
-
-
-def _eager(a: Tensor, b: Tensor, c: Optional[Tensor] = None) -> bool:
-    """True where a call may skip the custom op: plain tensors, the first not a meta tensor (those take the
-    fake implementation; other devices are refused by the same checks either way), and nothing that records
-    or transforms ops in effect (torch.compile and export, whose Dynamo reads is_compiling() as True at
-    trace time; jit tracing; a dispatch mode such as make_fx's; a functorch transform)."""
-    return not (torch.compiler.is_compiling() or _jit_tracing() or _dispatch_modes()
-                or _functorch_active()) and type(a) in _PLAIN_TYPES and type(b) in _PLAIN_TYPES \
-        and (c is None or type(c) in _PLAIN_TYPES) and not a.is_meta
-
-
 # (forward with ctx, no setup_context: Function.apply binds a setup_context Function's arguments with
 # inspect.signature on every call, several times the rest of its cost; the functorch transforms that need
 # setup_context take the custom op instead)
@@ -309,7 +284,7 @@ class _LinearFunction(torch.autograd.Function):
         return (*_linear_grads(ctx, grad, mm), None)
 
 
-# Function.apply, as torch runs it outside functorch transforms (which _eager leaves to the custom op) for a Function
+# Function.apply, as torch runs it outside functorch transforms (which eager() leaves to the custom op) for a Function
 # without setup_context: dead functorch wrappers unwrapped, then the C apply; its Python part, which checks for the
 # transforms and maps the arguments in a generator, is skipped (a torch without these keeps Function.apply)
 _unwrap = getattr(getattr(torch._C, "_functorch", None), "unwrap_if_dead", None)
@@ -322,7 +297,7 @@ _unwrap = _unwrap or (lambda t: t)
 def mm(a: Tensor, b: Tensor, *, accumulate: Optional[str] = None) -> Tensor:
     """a @ b for 2-D a (M, K) and b (K, N) of one dtype (fp16, bf16, fp32) on one GPU, any strides:
     hgemm::mm (torch.ops.hgemm.mm), called directly in eager mode."""
-    if not _eager(a, b):
+    if not eager(a, b):
         return _mm_op(a, b, accumulate=accumulate)
     if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
         return _mm_apply(_unwrap(a), _unwrap(b), accumulate)
@@ -334,7 +309,7 @@ def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, *, accumula
     in_features), bias (out_features,) or None. The bias is added in the GEMM's epilogue, to the fp32
     accumulator before the one rounding of the result. hgemm::linear (torch.ops.hgemm.linear), called
     directly in eager mode."""
-    if not _eager(x, weight, bias):
+    if not eager(x, weight, bias):
         return _linear_op(x, weight, bias, accumulate=accumulate)
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad
                                     or bias is not None and bias.requires_grad):
@@ -342,16 +317,7 @@ def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, *, accumula
     return _linear_cuda(x, weight, bias, accumulate)
 
 
-def _script_as_the_ops() -> None:
-    """torch.jit.script compiles a call of mm or linear to the op itself (as it does torch's own Python
-    functions), where this torch has the builtin table that does it."""
-    register = getattr(getattr(torch.jit, "_builtins", None), "_register_builtin", None)
-    if register is not None:
-        register(mm, "hgemm::mm")
-        register(linear, "hgemm::linear")
-
-
-_script_as_the_ops()
+script_as({"hgemm::mm": mm, "hgemm::linear": linear})  # (jit.script: a call of mm or linear is the op)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from .api import matmul
 from .errors import ValidationError
 from .operands import torch_dtype_code
 from .problem import ACCUMULATE
+from .torch_direct import eager, readable, script_as
 from .validate import accumulate_code, check_option
 
 __all__ = ["bmm"]
@@ -62,16 +63,11 @@ def _check_bmm(a: Tensor, b: Tensor, accumulate: Optional[str], fake: bool) -> N
         raise ValidationError(f"{OP}: a is on {a.device} but b is on {b.device}: move them to one device")
 
 
-def _dense_where_broadcast(t: Tensor) -> Tensor:
-    """t, or a dense copy where a dimension is broadcast (stride 0, as the gradient of a .sum() is)."""
-    return t.contiguous() if any(s == 0 and n > 1 for n, s in zip(t.shape, t.stride())) else t
-
-
 def _bmm_cuda(a: Tensor, b: Tensor, accumulate: Optional[str]) -> Tensor:
     _check_bmm(a, b, accumulate, fake=False)
     (batch, M, K), N = a.shape, b.shape[2]
     if batch and M and N and K:  # the result: a new torch tensor by matmul, on torch's current stream
-        return matmul(_dense_where_broadcast(a), _dense_where_broadcast(b), accumulate=accumulate)
+        return matmul(readable(a), readable(b), accumulate=accumulate)
     out = a.new_empty((batch, M, N))
     return out.zero_() if K == 0 else out  # (the kernels take sizes >= 1; torch.bmm's answer for K = 0 is zeros)
 
@@ -112,18 +108,6 @@ _bmm_op.register_autograd(lambda ctx, grad: _gradients(ctx, grad, _bmm_op), setu
 
 # -- the direct path: eager calls without the custom op's dispatch ---------------------------------------
 
-_PLAIN_TYPES = frozenset((Tensor, torch.nn.Parameter))
-_dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 0)
-_functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
-
-
-def _direct(a: Tensor, b: Tensor) -> bool:
-    """Whether a call may skip the custom op: plain tensors, a not a meta tensor, and nothing that records
-    or transforms ops in effect (compile and export, jit tracing, a dispatch mode, a functorch transform)."""
-    recording = torch.compiler.is_compiling() or torch.jit.is_tracing() or _dispatch_modes() or _functorch_active()
-    return not recording and type(a) in _PLAIN_TYPES and type(b) in _PLAIN_TYPES and not a.is_meta
-
-
 class _BmmFunction(torch.autograd.Function):
     """bmm with autograd outside the custom op: the same backward, its products on `bmm` again."""
 
@@ -138,13 +122,11 @@ class _BmmFunction(torch.autograd.Function):
 def bmm(a: Tensor, b: Tensor, *, accumulate: Optional[str] = None) -> Tensor:
     """a @ b for 3-D a (B, M, K) and b (B, K, N) of one dtype (fp16, bf16, fp32) on one GPU, any strides, as
     torch.bmm: hgemm::bmm (torch.ops.hgemm.bmm), called directly in eager mode."""
-    if not _direct(a, b):
+    if not eager(a, b):
         return _bmm_op(a, b, accumulate=accumulate)
     if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
         return _BmmFunction.apply(a, b, accumulate)
     return _bmm_cuda(a, b, accumulate)
 
 
-_register_builtin = getattr(getattr(torch.jit, "_builtins", None), "_register_builtin", None)
-if _register_builtin is not None:  # torch.jit.script compiles a call of bmm to the op itself
-    _register_builtin(bmm, OP)
+script_as({OP: bmm})  # (jit.script: a call of bmm is the op)
