@@ -150,11 +150,11 @@ def existing_entries(path: Path, device: str, build_hash: str) -> tuple[dict, li
     """(the entries, the sections) of the table already at `path` where it was written on this GPU and build (a run
     adds to them), else ({}, [], why they are not)."""
     try:
-        tuned_table.read_table(path)
         doc = json.loads(path.read_text())
+        tuned_table.parse_table(doc)
     except FileNotFoundError:
         return {}, [], ""
-    except (OSError, ValueError, TypeError) as exc:
+    except (OSError, ValueError, TypeError, RecursionError) as exc:  # (as tuned_table.read_table reads a file)
         return {}, [], f"{path} is no table ({exc}): starting empty"
     if doc["device"] != device or doc["build_hash"] != build_hash:
         return {}, [], (f"{path} was measured on {doc['device']!r}, build {doc['build_hash'][:12]}: starting empty "

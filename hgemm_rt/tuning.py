@@ -37,6 +37,7 @@ import stat
 import threading
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -113,7 +114,11 @@ def route_runs(route: Route, manifest: Manifest) -> bool:
     return True
 
 
-_route_ok = route_runs  # (the earlier private name, which tests/test_kgroups.py reads)
+def positive_us(x: Any, what: str) -> float:
+    """A measured time read from a file: a finite positive number (not a bool), else ValueError naming `what`."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x <= 0:
+        raise ValueError(f"{what} {x!r} is not a positive number of microseconds")
+    return float(x)
 
 
 def entry_from_json(e: object, manifest: Manifest) -> dict:
@@ -121,13 +126,11 @@ def entry_from_json(e: object, manifest: Manifest) -> dict:
     if not isinstance(e, dict) or not isinstance(e.get("route"), dict):
         raise ValueError(f"not an entry with a route object: {e!r:.80}")
     route = Route.from_json(e["route"])
-    us = e.get("us")
-    if isinstance(us, bool) or not isinstance(us, (int, float)) or not math.isfinite(us) or us <= 0:
-        raise ValueError(f"time {us!r} is not a positive number of microseconds")
+    us = positive_us(e.get("us"), "time")
     if not route_runs(route, manifest):
         raise ValueError(f"names a route this build cannot run: {route}")
     tried = e.get("tried", [])
-    return {"route": route, "us": float(us), "tried": tried if isinstance(tried, list) else []}
+    return {"route": route, "us": us, "tried": tried if isinstance(tried, list) else []}
 
 
 def load(device_name: str, build_hash: str, manifest: Manifest, path: Path | None = None) -> dict:

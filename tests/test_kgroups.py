@@ -90,8 +90,8 @@ def test_a_k_group_recipe_carries_its_groups_and_workspace_and_bad_ones_are_refu
                               MANIFEST) is None
     fused = next(n for n, s in MANIFEST.kernels.items() if s.role == "gemm_fused_wgmma" and s.dtype == "f16")
     assert planner.recipe_for(Route(fused, False, ((KG, 2),)), prob, MANIFEST) is None
-    assert tuning._route_ok(Route(name, False, ((KG, 3), ("splits", 8))), MANIFEST)
-    assert not tuning._route_ok(Route(name, False, ((KG, 0), ("splits", 8))), MANIFEST)
+    assert tuning.route_runs(Route(name, False, ((KG, 3), ("splits", 8))), MANIFEST)
+    assert not tuning.route_runs(Route(name, False, ((KG, 0), ("splits", 8))), MANIFEST)
 
 
 @needs_manifest

@@ -131,12 +131,6 @@ def table_doc(entries: dict[str, dict], device: str, cc: tuple[int, int], sm_cou
             "version": __version__, "margin": margin, "sections": sorted(set(sections)), "entries": entries}
 
 
-def _positive(x: Any, what: str) -> float:
-    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x <= 0:
-        raise ValueError(f"{what} {x!r} is not a positive number")
-    return float(x)
-
-
 def _count(x: Any, what: str) -> int:
     if type(x) is not int or x < 1:
         raise ValueError(f"{what} {x!r} is not a positive integer")
@@ -156,9 +150,9 @@ def parse_entry(key: Any, e: Any) -> tuple[Bucket, dict]:
     if not isinstance(e.get("route"), dict):
         raise ValueError(f"entry {key!r} has no route object")
     route = Route.from_json(e["route"])
-    us = _positive(e.get("us"), f"entry {key!r}: us")
+    us = tuning.positive_us(e.get("us"), f"entry {key!r}: us")
     if e.get("model_us") is not None:
-        _positive(e["model_us"], f"entry {key!r}: model_us")
+        tuning.positive_us(e["model_us"], f"entry {key!r}: model_us")
     return b, {**e, "route": route, "us": us}
 
 
